@@ -1,0 +1,36 @@
+# The two entry points: `make run` and `make test`. Both install what is missing (scripts/deps.sh),
+# configure with CMake and build before doing their job.
+#   BUILD_TYPE=Release|Debug|RelWithDebInfo   SANITIZE=address|thread   JOBS=N
+BUILD_TYPE ?= Release
+SANITIZE   ?=
+JOBS       ?= $(shell nproc)
+BUILD_DIR  ?= build$(if $(SANITIZE),-$(SANITIZE))
+# Under TSan only the tests that exercise threads run (label `concurrency`); the rest is
+# single-threaded and covered by the ASan+UBSan build.
+CTEST_ARGS ?= $(if $(filter thread,$(SANITIZE)),-L concurrency)
+RUN_ARGS   ?= --ssd-cache-dir ./kvtier-data
+
+.PHONY: all deps configure build test run bench clean
+all: build
+
+deps:
+	@scripts/deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DKVTIER_SANITIZE=$(SANITIZE) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+run: build
+	@$(BUILD_DIR)/server/kvtierd $(RUN_ARGS)
+
+bench: build
+	@scripts/run_benches.sh $(BUILD_DIR)
+
+clean:
+	rm -rf build build-address build-thread

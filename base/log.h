@@ -1,0 +1,43 @@
+// Logging: spdlog with one process-wide setup, plus LogThrottle for events that can repeat
+// thousands of times a second (drops, failed writes), so each is logged with its reason without
+// flooding: the first occurrence at once, then one line per interval that says how many were
+// folded into it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+#include <spdlog/spdlog.h>
+
+namespace kvtier {
+
+// Sets the level ("trace", "debug", "info", "warn", "error", "off") and the line format.
+// Returns false when the level name is unknown.
+bool init_logging(std::string_view level);
+
+// Names the calling thread (visible in top, gdb and perf); names are cut to 15 characters.
+void name_this_thread(const char* name);
+
+// Thread-safe.
+class LogThrottle {
+ public:
+  explicit LogThrottle(std::chrono::milliseconds interval = std::chrono::seconds(1))
+      : interval_(interval) {}
+
+  // Returns the number of events suppressed since the last admitted one when this event should
+  // be logged, or nullopt when it should only be counted.
+  std::optional<uint64_t> admit();
+
+ private:
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_{};
+  bool logged_once_ = false;
+  uint64_t suppressed_ = 0;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,12 @@
+# Sanitizer flags for the whole build, chosen with -DKVTIER_SANITIZE=address|thread.
+if(KVTIER_SANITIZE STREQUAL "address")
+  set(_san -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+elseif(KVTIER_SANITIZE STREQUAL "thread")
+  set(_san -fsanitize=thread -fno-omit-frame-pointer)
+elseif(NOT KVTIER_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "KVTIER_SANITIZE must be empty, 'address' or 'thread', not '${KVTIER_SANITIZE}'")
+endif()
+if(DEFINED _san)
+  add_compile_options(${_san} -g)
+  add_link_options(${_san})
+endif()

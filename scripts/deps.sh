@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvtier needs to build, test and benchmark. Idempotent: when all
+# packages are present it only runs dpkg-query (well under a second) and touches nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  liburing-dev librocksdb-dev liblz4-dev libxxhash-dev libssl-dev
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  libvulkan-dev glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools
+  clang libclang-rt-14-dev
+  fio python3 python3-matplotlib util-linux e2fsprogs
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "deps.sh: installing ${missing[*]}"
+sudo_cmd=()
+[[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps.sh: done"

@@ -1,0 +1,380 @@
+#include "serialize/block_document.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kMetadataPrefix = "{\"__metadata__\":";
+constexpr std::string_view kFirstTensorKey = ",\"layers.0.k\":";
+
+std::string tensor_name(int layer, KvPart part) {
+  return "layers." + std::to_string(layer) + (part == KvPart::kK ? ".k" : ".v");
+}
+
+// The tensor table as this writer emits it, from the first tensor key to the closing brace:
+// ,"layers.0.k":{"dtype":"BF16","shape":[16,8,128],"data_offsets":[0,32768]},...}
+// It depends only on the layout, so it is built once per layout and thread. Encoding copies it;
+// decoding compares against it to skip parsing most of the header.
+const std::string& canonical_tensor_table(const KvLayout& layout) {
+  thread_local std::unordered_map<uint64_t, std::string> cache;
+  const uint64_t fp = layout.fingerprint();
+  auto it = cache.find(fp);
+  if (it != cache.end()) return it->second;
+  std::string table;
+  const std::string shape = "[" + std::to_string(layout.block_size) + "," +
+                            std::to_string(layout.num_kv_heads) + "," +
+                            std::to_string(layout.head_dim) + "]";
+  size_t offset = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const size_t bytes = layout.dense_tensor_bytes(l);
+    for (KvPart p : {KvPart::kK, KvPart::kV}) {
+      table += ",\"" + tensor_name(l, p) + "\":{\"dtype\":\"";
+      table += dtype_name(layout.layers[l].dtype);
+      table += "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+               std::to_string(offset + bytes) + "]}";
+      offset += bytes;
+    }
+  }
+  table += '}';
+  return cache.emplace(fp, std::move(table)).first->second;
+}
+
+std::string join_tokens(const std::vector<uint32_t>& tokens) {
+  std::string out;
+  out.reserve(tokens.size() * 7);
+  char buf[16];
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) out += ',';
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), tokens[i]);
+    out.append(buf, end);
+  }
+  return out;
+}
+
+Status bad(const std::string& why) { return corruption("block document: " + why); }
+
+Result<std::vector<uint32_t>> parse_tokens(const std::string& text) {
+  std::vector<uint32_t> tokens;
+  const char* p = text.data();
+  const char* end = p + text.size();
+  if (p == end) return tokens;
+  while (true) {
+    uint32_t v = 0;
+    auto [next, ec] = std::from_chars(p, end, v);
+    if (ec != std::errc() || next == p) return bad("token_ids is not a comma-separated list of u32");
+    tokens.push_back(v);
+    p = next;
+    if (p == end) break;
+    if (*p != ',') return bad("token_ids is not a comma-separated list of u32");
+    ++p;
+  }
+  return tokens;
+}
+
+Result<BlockHash> parse_hash_field(const json& meta, const char* key) {
+  auto h = BlockHash::from_hex(meta[key].get_ref<const std::string&>());
+  if (!h.ok()) return bad(std::string(key) + ": " + h.status().message());
+  return h;
+}
+
+struct ParsedMetadata {
+  std::shared_ptr<const KvLayout> layout;
+  BlockIdentity identity;
+  std::vector<std::pair<int, Quantization>> dequantized_from;
+};
+
+// Checks __metadata__: every value a string, every key known, each field well formed, the layout
+// registered.
+Result<ParsedMetadata> parse_metadata(const json& meta, const LayoutRegistry& layouts) {
+  if (!meta.is_object()) return bad("missing __metadata__ object");
+  static const char* kRequired[] = {"format", "hash", "parent_hash", "token_ids",
+                                    "layout_fingerprint", "namespace", "extra_keys"};
+  for (auto it = meta.begin(); it != meta.end(); ++it) {
+    if (!it->is_string()) return bad("__metadata__." + it.key() + " is not a string");
+    bool known = it.key() == "dequantized_from";
+    for (const char* k : kRequired) known = known || it.key() == k;
+    if (!known) return bad("unknown __metadata__ field '" + it.key() + "'");
+  }
+  for (const char* k : kRequired) {
+    if (!meta.contains(k)) return bad(std::string("missing __metadata__.") + k);
+  }
+  if (meta["format"] != kBlockDocumentFormat) {
+    return bad("format '" + meta["format"].get<std::string>() + "' is not " + kBlockDocumentFormat);
+  }
+  const std::string& fp_text = meta["layout_fingerprint"].get_ref<const std::string&>();
+  uint64_t fp = 0;
+  auto [fp_end, fp_ec] = std::from_chars(fp_text.data(), fp_text.data() + fp_text.size(), fp, 16);
+  if (fp_text.size() != 16 || fp_ec != std::errc() || fp_end != fp_text.data() + fp_text.size()) {
+    return bad("layout_fingerprint is not 16 hex digits");
+  }
+  ParsedMetadata out;
+  out.layout = layouts.find(fp);
+  if (!out.layout) {
+    return invalid_argument("block document: unknown layout fingerprint " + fp_text +
+                            " (register the layout first)");
+  }
+  const KvLayout& layout = *out.layout;
+  BlockIdentity& id = out.identity;
+  KVTIER_ASSIGN_OR_RETURN(id.hash, parse_hash_field(meta, "hash"));
+  KVTIER_ASSIGN_OR_RETURN(id.parent_hash, parse_hash_field(meta, "parent_hash"));
+  KVTIER_ASSIGN_OR_RETURN(id.token_ids, parse_tokens(meta["token_ids"].get<std::string>()));
+  if (static_cast<int>(id.token_ids.size()) != layout.block_size) {
+    return bad("token_ids holds " + std::to_string(id.token_ids.size()) +
+               " tokens, the layout's block_size is " + std::to_string(layout.block_size));
+  }
+  id.namespace_id = meta["namespace"].get<std::string>();
+  json extra = json::parse(meta["extra_keys"].get<std::string>(), nullptr, false);
+  if (extra.is_discarded() || !extra.is_array()) return bad("extra_keys is not a JSON array");
+  for (const json& e : extra) {
+    if (!e.is_string()) return bad("extra_keys holds a non-string");
+    id.extra_keys.push_back(e.get<std::string>());
+  }
+  if (meta.contains("dequantized_from")) {
+    json deq = json::parse(meta["dequantized_from"].get<std::string>(), nullptr, false);
+    if (deq.is_discarded() || !deq.is_object()) return bad("dequantized_from is not a JSON object");
+    for (auto it = deq.begin(); it != deq.end(); ++it) {
+      int layer = -1;
+      auto [e, ec] = std::from_chars(it.key().data(), it.key().data() + it.key().size(), layer);
+      if (ec != std::errc() || e != it.key().data() + it.key().size() || layer < 0 ||
+          layer >= layout.num_layers) {
+        return bad("dequantized_from names layer '" + it.key() + "' outside the layout");
+      }
+      const json& q = it.value();
+      if (!q.is_object() || q.size() != 2 || !q.contains("bits") || !q.contains("group_size") ||
+          !q["bits"].is_number_integer() || !q["group_size"].is_number_integer()) {
+        return bad("dequantized_from." + it.key() + " must be {bits, group_size}");
+      }
+      Quantization quant{q["bits"].get<int>(), q["group_size"].get<int>()};
+      Status st = validate_quantization(quant, layout.head_dim);
+      if (!st.ok()) return bad("dequantized_from." + it.key() + ": " + st.message());
+      out.dequantized_from.emplace_back(layer, quant);
+    }
+  }
+  return out;
+}
+
+Block make_block(ParsedMetadata&& meta) {
+  Block block = Block::dense_uninitialized(meta.layout, std::move(meta.identity));
+  for (const auto& [layer, q] : meta.dequantized_from) block.set_dequantized_from(layer, q);
+  return block;
+}
+
+// The general path: a header from any safetensors writer, parsed and checked in full.
+// Copies the data section into the block, feeding `checksum` (which has seen everything before the
+// data) if given. `spans` tile the data section in offset order.
+template <typename Spans, typename Dest>
+void copy_data(std::span<const uint8_t> data, const Spans& spans, Dest dest, Checksum64* checksum) {
+  for (const auto& s : spans) {
+    uint8_t* dst = dest(s);
+    if (checksum) checksum->copy_update(dst, data.data() + s.begin, s.end - s.begin);
+    else std::memcpy(dst, data.data() + s.begin, s.end - s.begin);
+  }
+}
+
+Result<Block> decode_general(std::string_view header, std::span<const uint8_t> data,
+                             const LayoutRegistry& layouts, Checksum64* checksum) {
+  json j = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("header is not valid JSON");
+  if (!j.is_object()) return bad("header is not a JSON object");
+  auto mit = j.find("__metadata__");
+  if (mit == j.end()) return bad("missing __metadata__ object");
+  KVTIER_ASSIGN_OR_RETURN(ParsedMetadata meta, parse_metadata(*mit, layouts));
+  const KvLayout& layout = *meta.layout;
+
+  // Tensors: exactly layers.{0..L-1}.{k,v}, shapes and dtypes from the layout, offsets that tile
+  // the data section with no gap and no overlap.
+  const size_t expected_tensors = 2 * static_cast<size_t>(layout.num_layers);
+  if (j.size() != expected_tensors + 1) {
+    return bad("header holds " + std::to_string(j.size() - 1) + " tensors, the layout needs " +
+               std::to_string(expected_tensors));
+  }
+  struct Span {
+    uint64_t begin, end;
+    int layer;
+    KvPart part;
+  };
+  std::vector<Span> spans;
+  spans.reserve(expected_tensors);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    for (KvPart p : {KvPart::kK, KvPart::kV}) {
+      const std::string name = tensor_name(l, p);
+      auto tit = j.find(name);
+      if (tit == j.end()) return bad("missing tensor " + name);
+      const json& t = *tit;
+      if (!t.is_object() || t.size() != 3 || !t.contains("dtype") || !t.contains("shape") ||
+          !t.contains("data_offsets")) {
+        return bad(name + " must hold exactly dtype, shape and data_offsets");
+      }
+      if (!t["dtype"].is_string()) return bad(name + ".dtype is not a string");
+      const std::string dt = t["dtype"].get<std::string>();
+      const std::string_view want_dt = dtype_name(layout.layers[l].dtype);
+      if (dt != want_dt) {
+        return bad(name + " has dtype " + dt + ", the layout says " + std::string(want_dt));
+      }
+      const json& shape = t["shape"];
+      const int64_t want_shape[3] = {layout.block_size, layout.num_kv_heads, layout.head_dim};
+      bool shape_ok = shape.is_array() && shape.size() == 3;
+      for (size_t d = 0; shape_ok && d < 3; ++d) {
+        shape_ok = shape[d].is_number_integer() && shape[d].get<int64_t>() == want_shape[d];
+      }
+      if (!shape_ok) {
+        return bad(name + " has shape " + shape.dump() + ", the layout needs [" +
+                   std::to_string(want_shape[0]) + "," + std::to_string(want_shape[1]) + "," +
+                   std::to_string(want_shape[2]) + "]");
+      }
+      const json& offs = t["data_offsets"];
+      if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
+          !offs[1].is_number_unsigned()) {
+        return bad(name + ".data_offsets must be two non-negative integers");
+      }
+      const uint64_t b = offs[0].get<uint64_t>(), e = offs[1].get<uint64_t>();
+      if (b > e || e > data.size()) {
+        return bad(name + ".data_offsets [" + std::to_string(b) + "," + std::to_string(e) +
+                   ") fall outside the " + std::to_string(data.size()) + "-byte data section");
+      }
+      if (e - b != layout.dense_tensor_bytes(l)) {
+        return bad(name + " spans " + std::to_string(e - b) + " bytes, its shape needs " +
+                   std::to_string(layout.dense_tensor_bytes(l)));
+      }
+      spans.push_back({b, e, l, p});
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  uint64_t cursor = 0;
+  for (const Span& s : spans) {
+    if (s.begin < cursor) return bad("tensor " + tensor_name(s.layer, s.part) + " overlaps another");
+    if (s.begin > cursor) return bad("data section has a gap before " + tensor_name(s.layer, s.part));
+    cursor = s.end;
+  }
+  if (cursor != data.size()) {
+    return bad("data section has " + std::to_string(data.size() - cursor) +
+               " trailing bytes no tensor covers");
+  }
+  Block block = make_block(std::move(meta));
+  copy_data(data, spans, [&](const Span& s) { return block.dense_part(s.layer, s.part).data(); },
+            checksum);
+  return block;
+}
+
+// The fast path for headers in this writer's own form: `{"__metadata__":` M T, where T is the
+// layout's canonical tensor table (plus padding). Only M is parsed; T is compared byte for byte.
+// This accepts exactly what decode_general accepts for such headers: M parsed alone is one
+// complete JSON value, so the whole header is valid JSON with the same content. The first
+// `,"layers.0.k":` in the header is T's start, because a '"' inside a JSON string is escaped.
+// Returns nullopt when the header is not in that form (the general path then decides).
+std::optional<Result<Block>> decode_canonical(std::string_view header,
+                                              std::span<const uint8_t> data,
+                                              const LayoutRegistry& layouts,
+                                              Checksum64* checksum) {
+  if (header.substr(0, kMetadataPrefix.size()) != kMetadataPrefix) return std::nullopt;
+  const size_t table_at = header.find(kFirstTensorKey);
+  if (table_at == std::string_view::npos) return std::nullopt;
+  const std::string_view meta_text =
+      header.substr(kMetadataPrefix.size(), table_at - kMetadataPrefix.size());
+  json meta = json::parse(meta_text.begin(), meta_text.end(), nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) return std::nullopt;
+  auto parsed = parse_metadata(meta, layouts);
+  if (!parsed.ok()) return Result<Block>(parsed.status());
+  std::string_view table = header.substr(table_at);
+  while (!table.empty() && (table.back() == ' ' || table.back() == '\n' || table.back() == '\t' ||
+                            table.back() == '\r')) {
+    table.remove_suffix(1);
+  }
+  const KvLayout& layout = *parsed->layout;
+  if (table != canonical_tensor_table(layout)) return std::nullopt;
+  // A data section of the wrong size gets the general path's precise message.
+  if (data.size() != layout.dense_block_bytes()) return std::nullopt;
+  Block block = make_block(std::move(parsed).value());
+  // The canonical table lists tensors in the block's own storage order, without gaps.
+  struct Whole {
+    uint64_t begin, end;
+  };
+  const Whole all[] = {{0, data.size()}};
+  copy_data(data, all, [&](const Whole&) { return block.mutable_data().data(); }, checksum);
+  return Result<Block>(std::move(block));
+}
+
+}  // namespace
+
+Result<std::string> block_document_header(const Block& block) {
+  if (block.any_quantized()) {
+    return invalid_argument("block document: quantized layers must be dequantized before encoding");
+  }
+  const KvLayout& layout = block.layout();
+  const BlockIdentity& id = block.identity();
+  json meta = json::object();
+  meta["format"] = kBlockDocumentFormat;
+  meta["hash"] = id.hash.hex();
+  meta["parent_hash"] = id.parent_hash.hex();
+  meta["token_ids"] = join_tokens(id.token_ids);
+  meta["layout_fingerprint"] = layout.fingerprint_hex();
+  meta["namespace"] = id.namespace_id;
+  meta["extra_keys"] = json(id.extra_keys).dump();
+  json deq = json::object();
+  for (int l = 0; l < layout.num_layers; ++l) {
+    if (const auto& q = block.dequantized_from(l)) {
+      deq[std::to_string(l)] = {{"bits", q->bits}, {"group_size", q->group_size}};
+    }
+  }
+  if (!deq.empty()) meta["dequantized_from"] = deq.dump();
+
+  std::string header(kMetadataPrefix);
+  header += meta.dump();
+  header += canonical_tensor_table(layout);
+  header.resize(align_up(header.size(), 8), ' ');
+  return header;
+}
+
+void write_block_document(const Block& block, const std::string& header, uint8_t* dst,
+                          Checksum64* checksum) {
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) dst[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(dst + 8, header.data(), header.size());
+  // An all-dense block's buffer is laid out exactly like the data section.
+  const auto data = block.data();
+  if (checksum) {
+    checksum->update(dst, 8 + header.size());
+    checksum->copy_update(dst + 8 + header.size(), data.data(), data.size());
+  } else {
+    std::memcpy(dst + 8 + header.size(), data.data(), data.size());
+  }
+}
+
+Status encode_block_document(const Block& block, Bytes& out) {
+  KVTIER_ASSIGN_OR_RETURN(std::string header, block_document_header(block));
+  const size_t start = out.size();
+  out.resize(start + block_document_size(block, header));
+  write_block_document(block, header, out.data() + start, nullptr);
+  return ok_status();
+}
+
+Result<Block> decode_block_document(std::span<const uint8_t> doc, const LayoutRegistry& layouts,
+                                    Checksum64* checksum) {
+  if (doc.size() < 8) return bad("truncated: " + std::to_string(doc.size()) + " bytes");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(doc[i]) << (8 * i);
+  if (n == 0 || n > kMaxDocumentHeaderBytes || n > doc.size() - 8) {
+    return bad("header length " + std::to_string(n) + " does not fit in " +
+               std::to_string(doc.size()) + " bytes");
+  }
+  const std::string_view header(reinterpret_cast<const char*>(doc.data() + 8), n);
+  const std::span<const uint8_t> data = doc.subspan(8 + n);
+  if (checksum) checksum->update(doc.data(), 8 + n);
+  if (auto fast = decode_canonical(header, data, layouts, checksum)) return std::move(*fast);
+  return decode_general(header, data, layouts, checksum);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/status.h"
+
+namespace kvtier {
+namespace {
+
+TEST(ByteSize, ParsesWhatPeopleWrite) {
+  EXPECT_EQ(*parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(*parse_byte_size("512M"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("8G"), 8ull << 30);
+  EXPECT_EQ(*parse_byte_size("8GiB"), 8ull << 30);
+  EXPECT_EQ(*parse_byte_size("1.5k"), 1536u);
+  EXPECT_EQ(*parse_byte_size("2T"), 2ull << 40);
+  for (const char* bad : {"", "G", "12X", "-5", "1.2.3M", "99999999999T"}) {
+    auto r = parse_byte_size(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST(Status, ErrnoNoSpaceMapsToNoSpaceAndKeepsContext) {
+  Status s = errno_status("write segment 3", ENOSPC).with_context("spill");
+  EXPECT_EQ(s.code(), StatusCode::kNoSpace);
+  EXPECT_EQ(s.message().rfind("spill: write segment 3: ", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("errno 28"), std::string::npos);
+  EXPECT_EQ(errno_status("read", EIO).code(), StatusCode::kIoError);
+}
+
+TEST(Status, ResultCarriesValueOrError) {
+  Result<int> good = 5;
+  Result<int> bad = not_found("nope");
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, 5);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+}
+
+TEST(LogThrottle, AdmitsFirstThenFoldsRepeatsWithinTheInterval) {
+  LogThrottle t(std::chrono::hours(1));
+  auto first = t.admit();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, 0u);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(t.admit().has_value());
+  LogThrottle fast(std::chrono::milliseconds(0));
+  ASSERT_TRUE(fast.admit().has_value());
+  ASSERT_TRUE(fast.admit().has_value());
+}
+
+TEST(Histogram, QuantilesFallInTheRightBucket) {
+  Histogram h;
+  for (int i = 0; i < 99; ++i) h.observe(0.001);
+  h.observe(1.0);
+  auto s = h.snapshot();
+  EXPECT_EQ(s.count, 100u);
+  EXPECT_LE(s.quantile(0.5), 0.0016);
+  EXPECT_GE(s.quantile(0.5), 0.0008);
+  EXPECT_GE(s.quantile(1.0), 0.8);
+  EXPECT_NEAR(s.sum, 99 * 0.001 + 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace kvtier
