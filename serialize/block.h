@@ -21,7 +21,7 @@ namespace kvtier {
 
 struct BlockIdentity {
   BlockHash hash;
-  BlockHash parent_hash;                // all zero for the first block of a prompt
+  BlockHash parent_hash;                // the namespace root for the first block of a prompt
   std::vector<uint32_t> token_ids;      // exactly layout.block_size of them
   std::string namespace_id;             // the namespace the hash was computed in
   std::vector<std::string> extra_keys;  // e.g. a LoRA id; part of the hash

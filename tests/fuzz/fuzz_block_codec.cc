@@ -14,7 +14,7 @@
 using namespace kvtier;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static LayoutRegistry* registry = fuzz::make_registry();
+  static const std::unique_ptr<LayoutRegistry> registry = fuzz::make_registry();
   if (size == 0) return 0;
   const std::span<const uint8_t> input(data + 1, size - 1);
   static BlockCodec codec;

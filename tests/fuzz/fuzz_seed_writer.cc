@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: fuzz_seed_writer DIR\n";
     return 2;
   }
-  LayoutRegistry* reg = fuzz::make_registry();
+  const auto reg = fuzz::make_registry();
   int n = 0;
   for (const auto& layout : reg->all()) {
     for (FrameCodec c : {FrameCodec::kNone, FrameCodec::kLz4, FrameCodec::kLz4Shuffle}) {

@@ -1,0 +1,255 @@
+#include "cache/tiered_cache.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvtier {
+
+PinnedBlocks::~PinnedBlocks() { release(); }
+
+PinnedBlocks& PinnedBlocks::operator=(PinnedBlocks&& o) noexcept {
+  if (this != &o) {
+    release();
+    top_ = std::move(o.top_);
+    entries_ = std::move(o.entries_);
+  }
+  return *this;
+}
+
+void PinnedBlocks::release() {
+  if (top_) {
+    for (const Entry& e : entries_) {
+      if (e.pinned) top_->unpin(e.hash);
+    }
+  }
+  entries_.clear();
+  top_.reset();
+}
+
+TieredCache::TieredCache(std::vector<std::shared_ptr<Tier>> tiers) : tiers_(std::move(tiers)) {
+  assert(!tiers_.empty() && tiers_.size() <= kMaxTiers);
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    tiers_[i]->set_eviction_sink([this, i](BlockRef b) { on_evicted(i, std::move(b)); });
+  }
+}
+
+TieredCache::~TieredCache() {
+  for (auto& t : tiers_) t->set_eviction_sink(nullptr);
+}
+
+void TieredCache::on_evicted(size_t from, BlockRef block) {
+  metrics_.evictions[from].inc();
+  if (from + 1 >= tiers_.size()) {
+    metrics_.dropped_evicted_from_last_tier.inc();
+    return;  // the normal end of a block's life; counted, not logged
+  }
+  auto r = tiers_[from + 1]->insert(block);
+  if (!r.ok()) {
+    metrics_.dropped_lower_tier_refused.inc();
+    if (auto n = drop_log_.admit()) {
+      spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)",
+                   block->hash().hex(), tiers_[from]->name(), r.status().to_string(), *n);
+    }
+  }
+}
+
+int TieredCache::find_tier(const BlockRequest& request) const {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (tiers_[t]->contains(request.hash)) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+LookupResult TieredCache::lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
+                                 std::span<const std::string> extra_keys) {
+  std::vector<BlockKey> keys = hasher.keys(tokens, extra_keys);
+  metrics_.lookup_tokens.inc(tokens.size());
+  return lookup(keys);
+}
+
+LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
+  metrics_.lookups.inc();
+  LookupResult out;
+  for (const BlockKey& k : keys) {
+    const int t = find_tier({k.hash, k.tokens});
+    if (t < 0) break;
+    out.blocks.push_back({k.hash, t});
+    out.matched_tokens += k.tokens.size();
+    metrics_.hit_blocks[t].inc();
+    metrics_.hit_tokens[t].inc(k.tokens.size());
+  }
+  return out;
+}
+
+Result<InsertOutcome> TieredCache::insert(BlockRef block) {
+  const BlockRequest req{block->hash(), block->identity().token_ids};
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    const Tier::Presence p = tiers_[t]->probe(req);
+    if (p == Tier::Presence::kDifferentTokens) {
+      metrics_.collisions.inc();
+      if (auto n = collision_log_.admit()) {
+        spdlog::error("rejected block {}: {} tier holds different tokens under this hash "
+                      "(collision or forged hash; {} similar suppressed)",
+                      block->hash().hex(), tiers_[t]->name(), *n);
+      }
+      return conflict("block " + block->hash().hex() +
+                      ": a block with different token ids is stored under this hash");
+    }
+    if (p != Tier::Presence::kAbsent) {
+      metrics_.duplicate_inserts.inc();
+      return InsertOutcome::kAlreadyPresent;
+    }
+  }
+  Status last;
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    auto r = tiers_[t]->insert(block);
+    if (r.ok()) {
+      if (*r == InsertOutcome::kInserted) metrics_.inserts.inc();
+      else metrics_.duplicate_inserts.inc();
+      return r;
+    }
+    last = r.status();
+  }
+  metrics_.dropped_no_room.inc();
+  if (auto n = drop_log_.admit()) {
+    spdlog::warn("dropped new block {}: no tier could take it: {} ({} similar suppressed)",
+                 block->hash().hex(), last.to_string(), *n);
+  }
+  return last;
+}
+
+PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
+  metrics_.fetches.inc();
+  PinnedBlocks out;
+  out.top_ = tiers_.front();
+  Tier& top = *tiers_.front();
+
+  // Where each block is, top tier first; the prefix ends at the first block no tier holds.
+  std::vector<int> where;
+  for (const BlockKey& k : keys) {
+    const int t = find_tier({k.hash, k.tokens});
+    if (t < 0) break;
+    where.push_back(t);
+  }
+  // Read each lower tier's blocks together (the SSD tier issues them as one batch).
+  std::vector<BlockRef> blocks(where.size());
+  std::vector<bool> failed(where.size(), false);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    std::vector<BlockRequest> reqs;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < where.size(); ++i) {
+      if (where[i] == static_cast<int>(t)) {
+        reqs.push_back({keys[i].hash, keys[i].tokens});
+        idx.push_back(i);
+      }
+    }
+    if (reqs.empty()) continue;
+    if (t == 0) {
+      // Pin before reading so the block cannot be evicted between the two.
+      for (size_t j = 0; j < reqs.size(); ++j) {
+        const size_t i = idx[j];
+        if (!top.pin(reqs[j].hash)) {
+          failed[i] = true;  // evicted since find_tier
+          continue;
+        }
+        auto r = top.read(reqs[j]);
+        if (!r.ok()) {
+          top.unpin(reqs[j].hash);
+          failed[i] = true;
+          continue;
+        }
+        blocks[i] = *r;
+      }
+      continue;
+    }
+    std::vector<Result<BlockRef>> got = tiers_[t]->read_many(reqs);
+    for (size_t j = 0; j < reqs.size(); ++j) {
+      if (got[j].ok()) {
+        blocks[idx[j]] = std::move(got[j]).value();
+      } else {
+        failed[idx[j]] = true;
+        metrics_.read_failures[t].inc();
+      }
+    }
+  }
+
+  for (size_t i = 0; i < where.size(); ++i) {
+    const int t = where[i];
+    // A failed read (corrupt on SSD, or evicted from the top tier since find_tier) ends the
+    // prefix here; the caller recomputes the rest.
+    if (failed[i]) break;
+    const BlockRef& b = blocks[i];
+    const auto& held = b->identity().token_ids;
+    if (!std::equal(held.begin(), held.end(), keys[i].tokens.begin(), keys[i].tokens.end())) {
+      metrics_.token_mismatches[t].inc();
+      if (t == 0) top.unpin(keys[i].hash);
+      if (auto n = mismatch_log_.admit()) {
+        spdlog::error("not serving block {} from {}: its token ids differ from the request's "
+                      "({} similar suppressed)", keys[i].hash.hex(), tiers_[t]->name(), *n);
+      }
+      break;
+    }
+    PinnedBlocks::Entry e{keys[i].hash, b, t, t == 0};
+    if (t > 0) {
+      // Promote: the copy below stays (inclusive tiers), so losing the race for room costs
+      // nothing but the pin.
+      auto r = top.insert(b);
+      if (r.ok()) metrics_.promotions.inc();
+      e.pinned = r.ok() && top.pin(keys[i].hash);
+      if (!e.pinned) metrics_.promote_failed.inc();
+    }
+    metrics_.fetched_blocks[t].inc();
+    out.entries_.push_back(std::move(e));
+  }
+  // Blocks read past the point where the prefix broke are not handed out: unpin them.
+  for (size_t i = out.entries_.size() + 1; i < where.size(); ++i) {
+    if (where[i] == 0 && !failed[i] && blocks[i]) top.unpin(keys[i].hash);
+  }
+  return out;
+}
+
+bool TieredCache::erase(const BlockHash& hash) {
+  bool any = false;
+  for (auto& t : tiers_) any = t->erase(hash) || any;
+  return any;
+}
+
+void TieredCache::visit_metrics(MetricVisitor& v) const {
+  auto tier_label = [&](size_t t) { return MetricLabels{{"tier", std::string(tiers_[t]->name())}}; };
+  v.counter("kvtier_lookups_total", "Prefix lookups", {}, metrics_.lookups.value());
+  v.counter("kvtier_lookup_tokens_total", "Tokens asked about in lookups", {},
+            metrics_.lookup_tokens.value());
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    v.counter("kvtier_lookup_hit_blocks_total", "Blocks found by lookups, by tier", tier_label(t),
+              metrics_.hit_blocks[t].value());
+    v.counter("kvtier_lookup_hit_tokens_total", "Tokens found by lookups, by tier", tier_label(t),
+              metrics_.hit_tokens[t].value());
+    v.counter("kvtier_fetched_blocks_total", "Blocks fetched, by the tier they came from",
+              tier_label(t), metrics_.fetched_blocks[t].value());
+    v.counter("kvtier_token_mismatches_total", "Hits whose token ids differed (never served)",
+              tier_label(t), metrics_.token_mismatches[t].value());
+    v.counter("kvtier_read_failures_total", "Blocks a tier held but could not return",
+              tier_label(t), metrics_.read_failures[t].value());
+    v.counter("kvtier_evictions_total", "Blocks evicted from the tier (down or dropped)",
+              tier_label(t), metrics_.evictions[t].value());
+  }
+  v.counter("kvtier_inserts_total", "Blocks published", {}, metrics_.inserts.value());
+  v.counter("kvtier_duplicate_inserts_total", "Publishes of blocks already held", {},
+            metrics_.duplicate_inserts.value());
+  v.counter("kvtier_collisions_total", "Publishes rejected: same hash, different tokens", {},
+            metrics_.collisions.value());
+  v.counter("kvtier_fetches_total", "Fetch requests", {}, metrics_.fetches.value());
+  v.counter("kvtier_promotions_total", "Blocks copied up into the top tier", {},
+            metrics_.promotions.value());
+  v.counter("kvtier_promote_failed_total", "Fetched blocks the top tier had no room for", {},
+            metrics_.promote_failed.value());
+  v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "evicted_from_last_tier"}},
+            metrics_.dropped_evicted_from_last_tier.value());
+  v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "lower_tier_refused"}},
+            metrics_.dropped_lower_tier_refused.value());
+  v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "no_room"}},
+            metrics_.dropped_no_room.value());
+  for (const auto& t : tiers_) t->visit_metrics(v);
+}
+
+}  // namespace kvtier

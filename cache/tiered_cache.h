@@ -1,0 +1,99 @@
+// TieredCache: the library's front door. It stacks tiers (GPU above RAM above SSD, or any subset)
+// and answers three questions: how much of this prompt is cached (lookup), keep these computed
+// blocks (insert), and give me these blocks for use (fetch: promote them to the top tier and pin
+// them until released). Evictions cascade tier by tier; what falls off the last tier is dropped
+// and counted.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "cache/cache_metrics.h"
+#include "cache/prefix_hasher.h"
+#include "tiers/tier.h"
+
+namespace kvtier {
+
+struct LookupResult {
+  size_t matched_tokens = 0;
+  struct Hit {
+    BlockHash hash;
+    int tier = 0;  // index into the cache's tiers
+  };
+  std::vector<Hit> blocks;  // the longest cached prefix, in order
+};
+
+class TieredCache;
+
+// Blocks handed out by fetch(), pinned in the top tier until this is destroyed. Movable.
+class PinnedBlocks {
+ public:
+  struct Entry {
+    BlockHash hash;
+    BlockRef block;     // the block's bytes (host)
+    int source_tier = 0;  // where it was found
+    bool pinned = false;  // false only when the top tier had no room to promote it
+  };
+  PinnedBlocks() = default;
+  ~PinnedBlocks();
+  PinnedBlocks(PinnedBlocks&&) noexcept = default;
+  PinnedBlocks& operator=(PinnedBlocks&& o) noexcept;
+  PinnedBlocks(const PinnedBlocks&) = delete;
+  PinnedBlocks& operator=(const PinnedBlocks&) = delete;
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+  void release();
+
+ private:
+  friend class TieredCache;
+  std::shared_ptr<Tier> top_;
+  std::vector<Entry> entries_;
+};
+
+// Thread-safe: tiers are thread-safe and the cache holds no lock of its own.
+class TieredCache {
+ public:
+  // `tiers` top first; at most kMaxTiers.
+  explicit TieredCache(std::vector<std::shared_ptr<Tier>> tiers);
+  ~TieredCache();
+
+  const std::vector<std::shared_ptr<Tier>>& tiers() const { return tiers_; }
+
+  // The longest prefix of full blocks present in any tier; stops at the first missing block.
+  LookupResult lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
+                      std::span<const std::string> extra_keys);
+  LookupResult lookup(std::span<const BlockKey> keys);
+
+  // Publishes a computed block into the top tier (or, if it has no room, the first tier below
+  // that takes it). A hash already held with the same tokens is a no-op (kAlreadyPresent); with
+  // different tokens it is a collision: kConflict, counted and logged, nothing changes.
+  Result<InsertOutcome> insert(BlockRef block);
+
+  // Returns the blocks of `keys` (a prefix, in order), promoted into the top tier and pinned there.
+  // Every block's tokens are compared with the request's. Stops at the first block no tier can
+  // return intact; the result holds the blocks before it.
+  PinnedBlocks fetch(std::span<const BlockKey> keys);
+
+  // Removes a block from every tier. True if any tier held it.
+  bool erase(const BlockHash& hash);
+
+  const CacheMetrics& metrics() const { return metrics_; }
+  // Cache metrics, then every tier's.
+  void visit_metrics(MetricVisitor& visitor) const;
+
+ private:
+  void on_evicted(size_t from_tier, BlockRef block);
+  int find_tier(const BlockRequest& request) const;
+
+  std::vector<std::shared_ptr<Tier>> tiers_;
+  CacheMetrics metrics_;
+  LogThrottle drop_log_;
+  LogThrottle collision_log_;
+  LogThrottle mismatch_log_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,116 @@
+#include "cache/prefix_hasher.h"
+
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+namespace kvtier {
+namespace {
+
+std::vector<uint32_t> iota_tokens(size_t n, uint32_t start = 100) {
+  std::vector<uint32_t> t(n);
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+PrefixHasher hasher(HashAlgorithm a = HashAlgorithm::kSha256, std::string model = "llama",
+                    uint64_t fp = 0x1234, std::string salt = "", int block = 16) {
+  return PrefixHasher(a, Namespace{std::move(model), fp, std::move(salt)}, block);
+}
+
+// First index where two hash lists differ (size when one is a prefix of the other).
+size_t first_difference(const std::vector<BlockHash>& a, const std::vector<BlockHash>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
+TEST(PrefixHasher, SamePrefixGivesSameHashes) {
+  auto h = hasher();
+  auto a = iota_tokens(64);
+  auto b = a;
+  b.resize(48);
+  b.insert(b.end(), {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  auto ha = h.hash_prefix(a, {});
+  auto hb = h.hash_prefix(b, {});
+  ASSERT_EQ(ha.size(), 4u);
+  EXPECT_EQ(first_difference(ha, hb), 3u) << "blocks 0-2 shared, block 3 differs";
+  EXPECT_EQ(ha, h.hash_prefix(a, {})) << "deterministic";
+}
+
+TEST(PrefixHasher, AnyChangeChangesEveryHashFromThatBlockOn) {
+  const auto base_tokens = iota_tokens(80);
+  const std::vector<std::string> extra = {"lora:3"};
+  const auto base = hasher().hash_prefix(base_tokens, extra);
+
+  auto tokens = base_tokens;
+  tokens[37] += 1;  // block 2
+  auto changed = hasher().hash_prefix(tokens, extra);
+  EXPECT_EQ(first_difference(base, changed), 2u);
+  for (size_t i = 2; i < base.size(); ++i) EXPECT_NE(base[i], changed[i]) << i;
+
+  auto all_differ = [&](const std::vector<BlockHash>& other) {
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (base[i] == other[i]) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(all_differ(hasher(HashAlgorithm::kSha256, "llama", 0x1234, "tenant-b").hash_prefix(base_tokens, extra)));
+  EXPECT_TRUE(all_differ(hasher(HashAlgorithm::kSha256, "qwen").hash_prefix(base_tokens, extra)));
+  EXPECT_TRUE(all_differ(hasher(HashAlgorithm::kSha256, "llama", 0x9999).hash_prefix(base_tokens, extra)));
+  const std::vector<std::string> other_extra = {"lora:4"};
+  EXPECT_TRUE(all_differ(hasher().hash_prefix(base_tokens, other_extra)));
+  EXPECT_TRUE(all_differ(hasher().hash_prefix(base_tokens, {})));
+  EXPECT_TRUE(all_differ(hasher(HashAlgorithm::kXxh3).hash_prefix(base_tokens, extra)));
+}
+
+TEST(PrefixHasher, ExtraKeysAreLengthDelimited) {
+  const auto t = iota_tokens(16);
+  const std::vector<std::string> ab_c = {"ab", "c"}, a_bc = {"a", "bc"};
+  EXPECT_NE(hasher().hash_prefix(t, ab_c), hasher().hash_prefix(t, a_bc));
+}
+
+TEST(PrefixHasher, PartialLastBlockIsNeverHashed) {
+  auto h = hasher();
+  EXPECT_EQ(h.hash_prefix(iota_tokens(15), {}).size(), 0u);
+  EXPECT_EQ(h.hash_prefix(iota_tokens(16), {}).size(), 1u);
+  EXPECT_EQ(h.hash_prefix(iota_tokens(47), {}).size(), 2u);
+  auto full = h.hash_prefix(iota_tokens(32), {});
+  EXPECT_EQ(h.hash_prefix(iota_tokens(47), {}), full) << "the tail does not touch full blocks";
+}
+
+TEST(PrefixHasher, HashesAreFrozen) {
+  // These values name blocks on disk: a change here orphans every SSD cache ever written.
+  auto t = iota_tokens(16);
+  EXPECT_EQ(hasher().hash_prefix(t, {})[0].hex(),
+            "38bd9fdd50ebec74bdfc84649982c72547ac155aebf63c25ad6f548b38ef826c");
+  EXPECT_EQ(hasher(HashAlgorithm::kXxh3).hash_prefix(t, {})[0].hex(),
+            "31fbc47fdd138116d2a0f1b465cdd8f100000000000000000000000000000000");
+}
+
+TEST(PrefixHasher, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
+  auto h = hasher(HashAlgorithm::kXxh3).hash_prefix(iota_tokens(16), {})[0];
+  for (size_t i = 16; i < 32; ++i) EXPECT_EQ(h.bytes[i], 0) << i;
+  EXPECT_EQ(h.hex().size(), 64u);
+  auto back = BlockHash::from_hex(h.hex());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, h);
+}
+
+TEST(PrefixHasher, IdentityOfAKeyVerifiesAndAForgeryDoesNot) {
+  auto h = hasher();
+  auto tokens = iota_tokens(48);
+  const std::vector<std::string> extra = {"x"};
+  auto keys = h.keys(tokens, extra);
+  BlockIdentity id = h.identity(keys, 2, extra);
+  EXPECT_EQ(id.parent_hash, keys[1].hash);
+  EXPECT_EQ(h.identity(keys, 0, extra).parent_hash, h.root());
+  EXPECT_TRUE(h.verifies(id));
+  BlockIdentity forged = id;
+  forged.token_ids[0] ^= 1;
+  EXPECT_FALSE(h.verifies(forged));
+  EXPECT_FALSE(hasher(HashAlgorithm::kSha256, "llama", 0x1234, "other-tenant").verifies(id));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,206 @@
+#include "cache/tiered_cache.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "tests/cache/cache_test_blocks.h"
+#include "tiers/ram_tier.h"
+
+namespace kvtier {
+namespace {
+
+using testing::computed_block;
+using testing::prompt;
+using testing::small_hasher;
+
+uint64_t block_bytes() {
+  auto h = small_hasher();
+  const auto t = prompt(4, 1);
+  return computed_block(h, h.keys(t, {}), 0)->size_bytes();
+}
+
+std::shared_ptr<RamTier> ram(uint64_t blocks, std::string name = "ram") {
+  RamTierOptions o;
+  o.capacity_bytes = blocks * block_bytes();
+  o.name = std::move(name);
+  return std::make_shared<RamTier>(o);
+}
+
+void publish(TieredCache& cache, const PrefixHasher& h, const std::vector<BlockKey>& keys,
+             size_t count) {
+  for (size_t i = 0; i < count; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
+}
+
+TEST(TieredCache, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
+  auto h = small_hasher();
+  TieredCache cache({ram(100)});
+  auto tokens = prompt(4 * 6 + 3, 1);  // 6 full blocks and a partial one
+  auto keys = h.keys(tokens, {});
+  publish(cache, h, keys, 3);
+  ASSERT_TRUE(cache.insert(computed_block(h, keys, 4)).ok());  // a hole at block 3
+
+  LookupResult r = cache.lookup(h, tokens, {});
+  EXPECT_EQ(r.matched_tokens, 12u);
+  ASSERT_EQ(r.blocks.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.blocks[i].hash, keys[i].hash);
+    EXPECT_EQ(r.blocks[i].tier, 0);
+  }
+  EXPECT_EQ(cache.metrics().hit_tokens[0].value(), 12u);
+  EXPECT_EQ(cache.lookup(h, prompt(40, 2), {}).matched_tokens, 0u);
+}
+
+TEST(TieredCache, PublishingTheSameBlockTwiceIsANoOp) {
+  auto h = small_hasher();
+  TieredCache cache({ram(10)});
+  auto tokens = prompt(8, 1);
+  auto keys = h.keys(tokens, {});
+  ASSERT_EQ(*cache.insert(computed_block(h, keys, 0)), InsertOutcome::kInserted);
+  ASSERT_EQ(*cache.insert(computed_block(h, keys, 0)), InsertOutcome::kAlreadyPresent);
+  EXPECT_EQ(cache.metrics().duplicate_inserts.value(), 1u);
+  EXPECT_EQ(cache.tiers()[0]->block_count(), 1u);
+}
+
+TEST(TieredCache, DifferentTokensUnderAStoredHashAreRejectedAsACollision) {
+  auto h = small_hasher();
+  auto lower = ram(10, "ram1");
+  TieredCache cache({ram(10), lower});
+  const auto tokens = prompt(8, 1);
+  auto keys = h.keys(tokens, {});
+  auto genuine = computed_block(h, keys, 0);
+  ASSERT_TRUE(lower->insert(genuine).ok());  // held below the top tier
+  Block forged = genuine->clone();
+  forged.mutable_identity().token_ids[2] += 7;  // same hash, other tokens
+  auto r = cache.insert(std::make_shared<const Block>(std::move(forged)));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kConflict);
+  EXPECT_EQ(cache.metrics().collisions.value(), 1u);
+  EXPECT_EQ(cache.tiers()[0]->block_count(), 0u);
+  auto held = lower->read({genuine->hash(), genuine->identity().token_ids});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ((*held)->identity().token_ids, genuine->identity().token_ids) << "nothing changed";
+}
+
+TEST(TieredCache, FetchPromotesFromBelowAndPinsUntilReleased) {
+  auto h = small_hasher();
+  auto top = ram(3, "ram0");
+  auto lower = ram(20, "ram1");
+  TieredCache cache({top, lower});
+  const auto tokens = prompt(4 * 3, 1);
+  auto keys = h.keys(tokens, {});
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(lower->insert(computed_block(h, keys, i)).ok());
+
+  {
+    PinnedBlocks pinned = cache.fetch(keys);
+    ASSERT_EQ(pinned.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(pinned.entries()[i].source_tier, 1);
+      EXPECT_TRUE(pinned.entries()[i].pinned);
+      EXPECT_TRUE(top->contains(keys[i].hash)) << "promoted";
+      EXPECT_TRUE(testing::same_bytes(*pinned.entries()[i].block, *computed_block(h, keys, i)));
+    }
+    EXPECT_EQ(cache.metrics().promotions.value(), 3u);
+    // Pressure on the full top tier cannot evict pinned blocks: the new block goes below instead.
+    const auto other_tokens = prompt(4, 9);
+    auto other = h.keys(other_tokens, {});
+    ASSERT_TRUE(cache.insert(computed_block(h, other, 0)).ok());
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(top->contains(keys[i].hash));
+    EXPECT_TRUE(lower->contains(other[0].hash));
+  }
+  EXPECT_EQ(top->lru_order().size(), 3u) << "released: all three evictable again";
+  auto again = cache.fetch(keys);
+  EXPECT_EQ(again.entries()[0].source_tier, 0) << "now served from the top tier";
+}
+
+TEST(TieredCache, EvictionCascadesThroughTwoRamTiersAndDropsFromTheLast) {
+  auto h = small_hasher();
+  auto top = ram(4, "ram0");
+  auto lower = ram(10, "ram1");
+  TieredCache cache({top, lower});
+  const auto tokens = prompt(4 * 30, 1);
+  auto keys = h.keys(tokens, {});
+  publish(cache, h, keys, 30);
+  EXPECT_EQ(top->block_count(), 4u);
+  EXPECT_EQ(lower->block_count(), 10u);
+  EXPECT_LE(top->used_bytes(), top->capacity_bytes());
+  EXPECT_LE(lower->used_bytes(), lower->capacity_bytes());
+  // The most recent 4 are on top, the 10 before them below, the oldest 16 dropped and counted.
+  for (size_t i = 26; i < 30; ++i) EXPECT_TRUE(top->contains(keys[i].hash)) << i;
+  for (size_t i = 16; i < 26; ++i) EXPECT_TRUE(lower->contains(keys[i].hash)) << i;
+  EXPECT_EQ(cache.metrics().evictions[0].value(), 26u);
+  EXPECT_EQ(cache.metrics().dropped_evicted_from_last_tier.value(), 16u);
+  // A lookup sees where each block is; the prefix starts missing at block 0 (dropped).
+  EXPECT_EQ(cache.lookup(keys).matched_tokens, 0u);
+  std::vector<BlockKey> tail(keys.begin() + 16, keys.end());
+  LookupResult r = cache.lookup(tail);
+  ASSERT_EQ(r.blocks.size(), 14u);
+  EXPECT_EQ(r.blocks[0].tier, 1);
+  EXPECT_EQ(r.blocks[13].tier, 0);
+}
+
+TEST(TieredCache, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
+  auto h = small_hasher();
+  auto top = ram(10, "ram0");
+  auto lower = ram(10, "ram1");
+  TieredCache cache({top, lower});
+  const auto tokens = prompt(12, 1);
+  auto keys = h.keys(tokens, {});
+  ASSERT_TRUE(lower->insert(computed_block(h, keys, 0)).ok());
+  Block bad = computed_block(h, keys, 1)->clone();
+  bad.mutable_identity().token_ids[0] += 1;  // stored under keys[1]'s hash, wrong tokens
+  ASSERT_TRUE(lower->insert(std::make_shared<const Block>(std::move(bad))).ok());
+  ASSERT_TRUE(lower->insert(computed_block(h, keys, 2)).ok());
+
+  PinnedBlocks got = cache.fetch(keys);
+  EXPECT_EQ(got.size(), 1u) << "the prefix ends before the mismatched block";
+  EXPECT_EQ(cache.metrics().token_mismatches[1].value(), 1u);
+  EXPECT_FALSE(top->contains(keys[1].hash)) << "a mismatched block is not promoted";
+}
+
+TEST(TieredCache, RandomOperationsKeepEveryTierWithinCapacity) {
+  auto h = small_hasher();
+  auto top = ram(7, "ram0");
+  auto lower = ram(23, "ram1");
+  TieredCache cache({top, lower});
+  std::vector<std::vector<uint32_t>> prompts;
+  for (uint32_t p = 0; p < 20; ++p) prompts.push_back(prompt(4 * (1 + p % 6), p));
+  std::mt19937 rng(5);
+  std::vector<PinnedBlocks> held;
+  for (int op = 0; op < 100'000; ++op) {
+    const auto& tokens = prompts[rng() % prompts.size()];
+    auto keys = h.keys(tokens, {});
+    switch (rng() % 4) {
+      case 0: {
+        size_t i = rng() % keys.size();
+        auto r = cache.insert(computed_block(h, keys, i));
+        ASSERT_TRUE(r.ok() || r.status().code() == StatusCode::kResourceExhausted) << r.status().to_string();
+        break;
+      }
+      case 1: {
+        LookupResult r = cache.lookup(keys);
+        for (const auto& hit : r.blocks) ASSERT_TRUE(cache.tiers()[hit.tier]->contains(hit.hash));
+        break;
+      }
+      case 2:
+        held.push_back(cache.fetch(keys));
+        if (held.size() > 2) held.erase(held.begin());
+        for (const auto& e : held.back().entries()) {
+          ASSERT_EQ(e.block->identity().token_ids,
+                    std::vector<uint32_t>(keys[&e - &held.back().entries()[0]].tokens.begin(),
+                                          keys[&e - &held.back().entries()[0]].tokens.end()));
+        }
+        break;
+      case 3:
+        held.clear();
+        break;
+    }
+    ASSERT_LE(top->used_bytes(), top->capacity_bytes()) << "op " << op;
+    ASSERT_LE(lower->used_bytes(), lower->capacity_bytes()) << "op " << op;
+  }
+  held.clear();
+  EXPECT_EQ(top->metrics().pinned_blocks.value(), 0);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,286 @@
+#include "tiers/ram_tier.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/test_blocks.h"
+
+namespace kvtier {
+namespace {
+
+std::shared_ptr<const KvLayout> micro_layout() {
+  static auto l = testing::share(KvLayout::uniform("micro", 1, 1, 8, 4, DType::kBF16));
+  return l;
+}
+
+BlockRef block(uint64_t seed, std::shared_ptr<const KvLayout> layout = micro_layout()) {
+  return std::make_shared<const Block>(testing::make_block(layout, seed));
+}
+
+BlockRequest req(const BlockRef& b) { return {b->hash(), b->identity().token_ids}; }
+
+struct Fixture {
+  explicit Fixture(uint64_t capacity_blocks, std::optional<Quantization> q = std::nullopt) {
+    block_bytes = block(0)->size_bytes();
+    RamTierOptions o;
+    o.capacity_bytes = capacity_blocks * block_bytes;
+    o.quantization = q;
+    tier = std::make_unique<RamTier>(o);
+    tier->set_eviction_sink([this](BlockRef b) { evicted.push_back(b->hash()); });
+  }
+  uint64_t block_bytes;
+  std::unique_ptr<RamTier> tier;
+  std::vector<BlockHash> evicted;
+};
+
+TEST(RamTier, EvictsLeastRecentlyUsedFirst) {
+  Fixture f(3);
+  auto a = block(1), b = block(2), c = block(3), d = block(4);
+  for (auto& x : {a, b, c}) ASSERT_TRUE(f.tier->insert(x).ok());
+  ASSERT_TRUE(f.tier->read(req(a)).ok());  // a becomes most recent: b is now the oldest
+  ASSERT_TRUE(f.tier->insert(d).ok());
+  ASSERT_EQ(f.evicted.size(), 1u);
+  EXPECT_EQ(f.evicted[0], b->hash());
+  EXPECT_FALSE(f.tier->contains(b->hash()));
+  EXPECT_EQ(f.tier->lru_order(), (std::vector<BlockHash>{c->hash(), a->hash(), d->hash()}));
+}
+
+TEST(RamTier, PinnedBlocksAreNeverEvicted) {
+  Fixture f(2);
+  auto a = block(1), b = block(2), c = block(3);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  ASSERT_TRUE(f.tier->insert(b).ok());
+  ASSERT_TRUE(f.tier->pin(a->hash()));
+  ASSERT_TRUE(f.tier->insert(c).ok());
+  EXPECT_EQ(f.evicted, std::vector<BlockHash>{b->hash()}) << "a is older but pinned";
+  EXPECT_TRUE(f.tier->contains(a->hash()));
+}
+
+TEST(RamTier, InsertWithEverythingPinnedFailsAndChangesNothing) {
+  Fixture f(2);
+  auto a = block(1), b = block(2), c = block(3);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  ASSERT_TRUE(f.tier->insert(b).ok());
+  ASSERT_TRUE(f.tier->pin(a->hash()));
+  ASSERT_TRUE(f.tier->pin(b->hash()));
+  auto r = f.tier->insert(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(f.tier->block_count(), 2u);
+  EXPECT_TRUE(f.evicted.empty());
+  EXPECT_EQ(f.tier->metrics().rejected_no_room.value(), 1u);
+  f.tier->unpin(a->hash());
+  EXPECT_TRUE(f.tier->insert(c).ok()) << "room again once a pin is released";
+}
+
+TEST(RamTier, PinsNest) {
+  Fixture f(1);
+  auto a = block(1), b = block(2);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  ASSERT_TRUE(f.tier->pin(a->hash()));
+  ASSERT_TRUE(f.tier->pin(a->hash()));
+  f.tier->unpin(a->hash());
+  EXPECT_FALSE(f.tier->insert(b).ok()) << "still pinned once";
+  f.tier->unpin(a->hash());
+  EXPECT_TRUE(f.tier->insert(b).ok());
+}
+
+TEST(RamTier, BlockLargerThanTheTierIsRejected) {
+  Fixture f(1);
+  auto big = block(1, testing::share(KvLayout::uniform("big", 2, 1, 8, 4, DType::kBF16)));
+  auto r = f.tier->insert(big);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.tier->used_bytes(), 0u);
+}
+
+TEST(RamTier, DuplicateInsertIsANoOp) {
+  Fixture f(2);
+  auto a = block(1);
+  ASSERT_EQ(*f.tier->insert(a), InsertOutcome::kInserted);
+  ASSERT_EQ(*f.tier->insert(a), InsertOutcome::kAlreadyPresent);
+  EXPECT_EQ(f.tier->used_bytes(), f.block_bytes);
+}
+
+TEST(RamTier, ProbeComparesTokens) {
+  Fixture f(2);
+  auto a = block(1);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  EXPECT_EQ(f.tier->probe(req(a)), Tier::Presence::kSameTokens);
+  std::vector<uint32_t> other = a->identity().token_ids;
+  other[0] ^= 1;
+  EXPECT_EQ(f.tier->probe({a->hash(), other}), Tier::Presence::kDifferentTokens);
+  EXPECT_EQ(f.tier->probe(req(block(9))), Tier::Presence::kAbsent);
+}
+
+TEST(RamTier, QuantizationOnInsertHoldsMoreAndKeepsNonFiniteBlocksDense) {
+  auto layout = testing::share(KvLayout::uniform("q", 2, 2, 64, 16, DType::kBF16));
+  RamTierOptions o;
+  o.capacity_bytes = 64 << 20;
+  o.quantization = Quantization{4, 64};
+  RamTier tier(o);
+  auto dense = std::make_shared<const Block>(testing::make_block(layout, 1, testing::Values::kKvLike));
+  ASSERT_TRUE(tier.insert(dense).ok());
+  auto held = tier.read(req(dense));
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE((*held)->is_quantized(0));
+  EXPECT_LT(tier.used_bytes(), dense->size_bytes() / 3);
+  EXPECT_TRUE(testing::same_bytes((*held)->dequantized(),
+                                  std::move(dense->quantized({4, 64})).value().dequantized()));
+
+  auto specials = std::make_shared<const Block>(testing::make_block(layout, 2, testing::Values::kWithSpecials));
+  ASSERT_TRUE(tier.insert(specials).ok());
+  EXPECT_FALSE((*tier.read(req(specials)))->any_quantized());
+  EXPECT_EQ(tier.metrics().quantize_skipped.value(), 1u);
+}
+
+// A plain model of the same policy: a vector in recency order, scanned linearly.
+class ReferenceLru {
+ public:
+  explicit ReferenceLru(uint64_t capacity) : capacity_(capacity) {}
+  struct Item {
+    BlockHash hash;
+    uint64_t bytes;
+    int pins;
+  };
+  // Returns evicted hashes, or nullopt when the insert must fail.
+  std::optional<std::vector<BlockHash>> insert(const BlockHash& h, uint64_t bytes) {
+    if (find(h)) return std::vector<BlockHash>{};
+    uint64_t evictable = 0;
+    for (const Item& i : items_) evictable += i.pins == 0 ? i.bytes : 0;
+    if (used() + bytes > capacity_ + evictable || bytes > capacity_) return std::nullopt;
+    std::vector<BlockHash> out;
+    while (used() + bytes > capacity_) {
+      auto it = std::find_if(items_.begin(), items_.end(), [](const Item& i) { return i.pins == 0; });
+      out.push_back(it->hash);
+      items_.erase(it);
+    }
+    items_.push_back({h, bytes, 0});
+    return out;
+  }
+  bool touch(const BlockHash& h) {
+    auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.hash == h; });
+    if (it == items_.end()) return false;
+    Item item = *it;
+    if (item.pins == 0) {
+      items_.erase(it);
+      items_.push_back(item);
+    }
+    return true;
+  }
+  bool pin(const BlockHash& h) {
+    Item* i = find(h);
+    if (!i) return false;
+    ++i->pins;
+    return true;
+  }
+  void unpin(const BlockHash& h) {
+    auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.hash == h; });
+    if (it == items_.end() || it->pins == 0) return;
+    if (--it->pins == 0) {  // unpinned blocks re-enter as most recent
+      Item item = *it;
+      items_.erase(it);
+      items_.push_back(item);
+    }
+  }
+  bool erase(const BlockHash& h) {
+    auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.hash == h; });
+    if (it == items_.end()) return false;
+    items_.erase(it);
+    return true;
+  }
+  uint64_t used() const {
+    uint64_t u = 0;
+    for (const Item& i : items_) u += i.bytes;
+    return u;
+  }
+  std::vector<BlockHash> unpinned_order() const {
+    std::vector<BlockHash> out;
+    for (const Item& i : items_) {
+      if (i.pins == 0) out.push_back(i.hash);
+    }
+    return out;
+  }
+  size_t size() const { return items_.size(); }
+
+ private:
+  Item* find(const BlockHash& h) {
+    for (Item& i : items_) {
+      if (i.hash == h) return &i;
+    }
+    return nullptr;
+  }
+  uint64_t capacity_;
+  std::vector<Item> items_;
+};
+
+TEST(RamTier, MatchesAReferenceModelOverRandomOperations) {
+  // Blocks of two sizes, so eviction must free bytes, not count blocks.
+  auto small = micro_layout();
+  auto large = testing::share(KvLayout::uniform("micro2", 3, 1, 8, 4, DType::kBF16));
+  std::vector<BlockRef> pool;
+  for (uint64_t i = 0; i < 64; ++i) pool.push_back(block(i, i % 3 ? small : large));
+  const uint64_t capacity = 12 * pool[1]->size_bytes();
+  RamTierOptions o;
+  o.capacity_bytes = capacity;
+  RamTier tier(o);
+  std::vector<BlockHash> evicted;
+  tier.set_eviction_sink([&](BlockRef b) { evicted.push_back(b->hash()); });
+  ReferenceLru model(capacity);
+  std::map<BlockHash, int> pins;
+
+  std::mt19937_64 rng(2024);
+  const int kOps = 150'000;
+  for (int op = 0; op < kOps; ++op) {
+    const BlockRef& b = pool[rng() % pool.size()];
+    const BlockHash& h = b->hash();
+    switch (rng() % 10) {
+      case 0: case 1: case 2: case 3: {
+        evicted.clear();
+        auto want = model.insert(h, b->size_bytes());
+        auto got = tier.insert(b);
+        ASSERT_EQ(got.ok(), want.has_value()) << "op " << op;
+        if (want) {
+          ASSERT_EQ(evicted, *want) << "op " << op;
+        }
+        break;
+      }
+      case 4: case 5: case 6:
+        ASSERT_EQ(tier.read({h, b->identity().token_ids}).ok(), model.touch(h)) << "op " << op;
+        break;
+      case 7:
+        if (pins.size() < 8) {
+          bool p = tier.pin(h);
+          ASSERT_EQ(p, model.pin(h)) << "op " << op;
+          if (p) ++pins[h];
+        }
+        break;
+      case 8:
+        if (!pins.empty()) {
+          auto it = pins.begin();
+          std::advance(it, rng() % pins.size());
+          tier.unpin(it->first);
+          model.unpin(it->first);
+          if (--it->second == 0) pins.erase(it);
+        }
+        break;
+      case 9:
+        if (!pins.count(h)) {
+          ASSERT_EQ(tier.erase(h), model.erase(h)) << "op " << op;
+        }
+        break;
+    }
+    ASSERT_LE(tier.used_bytes(), capacity) << "op " << op;
+    ASSERT_EQ(tier.used_bytes(), model.used()) << "op " << op;
+    ASSERT_EQ(tier.block_count(), model.size()) << "op " << op;
+    if (op % 97 == 0) {
+      ASSERT_EQ(tier.lru_order(), model.unpinned_order()) << "op " << op;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

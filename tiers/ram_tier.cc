@@ -1,0 +1,178 @@
+#include "tiers/ram_tier.h"
+
+#include <algorithm>
+
+#include "base/byte_size.h"
+
+namespace kvtier {
+
+RamTier::RamTier(RamTierOptions options) : options_(std::move(options)) {}
+
+Result<InsertOutcome> RamTier::insert(BlockRef block) {
+  if (contains(block->hash())) {
+    metrics_.duplicate_inserts.inc();
+    return InsertOutcome::kAlreadyPresent;
+  }
+  // Quantize outside the lock: it reads the whole block.
+  if (options_.quantization && !block->any_quantized()) {
+    auto q = block->quantized(*options_.quantization);
+    if (q.ok()) {
+      block = std::make_shared<const Block>(std::move(q).value());
+      metrics_.quantized_inserts.inc();
+    } else {
+      metrics_.quantize_skipped.inc();
+      if (auto n = quantize_skip_log_.admit()) {
+        spdlog::warn("{} tier: block {} kept dense: {} ({} similar suppressed)", options_.name,
+                     block->hash().hex(), q.status().message(), *n);
+      }
+    }
+  }
+  const uint64_t bytes = block->size_bytes();
+  if (bytes > options_.capacity_bytes) {
+    metrics_.rejected_no_room.inc();
+    return invalid_argument(options_.name + " tier: block of " + format_byte_size(bytes) +
+                            " exceeds the tier's capacity of " +
+                            format_byte_size(options_.capacity_bytes));
+  }
+  std::vector<BlockRef> victims;
+  {
+    std::lock_guard lock(mu_);
+    if (index_.count(block->hash())) {
+      metrics_.duplicate_inserts.inc();
+      return InsertOutcome::kAlreadyPresent;
+    }
+    // Evict least recently used unpinned blocks until the new one fits; give up (changing
+    // nothing) when pinned blocks leave no room.
+    uint64_t evictable = 0;
+    for (auto it = lru_.begin(); it != lru_.end() && used_ + bytes - evictable > options_.capacity_bytes; ++it) {
+      evictable += index_.at(*it).bytes;
+    }
+    if (used_ + bytes - evictable > options_.capacity_bytes) {
+      metrics_.rejected_no_room.inc();
+      return resource_exhausted(options_.name + " tier: no room for a " +
+                                format_byte_size(bytes) + " block: " +
+                                format_byte_size(used_) + " held, the rest pinned");
+    }
+    while (used_ + bytes > options_.capacity_bytes) {
+      auto victim = index_.find(lru_.front());
+      used_ -= victim->second.bytes;
+      victims.push_back(std::move(victim->second.block));
+      lru_.pop_front();
+      index_.erase(victim);
+      metrics_.evictions.inc();
+    }
+    Entry e;
+    e.block = std::move(block);
+    e.bytes = bytes;
+    e.lru_pos = lru_.insert(lru_.end(), e.block->hash());
+    index_.emplace(e.block->hash(), std::move(e));
+    used_ += bytes;
+    metrics_.used_bytes.set(static_cast<int64_t>(used_));
+    metrics_.blocks.set(static_cast<int64_t>(index_.size()));
+  }
+  metrics_.inserts.inc();
+  evict_to_sink(victims);
+  return InsertOutcome::kInserted;
+}
+
+bool RamTier::contains(const BlockHash& hash) const {
+  std::lock_guard lock(mu_);
+  return index_.count(hash) > 0;
+}
+
+Tier::Presence RamTier::probe(const BlockRequest& request) const {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(request.hash);
+  if (it == index_.end()) return Presence::kAbsent;
+  const auto& held = it->second.block->identity().token_ids;
+  return std::equal(held.begin(), held.end(), request.tokens.begin(), request.tokens.end())
+             ? Presence::kSameTokens
+             : Presence::kDifferentTokens;
+}
+
+Result<BlockRef> RamTier::read(const BlockRequest& request) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(request.hash);
+  if (it == index_.end()) {
+    metrics_.misses.inc();
+    return not_found(options_.name + " tier: block " + request.hash.hex() + " not held");
+  }
+  if (it->second.pins == 0) lru_.splice(lru_.end(), lru_, it->second.lru_pos);
+  metrics_.hits.inc();
+  return it->second.block;
+}
+
+bool RamTier::erase(const BlockHash& hash) {
+  BlockRef dropped;  // released after the lock
+  std::lock_guard lock(mu_);
+  auto it = index_.find(hash);
+  if (it == index_.end()) return false;
+  if (it->second.pins == 0) lru_.erase(it->second.lru_pos);
+  else metrics_.pinned_blocks.add(-1);
+  used_ -= it->second.bytes;
+  dropped = std::move(it->second.block);
+  index_.erase(it);
+  metrics_.used_bytes.set(static_cast<int64_t>(used_));
+  metrics_.blocks.set(static_cast<int64_t>(index_.size()));
+  return true;
+}
+
+bool RamTier::pin(const BlockHash& hash) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(hash);
+  if (it == index_.end()) return false;
+  if (it->second.pins++ == 0) {
+    lru_.erase(it->second.lru_pos);
+    metrics_.pinned_blocks.add(1);
+  }
+  return true;
+}
+
+void RamTier::unpin(const BlockHash& hash) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(hash);
+  if (it == index_.end() || it->second.pins == 0) return;
+  if (--it->second.pins == 0) {
+    it->second.lru_pos = lru_.insert(lru_.end(), hash);  // just used: most recent
+    metrics_.pinned_blocks.add(-1);
+  }
+}
+
+uint64_t RamTier::used_bytes() const {
+  std::lock_guard lock(mu_);
+  return used_;
+}
+
+size_t RamTier::block_count() const {
+  std::lock_guard lock(mu_);
+  return index_.size();
+}
+
+std::vector<BlockHash> RamTier::lru_order() const {
+  std::lock_guard lock(mu_);
+  return {lru_.begin(), lru_.end()};
+}
+
+void RamTier::visit_metrics(MetricVisitor& v) const {
+  const MetricLabels t{{"tier", options_.name}};
+  v.counter("kvtier_tier_inserts_total", "Blocks stored in the tier", t, metrics_.inserts.value());
+  v.counter("kvtier_tier_duplicate_inserts_total", "Inserts of a block the tier already held", t,
+            metrics_.duplicate_inserts.value());
+  v.counter("kvtier_tier_rejected_total", "Inserts refused", {{"tier", options_.name}, {"reason", "no_room"}},
+            metrics_.rejected_no_room.value());
+  v.counter("kvtier_tier_evictions_total", "Blocks evicted to the tier below", t,
+            metrics_.evictions.value());
+  v.counter("kvtier_tier_read_hits_total", "Reads that found the block", t, metrics_.hits.value());
+  v.counter("kvtier_tier_read_misses_total", "Reads that did not", t, metrics_.misses.value());
+  v.counter("kvtier_ram_quantized_inserts_total", "Blocks quantized on insert", t,
+            metrics_.quantized_inserts.value());
+  v.counter("kvtier_ram_quantize_skipped_total", "Blocks kept dense (non-finite values)", t,
+            metrics_.quantize_skipped.value());
+  v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(metrics_.used_bytes.value()));
+  v.gauge("kvtier_tier_capacity_bytes", "Capacity", t, static_cast<double>(options_.capacity_bytes));
+  v.gauge("kvtier_tier_blocks", "Blocks held", t, static_cast<double>(metrics_.blocks.value()));
+  v.gauge("kvtier_tier_pinned_blocks", "Blocks pinned", t,
+          static_cast<double>(metrics_.pinned_blocks.value()));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,29 @@
+#include "tiers/tier.h"
+
+namespace kvtier {
+
+std::vector<Result<BlockRef>> Tier::read_many(std::span<const BlockRequest> requests) {
+  std::vector<Result<BlockRef>> out;
+  out.reserve(requests.size());
+  for (const BlockRequest& r : requests) out.push_back(read(r));
+  return out;
+}
+
+void Tier::set_eviction_sink(EvictionSink sink) {
+  std::lock_guard lock(sink_mu_);
+  sink_ = std::move(sink);
+}
+
+void Tier::evict_to_sink(std::vector<BlockRef>& victims) {
+  EvictionSink sink;
+  {
+    std::lock_guard lock(sink_mu_);
+    sink = sink_;
+  }
+  for (BlockRef& b : victims) {
+    if (sink) sink(std::move(b));
+  }
+  victims.clear();
+}
+
+}  // namespace kvtier

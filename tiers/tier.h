@@ -1,0 +1,83 @@
+// Tier: one level of storage for blocks, addressed by BlockHash. The GPU, RAM and SSD tiers
+// implement it; TieredCache stacks them and wires each tier's evictions into the tier below.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/metrics.h"
+#include "base/status.h"
+#include "serialize/block.h"
+
+namespace kvtier {
+
+using BlockRef = std::shared_ptr<const Block>;
+
+enum class InsertOutcome { kInserted, kAlreadyPresent };
+
+// A block a read must return, with the token ids the request expects it to hold (checked by tiers
+// whose contents may be stale or corrupt, and by TieredCache on every hit from below the top).
+struct BlockRequest {
+  BlockHash hash;
+  std::span<const uint32_t> tokens;
+};
+
+// Receives blocks a tier evicts. Called on the evicting caller's thread, after the tier has
+// released its locks.
+using EvictionSink = std::function<void(BlockRef)>;
+
+// All methods are thread-safe unless an implementation says otherwise.
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual std::string_view name() const = 0;  // "gpu", "ram", "ssd"
+
+  // Stores `block` under its hash. kAlreadyPresent when the hash is held (contents are not
+  // compared here: TieredCache checks tokens). Making room evicts other blocks to the sink.
+  // kResourceExhausted when no room can be made (everything pinned); kInvalidArgument for a
+  // block larger than the tier.
+  virtual Result<InsertOutcome> insert(BlockRef block) = 0;
+  virtual bool contains(const BlockHash& hash) const = 0;
+
+  // Whether the tier holds `request.hash`, and, where it can tell cheaply, whether the held block
+  // carries the request's tokens (a difference under one hash is a collision or a forgery).
+  enum class Presence { kAbsent, kSameTokens, kDifferentTokens, kUnverified };
+  virtual Presence probe(const BlockRequest& request) const {
+    return contains(request.hash) ? Presence::kUnverified : Presence::kAbsent;
+  }
+  // The block, or kNotFound. Tiers that verify contents report failures as kNotFound after
+  // counting them (a corrupt or mismatched block is never returned).
+  virtual Result<BlockRef> read(const BlockRequest& request) = 0;
+  // Reads several blocks; tiers with real I/O issue them together. Results are in request order.
+  virtual std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests);
+  virtual bool erase(const BlockHash& hash) = 0;
+
+  // A pinned block is never evicted. Pins nest. pin() is false when the block is absent.
+  virtual bool pin(const BlockHash& hash) = 0;
+  virtual void unpin(const BlockHash& hash) = 0;
+
+  virtual uint64_t capacity_bytes() const = 0;
+  virtual uint64_t used_bytes() const = 0;
+  virtual size_t block_count() const = 0;
+
+  // Every metric of this tier, for the exporters. `labels` carries {tier="..."}.
+  virtual void visit_metrics(MetricVisitor& visitor) const = 0;
+
+  void set_eviction_sink(EvictionSink sink);
+
+ protected:
+  // Hands evicted blocks down; call without holding the tier's locks.
+  void evict_to_sink(std::vector<BlockRef>& victims);
+
+ private:
+  mutable std::mutex sink_mu_;
+  EvictionSink sink_;
+};
+
+}  // namespace kvtier
