@@ -5,18 +5,44 @@
 #include <new>
 #include <utility>
 
+#include "base/large_buffer_cache.h"
+
 namespace kvtier {
+
+namespace {
+bool is_large(size_t size, size_t alignment) {
+  return size >= kLargeBufferThreshold && alignment <= 4096;
+}
+}  // namespace
 
 AlignedBuffer::AlignedBuffer(size_t size, size_t alignment, bool zeroed)
     : size_(size), alignment_(alignment) {
   if (size == 0) return;
+  if (is_large(size, alignment)) {
+    bool fresh = false;
+    data_ = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
+    if (data_ == nullptr) throw std::bad_alloc();
+    if (zeroed && !fresh) std::memset(data_, 0, size);
+    return;
+  }
   // aligned_alloc wants the size to be a multiple of the alignment.
   data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, align_up(size, alignment)));
   if (data_ == nullptr) throw std::bad_alloc();
   if (zeroed) std::memset(data_, 0, size);
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::~AlignedBuffer() { release(); }
+
+void AlignedBuffer::release() {
+  if (data_ == nullptr) return;
+  if (is_large(size_, alignment_)) {
+    large_buffer_release(data_, size_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+}
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
@@ -25,7 +51,7 @@ AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release();
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     alignment_ = o.alignment_;

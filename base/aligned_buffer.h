@@ -1,5 +1,6 @@
 // AlignedBuffer: an owned, aligned byte buffer. O_DIRECT I/O needs 4 KiB-aligned memory, and
-// block tensors are kept 64-byte aligned so copies and vector loads run at full speed.
+// block tensors are kept 64-byte aligned so copies and vector loads run at full speed. Buffers of
+// 256 KiB and more come from LargeBufferCache (page aligned, recycled; see large_buffer_cache.h).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@ class AlignedBuffer {
   std::span<const uint8_t> span() const { return {data_, size_}; }
 
  private:
+  void release();
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t alignment_ = kDefaultAlignment;

@@ -14,7 +14,7 @@ constexpr size_t kPartAlign = 16;
 }  // namespace
 
 Block::Block(std::shared_ptr<const KvLayout> layout, BlockIdentity id, LayerForms forms,
-             bool zeroed)
+             bool zeroed, bool allocate)
     : layout_(std::move(layout)),
       id_(std::move(id)),
       forms_(std::move(forms)),
@@ -44,7 +44,8 @@ Block::Block(std::shared_ptr<const KvLayout> layout, BlockIdentity id, LayerForm
       }
     }
   }
-  data_ = AlignedBuffer(off, AlignedBuffer::kDefaultAlignment, zeroed);
+  size_ = off;
+  if (allocate) storage_ = AlignedBuffer(off, AlignedBuffer::kDefaultAlignment, zeroed);
 }
 
 Block Block::dense(std::shared_ptr<const KvLayout> layout, BlockIdentity id) {
@@ -55,6 +56,17 @@ Block Block::dense(std::shared_ptr<const KvLayout> layout, BlockIdentity id) {
 Block Block::dense_uninitialized(std::shared_ptr<const KvLayout> layout, BlockIdentity id) {
   LayerForms forms(layout->num_layers);
   return Block(std::move(layout), std::move(id), std::move(forms), /*zeroed=*/false);
+}
+
+Block Block::adopt_dense(std::shared_ptr<const KvLayout> layout, BlockIdentity id,
+                         AlignedBuffer storage, size_t offset) {
+  LayerForms forms(layout->num_layers);
+  // Lays out the slots without allocating (an empty buffer), then takes the record's storage.
+  Block b(std::move(layout), std::move(id), std::move(forms), /*zeroed=*/false, /*allocate=*/false);
+  assert(offset + b.size_ <= storage.size());
+  b.storage_ = std::move(storage);
+  b.offset_ = offset;
+  return b;
 }
 
 Result<Block> Block::with_forms(std::shared_ptr<const KvLayout> layout, BlockIdentity id,
@@ -81,24 +93,24 @@ bool Block::any_quantized() const {
 
 std::span<const uint8_t> Block::dense_part(int layer, KvPart part) const {
   const Slot& s = slots_[2 * layer + static_cast<int>(part)];
-  return {data_.data() + s.offset, s.bytes};
+  return {base() + s.offset, s.bytes};
 }
 
 std::span<uint8_t> Block::dense_part(int layer, KvPart part) {
   const Slot& s = slots_[2 * layer + static_cast<int>(part)];
-  return {data_.data() + s.offset, s.bytes};
+  return {base() + s.offset, s.bytes};
 }
 
 QuantizedParts<const uint8_t> Block::quantized_part(int layer, KvPart part) const {
   const Slot& s = slots_[2 * layer + static_cast<int>(part)];
-  const uint8_t* d = data_.data();
+  const uint8_t* d = base();
   return {{d + s.offset, s.bytes}, {d + s.scales_offset, s.scales_bytes},
           {d + s.biases_offset, s.biases_bytes}};
 }
 
 QuantizedParts<uint8_t> Block::quantized_part(int layer, KvPart part) {
   const Slot& s = slots_[2 * layer + static_cast<int>(part)];
-  uint8_t* d = data_.data();
+  uint8_t* d = base();
   return {{d + s.offset, s.bytes}, {d + s.scales_offset, s.scales_bytes},
           {d + s.biases_offset, s.biases_bytes}};
 }
@@ -153,7 +165,7 @@ Result<Block> Block::quantized(const Quantization& q) const {
 Block Block::clone() const {
   Block out(layout_, id_, forms_);
   out.dequantized_from_ = dequantized_from_;
-  std::memcpy(out.data_.data(), data_.data(), data_.size());
+  std::memcpy(out.base(), base(), size_);
   return out;
 }
 

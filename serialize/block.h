@@ -49,6 +49,11 @@ class Block {
   static Block dense(std::shared_ptr<const KvLayout> layout, BlockIdentity id);
   // A dense block whose bytes are left unset, for decoders that overwrite every byte.
   static Block dense_uninitialized(std::shared_ptr<const KvLayout> layout, BlockIdentity id);
+  // A dense block whose tensors are the layout's dense_block_bytes() found at `offset` in
+  // `storage` (a decoded record, adopted instead of copied). The tensors are then only 8-byte
+  // aligned, which every consumer of block bytes (memcpy, uploads) accepts.
+  static Block adopt_dense(std::shared_ptr<const KvLayout> layout, BlockIdentity id,
+                           AlignedBuffer storage, size_t offset);
   // A zero-filled block with the given per-layer forms (size must equal num_layers).
   static Result<Block> with_forms(std::shared_ptr<const KvLayout> layout, BlockIdentity id,
                                   LayerForms forms);
@@ -77,10 +82,11 @@ class Block {
   QuantizedParts<uint8_t> quantized_part(int layer, KvPart part);
 
   // Every tensor byte, in storage order.
-  std::span<const uint8_t> data() const { return data_.span(); }
-  std::span<uint8_t> mutable_data() { return data_.span(); }
-  // Bytes this block holds in memory: tensors plus token ids (what tiers count against capacity).
-  size_t size_bytes() const { return data_.size() + id_.token_ids.size() * sizeof(uint32_t); }
+  std::span<const uint8_t> data() const { return {base(), size_}; }
+  std::span<uint8_t> mutable_data() { return {base(), size_}; }
+  // Bytes this block holds in memory: its storage plus token ids (what tiers count against
+  // capacity; an adopted record's frame header and padding included).
+  size_t size_bytes() const { return storage_.size() + id_.token_ids.size() * sizeof(uint32_t); }
 
   // A dense copy: quantized layers expanded with affine_dequantize, recorded in dequantized_from.
   Block dequantized() const;
@@ -90,19 +96,24 @@ class Block {
   Block clone() const;
 
  private:
-  struct Slot {  // byte offsets into data_
+  uint8_t* base() { return storage_.data() + offset_; }
+  const uint8_t* base() const { return storage_.data() + offset_; }
+
+  struct Slot {  // byte offsets from base()
     size_t offset = 0, bytes = 0;
     size_t scales_offset = 0, scales_bytes = 0, biases_offset = 0, biases_bytes = 0;
   };
   Block(std::shared_ptr<const KvLayout> layout, BlockIdentity id, LayerForms forms,
-        bool zeroed = true);
+        bool zeroed = true, bool allocate = true);
 
   std::shared_ptr<const KvLayout> layout_;
   BlockIdentity id_;
   LayerForms forms_;
   std::vector<std::optional<Quantization>> dequantized_from_;
   std::vector<Slot> slots_;  // 2 per layer: K then V
-  AlignedBuffer data_;
+  AlignedBuffer storage_;
+  size_t offset_ = 0;  // where the tensors start in storage_
+  size_t size_ = 0;    // tensor bytes
 };
 
 }  // namespace kvtier

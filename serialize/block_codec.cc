@@ -1,5 +1,6 @@
 #include "serialize/block_codec.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace kvtier {
@@ -55,6 +56,22 @@ Result<Block> BlockCodec::decode(std::span<const uint8_t> frame, const LayoutReg
                                  : checksum64(payload.data(), payload.size()) == h.payload_checksum;
   if (!intact) return corruption("frame: payload checksum mismatch");
   return block;
+}
+
+}  // namespace kvtier
+
+namespace kvtier {
+
+Result<Block> BlockCodec::decode_owned(AlignedBuffer buffer, size_t frame_length,
+                                       const LayoutRegistry& layouts) {
+  const std::span<const uint8_t> frame(buffer.data(), std::min(frame_length, buffer.size()));
+  FrameHeader h;
+  KVTIER_ASSIGN_OR_RETURN(std::span<const uint8_t> payload, reader_.open_unverified(frame, h));
+  if (h.codec != FrameCodec::kNone) return decode(frame, layouts);
+  if (checksum64(payload.data(), payload.size()) != h.payload_checksum) {
+    return corruption("frame: payload checksum mismatch");
+  }
+  return decode_block_document_adopting(std::move(buffer), kFrameHeaderSize, payload.size(), layouts);
 }
 
 }  // namespace kvtier

@@ -30,6 +30,10 @@ class BlockCodec {
   Status encode(const Block& block, Bytes& out);
   // Frame -> checked Block.
   Result<Block> decode(std::span<const uint8_t> frame, const LayoutRegistry& layouts);
+  // The same for a frame that starts `buffer` and is `frame_length` bytes long, which the block
+  // may keep as its storage (uncompressed frames: verified, then adopted without a copy).
+  Result<Block> decode_owned(AlignedBuffer buffer, size_t frame_length,
+                             const LayoutRegistry& layouts);
 
   FrameWriter& frame_writer() { return writer_; }
   FrameReader& frame_reader() { return reader_; }

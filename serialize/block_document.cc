@@ -165,7 +165,7 @@ Result<ParsedMetadata> parse_metadata(const json& meta, const LayoutRegistry& la
   return out;
 }
 
-Block make_block(ParsedMetadata&& meta) {
+Block make_block(ParsedMetadata meta) {
   Block block = Block::dense_uninitialized(meta.layout, std::move(meta.identity));
   for (const auto& [layer, q] : meta.dequantized_from) block.set_dequantized_from(layer, q);
   return block;
@@ -274,11 +274,10 @@ Result<Block> decode_general(std::string_view header, std::span<const uint8_t> d
 // This accepts exactly what decode_general accepts for such headers: M parsed alone is one
 // complete JSON value, so the whole header is valid JSON with the same content. The first
 // `,"layers.0.k":` in the header is T's start, because a '"' inside a JSON string is escaped.
-// Returns nullopt when the header is not in that form (the general path then decides).
-std::optional<Result<Block>> decode_canonical(std::string_view header,
-                                              std::span<const uint8_t> data,
-                                              const LayoutRegistry& layouts,
-                                              Checksum64* checksum) {
+// Returns nullopt when the header is not in that form (the general path then decides); a match
+// means the data section is exactly the block's tensors in storage order.
+std::optional<Result<ParsedMetadata>> match_canonical(std::string_view header, size_t data_size,
+                                                      const LayoutRegistry& layouts) {
   if (header.substr(0, kMetadataPrefix.size()) != kMetadataPrefix) return std::nullopt;
   const size_t table_at = header.find(kFirstTensorKey);
   if (table_at == std::string_view::npos) return std::nullopt;
@@ -287,7 +286,7 @@ std::optional<Result<Block>> decode_canonical(std::string_view header,
   json meta = json::parse(meta_text.begin(), meta_text.end(), nullptr, false);
   if (meta.is_discarded() || !meta.is_object()) return std::nullopt;
   auto parsed = parse_metadata(meta, layouts);
-  if (!parsed.ok()) return Result<Block>(parsed.status());
+  if (!parsed.ok()) return Result<ParsedMetadata>(parsed.status());
   std::string_view table = header.substr(table_at);
   while (!table.empty() && (table.back() == ' ' || table.back() == '\n' || table.back() == '\t' ||
                             table.back() == '\r')) {
@@ -296,15 +295,22 @@ std::optional<Result<Block>> decode_canonical(std::string_view header,
   const KvLayout& layout = *parsed->layout;
   if (table != canonical_tensor_table(layout)) return std::nullopt;
   // A data section of the wrong size gets the general path's precise message.
-  if (data.size() != layout.dense_block_bytes()) return std::nullopt;
-  Block block = make_block(std::move(parsed).value());
-  // The canonical table lists tensors in the block's own storage order, without gaps.
-  struct Whole {
-    uint64_t begin, end;
-  };
-  const Whole all[] = {{0, data.size()}};
-  copy_data(data, all, [&](const Whole&) { return block.mutable_data().data(); }, checksum);
-  return Result<Block>(std::move(block));
+  if (data_size != layout.dense_block_bytes()) return std::nullopt;
+  return parsed;
+}
+
+// Splits a document into its header and data section.
+Result<std::pair<std::string_view, std::span<const uint8_t>>> split_document(
+    std::span<const uint8_t> doc) {
+  if (doc.size() < 8) return bad("truncated: " + std::to_string(doc.size()) + " bytes");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(doc[i]) << (8 * i);
+  if (n == 0 || n > kMaxDocumentHeaderBytes || n > doc.size() - 8) {
+    return bad("header length " + std::to_string(n) + " does not fit in " +
+               std::to_string(doc.size()) + " bytes");
+  }
+  return std::make_pair(std::string_view(reinterpret_cast<const char*>(doc.data() + 8), n),
+                        doc.subspan(8 + n));
 }
 
 }  // namespace
@@ -363,18 +369,38 @@ Status encode_block_document(const Block& block, Bytes& out) {
 
 Result<Block> decode_block_document(std::span<const uint8_t> doc, const LayoutRegistry& layouts,
                                     Checksum64* checksum) {
-  if (doc.size() < 8) return bad("truncated: " + std::to_string(doc.size()) + " bytes");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(doc[i]) << (8 * i);
-  if (n == 0 || n > kMaxDocumentHeaderBytes || n > doc.size() - 8) {
-    return bad("header length " + std::to_string(n) + " does not fit in " +
-               std::to_string(doc.size()) + " bytes");
+  KVTIER_ASSIGN_OR_RETURN(auto parts, split_document(doc));
+  const auto [header, data] = parts;
+  if (checksum) checksum->update(doc.data(), 8 + header.size());
+  if (auto match = match_canonical(header, data.size(), layouts)) {
+    if (!match->ok()) return match->status();
+    Block block = make_block(std::move(*match).value());
+    // The canonical table lists tensors in the block's own storage order, without gaps.
+    struct Whole {
+      uint64_t begin, end;
+    };
+    const Whole all[] = {{0, data.size()}};
+    copy_data(data, all, [&](const Whole&) { return block.mutable_data().data(); }, checksum);
+    return block;
   }
-  const std::string_view header(reinterpret_cast<const char*>(doc.data() + 8), n);
-  const std::span<const uint8_t> data = doc.subspan(8 + n);
-  if (checksum) checksum->update(doc.data(), 8 + n);
-  if (auto fast = decode_canonical(header, data, layouts, checksum)) return std::move(*fast);
   return decode_general(header, data, layouts, checksum);
+}
+
+Result<Block> decode_block_document_adopting(AlignedBuffer storage, size_t offset, size_t length,
+                                             const LayoutRegistry& layouts) {
+  const std::span<const uint8_t> doc(storage.data() + offset, length);
+  KVTIER_ASSIGN_OR_RETURN(auto parts, split_document(doc));
+  const auto [header, data] = parts;
+  if (auto match = match_canonical(header, data.size(), layouts)) {
+    if (!match->ok()) return match->status();
+    ParsedMetadata meta = std::move(*match).value();
+    const size_t data_offset = offset + 8 + header.size();
+    Block block = Block::adopt_dense(meta.layout, std::move(meta.identity), std::move(storage),
+                                     data_offset);
+    for (const auto& [layer, q] : meta.dequantized_from) block.set_dequantized_from(layer, q);
+    return block;
+  }
+  return decode_general(header, data, layouts, nullptr);
 }
 
 }  // namespace kvtier

@@ -60,4 +60,10 @@ Result<Block> decode_block_document(std::span<const uint8_t> document,
                                     const LayoutRegistry& layouts,
                                     Checksum64* checksum = nullptr);
 
+// The same checks for a document at `offset` in `storage` whose bytes are already verified (frame
+// checksum): when the document is in this writer's canonical form the block adopts `storage`
+// (its tensors stay where they are: no copy); any other valid document is copied as above.
+Result<Block> decode_block_document_adopting(AlignedBuffer storage, size_t offset, size_t length,
+                                             const LayoutRegistry& layouts);
+
 }  // namespace kvtier

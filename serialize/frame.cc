@@ -101,6 +101,14 @@ void write_frame_header(const FrameHeader& h, uint8_t* p) {
   put_u64(p + 40, checksum64(p, 40));
 }
 
+FrameHeader frame_in_place(std::span<uint8_t> buffer, size_t document_size) {
+  FrameHeader h;
+  h.raw_length = h.stored_length = document_size;
+  h.payload_checksum = checksum64(buffer.data() + kFrameHeaderSize, document_size);
+  write_frame_header(h, buffer.data());
+  return h;
+}
+
 Result<FrameHeader> parse_frame_header(std::span<const uint8_t> bytes) {
   if (bytes.size() < kFrameHeaderSize) {
     return bad_frame("truncated header: " + std::to_string(bytes.size()) + " bytes");

@@ -65,6 +65,10 @@ class FrameWriter {
   Bytes shuffled_;
 };
 
+// Frames a document that already sits at buffer[kFrameHeaderSize .. + document_size) without
+// moving it (codec 0): computes the checksum and writes the header in front.
+FrameHeader frame_in_place(std::span<uint8_t> buffer, size_t document_size);
+
 // Checks magic, version, codec, header checksum and length sanity of the first 48 bytes.
 Result<FrameHeader> parse_frame_header(std::span<const uint8_t> bytes);
 

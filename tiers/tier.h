@@ -2,6 +2,7 @@
 // implement it; TieredCache stacks them and wires each tier's evictions into the tier below.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,9 +23,14 @@ enum class InsertOutcome { kInserted, kAlreadyPresent };
 
 // A block a read must return, with the token ids the request expects it to hold (checked by tiers
 // whose contents may be stale or corrupt, and by TieredCache on every hit from below the top).
+// Empty `tokens` means the caller knows only the hash (GET by hash): tokens are then not
+// compared, and the block's own checks (checksums, hash) are all that vouch for it.
 struct BlockRequest {
   BlockHash hash;
   std::span<const uint32_t> tokens;
+  bool tokens_match(const std::vector<uint32_t>& held) const {
+    return tokens.empty() || std::equal(held.begin(), held.end(), tokens.begin(), tokens.end());
+  }
 };
 
 // Receives blocks a tier evicts. Called on the evicting caller's thread, after the tier has

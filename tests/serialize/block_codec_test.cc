@@ -351,3 +351,41 @@ TEST(Frame, ShuffledLz4ShrinksKvLikeBf16MoreThanPlainLz4) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+TEST(BlockCodecOwned, AdoptsAVerifiedFrameAndStillRejectsADamagedOne) {
+  LayoutRegistry reg;
+  auto layout = *reg.add(*layout_preset("tiny"));
+  Block b = testing::make_block(layout, 3, testing::Values::kWithSpecials);
+  Bytes frame;
+  ASSERT_TRUE(BlockCodec().encode(b, frame).ok());
+  auto owned_copy = [&](const Bytes& f) {
+    AlignedBuffer buf(f.size() + 100, 4096, false);
+    std::memcpy(buf.data(), f.data(), f.size());
+    return buf;
+  };
+  BlockCodec codec;
+  auto got = codec.decode_owned(owned_copy(frame), frame.size(), reg);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(testing::same_bytes(*got, b));
+  EXPECT_EQ(got->identity(), b.identity());
+  EXPECT_GE(got->size_bytes(), frame.size()) << "it kept the frame's storage";
+
+  Bytes bad = frame;
+  bad[bad.size() / 2] ^= 4;
+  auto rejected = codec.decode_owned(owned_copy(bad), bad.size(), reg);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kCorruption);
+
+  // Compressed frames take the copying path and give the same block.
+  Bytes lz;
+  ASSERT_TRUE(BlockCodec(FrameCodec::kLz4Shuffle).encode(b, lz).ok());
+  auto from_lz = codec.decode_owned(owned_copy(lz), lz.size(), reg);
+  ASSERT_TRUE(from_lz.ok());
+  EXPECT_TRUE(testing::same_bytes(*from_lz, b));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,87 @@
+#include "base/large_buffer_cache.h"
+
+#include <sys/mman.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace kvtier {
+
+namespace {
+
+constexpr size_t kClass = 64 << 10;
+
+size_t size_class(size_t bytes) { return (bytes + kClass - 1) / kClass * kClass; }
+
+struct Cache {
+  std::mutex mu;  // guards everything below
+  std::unordered_map<size_t, std::vector<void*>> free_by_size;
+  size_t cached = 0;
+  size_t limit = 512u << 20;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: buffers may be released during exit
+  return *c;
+}
+
+}  // namespace
+
+void* large_buffer_acquire(size_t bytes, bool* fresh) {
+  const size_t size = size_class(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mu);
+    auto it = c.free_by_size.find(size);
+    if (it != c.free_by_size.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.cached -= size;
+      *fresh = false;
+      return p;
+    }
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+  *fresh = true;
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void large_buffer_release(void* p, size_t bytes) {
+  const size_t size = size_class(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mu);
+    if (c.cached + size <= c.limit) {
+      c.free_by_size[size].push_back(p);
+      c.cached += size;
+      return;
+    }
+  }
+  ::munmap(p, size);
+}
+
+void set_large_buffer_cache_limit(size_t bytes) {
+  Cache& c = cache();
+  std::vector<std::pair<void*, size_t>> drop;
+  {
+    std::lock_guard lock(c.mu);
+    c.limit = bytes;
+    for (auto& [size, list] : c.free_by_size) {
+      while (c.cached > c.limit && !list.empty()) {
+        drop.emplace_back(list.back(), size);
+        list.pop_back();
+        c.cached -= size;
+      }
+    }
+  }
+  for (auto [p, size] : drop) ::munmap(p, size);
+}
+
+size_t large_buffer_cached_bytes() {
+  std::lock_guard lock(cache().mu);
+  return cache().cached;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,100 @@
+#include "tiers/io_uring_ring.h"
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+
+namespace kvtier {
+
+Result<std::unique_ptr<IoUringRing>> IoUringRing::create(unsigned depth) {
+  std::unique_ptr<IoUringRing> r(new IoUringRing());
+  const int rc = io_uring_queue_init(depth, &r->ring_, 0);
+  if (rc < 0) return errno_status("io_uring_queue_init(" + std::to_string(depth) + ")", -rc);
+  r->depth_ = depth;
+  return r;
+}
+
+IoUringRing::~IoUringRing() {
+  if (depth_) io_uring_queue_exit(&ring_);
+}
+
+namespace {
+
+void prepare(io_uring_sqe* sqe, IoOp& op, size_t index) {
+  switch (op.kind) {
+    case IoOp::Kind::kRead:
+      io_uring_prep_read(sqe, op.fd, op.buffer + op.done, static_cast<unsigned>(op.length - op.done),
+                         op.offset + op.done);
+      break;
+    case IoOp::Kind::kWrite:
+      io_uring_prep_write(sqe, op.fd, op.buffer + op.done,
+                          static_cast<unsigned>(op.length - op.done), op.offset + op.done);
+      break;
+    case IoOp::Kind::kDataSync:
+      io_uring_prep_fsync(sqe, op.fd, IORING_FSYNC_DATASYNC);
+      break;
+  }
+  io_uring_sqe_set_data64(sqe, index);
+}
+
+}  // namespace
+
+Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops) {
+  std::deque<size_t> todo;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].done = 0;
+    ops[i].error = 0;
+    todo.push_back(i);
+  }
+  size_t in_flight = 0;
+  while (!todo.empty() || in_flight > 0) {
+    // Fill the submission queue, then submit the whole wave at once.
+    size_t queued = 0;
+    while (!todo.empty() && in_flight + queued < ring.depth()) {
+      io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+      if (sqe == nullptr) break;
+      prepare(sqe, ops[todo.front()], todo.front());
+      todo.pop_front();
+      ++queued;
+    }
+    if (queued > 0) {
+      int rc;
+      do {
+        rc = io_uring_submit(ring.get());
+      } while (rc == -EINTR || rc == -EAGAIN);
+      if (rc < 0) return errno_status("io_uring_submit", -rc);
+      in_flight += queued;
+    }
+    io_uring_cqe* cqe = nullptr;
+    int rc;
+    do {
+      rc = io_uring_wait_cqe(ring.get(), &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0) return errno_status("io_uring_wait_cqe", -rc);
+    // Drain every completion that is ready.
+    do {
+      const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(ring.get(), cqe);
+      --in_flight;
+      IoOp& op = ops[i];
+      if (res == -EAGAIN || res == -EINTR) {
+        todo.push_back(i);  // transient: issue again
+      } else if (res < 0) {
+        op.error = -res;
+      } else if (op.kind != IoOp::Kind::kDataSync) {
+        op.done += static_cast<uint64_t>(res);
+        if (op.done < op.length) {
+          if (res == 0) {
+            if (op.kind == IoOp::Kind::kWrite) op.error = EIO;  // a write that makes no progress
+          } else {
+            todo.push_back(i);  // short transfer: continue where it stopped
+          }
+        }
+      }
+    } while (io_uring_peek_cqe(ring.get(), &cqe) == 0 && cqe != nullptr);
+  }
+  return ok_status();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,52 @@
+// IoUringRing and run_io_batch: the only code that talks to io_uring. A batch of reads, writes
+// and fdatasyncs is submitted with one io_uring_submit per wave (up to the ring's depth), and
+// every completion is seen to the end: short transfers are continued, EAGAIN and EINTR retried,
+// and any other error is recorded on its operation (never dropped, never fatal to the batch).
+#pragma once
+
+#include <liburing.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvtier {
+
+// Owns one io_uring instance. Not thread-safe: one thread uses a ring at a time.
+class IoUringRing {
+ public:
+  static Result<std::unique_ptr<IoUringRing>> create(unsigned depth);
+  ~IoUringRing();
+  IoUringRing(const IoUringRing&) = delete;
+  IoUringRing& operator=(const IoUringRing&) = delete;
+
+  io_uring* get() { return &ring_; }
+  unsigned depth() const { return depth_; }
+
+ private:
+  IoUringRing() = default;
+  io_uring ring_{};
+  unsigned depth_ = 0;
+};
+
+struct IoOp {
+  enum class Kind { kRead, kWrite, kDataSync };
+  Kind kind = Kind::kRead;
+  int fd = -1;
+  uint8_t* buffer = nullptr;  // aligned for O_DIRECT
+  uint64_t length = 0;
+  uint64_t offset = 0;
+  // Results: bytes transferred and the first error (0 = none; a positive errno otherwise).
+  // A read that reaches end of file before `length` finishes with done < length, error 0.
+  uint64_t done = 0;
+  int error = 0;
+};
+
+// Runs every op to completion (success, error, or EOF for reads). Returns a non-ok status only
+// when the ring itself fails (submission or wait errors); per-op errors are in the ops.
+Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops);
+
+}  // namespace kvtier

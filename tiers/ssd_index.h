@@ -1,0 +1,108 @@
+// SsdIndex: the SSD tier's index in RocksDB. Three key spaces (all integers big-endian in keys,
+// so a segment's keys sort by offset; little-endian in values):
+//
+//   'b' + hash[32]               -> IndexEntry      where a block's record is, and how to check it
+//   's' + segment u64 + offset   -> hash[32]        every record of a segment, for reclaim and fsck
+//   'g' + segment u64            -> SegmentRecord   how far a segment was written durably, live bytes
+//
+// IndexEntry value (62 + namespace bytes):
+//   u8 version(1) | u8[3] 0 | u64 segment | u64 offset | u32 length | u32 token_count |
+//   u64 frame payload checksum | u64 layout fingerprint | u64 write sequence |
+//   u16 namespace length | namespace bytes | u64 xxh3-64 of all the bytes before it
+// The trailing checksum makes a damaged value detectable (it is quarantined like a damaged record).
+//
+// Tuned for small values: no compression, a bloom filter on whole keys, a 64 MiB block cache.
+// Writes are WriteBatches (a spill batch's entries commit at once); the WAL is written without
+// fsync: a process crash loses nothing (the OS holds it), a power loss may lose index entries
+// whose data is on disk, which become orphaned bytes — never wrong data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "serialize/block_hash.h"
+
+namespace rocksdb {
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace kvtier {
+
+struct IndexEntry {
+  uint64_t segment = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;  // frame bytes (the record on disk is padded to 4 KiB)
+  uint32_t token_count = 0;
+  uint64_t checksum = 0;  // the frame's payload checksum: ties the entry to exactly one record
+  uint64_t layout_fingerprint = 0;
+  uint64_t write_seq = 0;
+  std::string namespace_id;
+  bool operator==(const IndexEntry&) const = default;
+};
+std::string encode_index_entry(const IndexEntry& e);
+Result<IndexEntry> decode_index_entry(std::string_view value);
+
+struct SegmentRecord {
+  uint64_t id = 0;
+  uint64_t watermark = 0;  // bytes written and made durable from the start of the segment
+  uint64_t live_bytes = 0;  // padded bytes of records still indexed
+  uint64_t live_entries = 0;
+  uint64_t created_unix = 0;
+};
+
+// Thread-safe (RocksDB is).
+class SsdIndex {
+ public:
+  static Result<std::unique_ptr<SsdIndex>> open(const std::string& path);
+  ~SsdIndex();
+
+  // nullopt when absent; kCorruption when the stored value fails its checks.
+  Result<std::optional<IndexEntry>> get(const BlockHash& hash) const;
+  std::vector<Result<std::optional<IndexEntry>>> multi_get(std::span<const BlockHash> hashes) const;
+
+  // Accumulates changes for one atomic commit.
+  class Batch {
+   public:
+    Batch();
+    ~Batch();
+    void put(const BlockHash& hash, const IndexEntry& e);
+    // Removes the entry and its segment key.
+    void remove(const BlockHash& hash, const IndexEntry& e);
+    // Removes only the primary key (for a value that cannot be decoded).
+    void remove_primary(const BlockHash& hash);
+    void remove_segment_key(uint64_t segment, uint64_t offset);
+    void put_segment(const SegmentRecord& s);
+    void remove_segment(uint64_t id);
+    size_t count() const;
+
+   private:
+    friend class SsdIndex;
+    std::unique_ptr<rocksdb::WriteBatch> wb_;
+  };
+  Status commit(Batch& batch, bool sync = false);
+
+  // Every (offset, hash) of a segment, in offset order.
+  Status scan_segment(uint64_t segment,
+                      const std::function<void(uint64_t offset, const BlockHash& hash)>& fn) const;
+  // Every entry; a value that fails to decode is passed as its error.
+  Status scan_entries(
+      const std::function<void(const BlockHash& hash, const Result<IndexEntry>& entry)>& fn) const;
+  // Every segment record; ids whose record fails its checks go to `corrupt_ids`.
+  Status load_segments(std::vector<SegmentRecord>& records, std::vector<uint64_t>& corrupt_ids) const;
+
+  // Writes a raw value under a hash's key (tests corrupt the index with it).
+  Status put_raw_value(const BlockHash& hash, std::string_view value);
+
+ private:
+  explicit SsdIndex(rocksdb::DB* db) : db_(db) {}
+  rocksdb::DB* db_;
+};
+
+}  // namespace kvtier

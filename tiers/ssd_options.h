@@ -1,0 +1,30 @@
+// SsdTierOptions: how the SSD tier is set up (the server's --ssd-* flags map onto these).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "serialize/frame.h"
+
+namespace kvtier {
+
+struct SsdTierOptions {
+  std::string dir;                          // turns the tier on (--ssd-cache-dir)
+  uint64_t capacity_bytes = 64ull << 30;    // --ssd-capacity; at least two segments
+  uint64_t segment_size = 256ull << 20;     // fixed for the life of a directory (MANIFEST.json)
+  uint64_t spill_queue_bytes = 512ull << 20;
+  FrameCodec codec = FrameCodec::kNone;     // --compression
+  bool reinsert_read_blocks = true;         // move blocks read since they were written out of a
+                                            // segment that is being reclaimed
+  bool reset = false;                       // --ssd-reset: wipe the directory's cache on purpose
+  bool direct_io = true;                    // O_DIRECT; falls back to buffered I/O with fdatasync
+                                            // where the file system refuses it
+  unsigned writer_queue_depth = 64;         // io_uring depth of the writer (>= 32)
+  unsigned reader_queue_depth = 64;
+  size_t max_batch_items = 64;              // blocks per write batch (one submit, one fdatasync)
+  uint64_t max_batch_bytes = 128ull << 20;
+  std::chrono::milliseconds drain_timeout{10000};  // close(): how long to keep writing the queue
+};
+
+}  // namespace kvtier

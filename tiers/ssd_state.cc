@@ -1,0 +1,48 @@
+#include "tiers/ssd_state.h"
+
+namespace kvtier {
+
+void ReadTracker::mark(const BlockHash& h) {
+  std::lock_guard lock(mu_);
+  if (read_.size() >= kMaxTracked) read_.clear();
+  read_.insert(h);
+}
+
+bool ReadTracker::take(const BlockHash& h) {
+  std::lock_guard lock(mu_);
+  return read_.erase(h) > 0;
+}
+
+std::string SsdState::segment_path(uint64_t id) const {
+  return segments_dir() + "/" + SegmentFile::file_name(id);
+}
+
+Status SsdState::remove_entry_if(const BlockHash& hash, const IndexEntry& seen) {
+  std::lock_guard lock(index_mu);
+  auto current = index->get(hash);
+  if (!current.ok() || !current->has_value() || !(**current == seen)) return ok_status();
+  SsdIndex::Batch batch;
+  batch.remove(hash, seen);
+  const uint64_t padded = (seen.length + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+  if (auto rec = segments.add_live(seen.segment, -static_cast<int64_t>(padded), -1)) {
+    batch.put_segment(*rec);
+  }
+  Status st = index->commit(batch);
+  refresh_space_gauges();
+  return st;
+}
+
+Status SsdState::remove_undecodable(const BlockHash& hash) {
+  std::lock_guard lock(index_mu);
+  SsdIndex::Batch batch;
+  batch.remove_primary(hash);
+  return index->commit(batch);
+}
+
+void SsdState::refresh_space_gauges() {
+  metrics.segments.set(static_cast<int64_t>(segments.count()));
+  metrics.used_bytes.set(static_cast<int64_t>(segments.count() * options.segment_size));
+  metrics.live_bytes.set(static_cast<int64_t>(segments.live_bytes()));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,62 @@
+// SsdState: what the SSD tier's front (SsdTier), its writer (SpillWriter) and its reader
+// (SsdReader) share — the directory's index and segments, the layouts to decode with, metrics,
+// and the lock that makes index read-modify-writes atomic against each other.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "base/log.h"
+#include "serialize/layout_registry.h"
+#include "tiers/segment_table.h"
+#include "tiers/ssd_index.h"
+#include "tiers/ssd_metrics.h"
+#include "tiers/ssd_options.h"
+
+namespace kvtier {
+
+// 4 KiB: records start and end on O_DIRECT boundaries.
+inline constexpr uint64_t kRecordAlign = 4096;
+
+// Remembers which blocks were read since they were written, so reclaim can move them (bounded:
+// forgets everything when it grows past its limit, which only costs a missed reinsertion).
+class ReadTracker {
+ public:
+  void mark(const BlockHash& h);
+  // True (and forgets it) when `h` was read.
+  bool take(const BlockHash& h);
+
+ private:
+  static constexpr size_t kMaxTracked = 1 << 20;
+  std::mutex mu_;
+  std::unordered_set<BlockHash> read_;
+};
+
+struct SsdState {
+  SsdTierOptions options;
+  std::shared_ptr<LayoutRegistry> layouts;
+  std::unique_ptr<SsdIndex> index;
+  SegmentTable segments;
+  SsdTierMetrics metrics;
+  ReadTracker reads;
+  // Serializes every change to index entries and segment records, so "remove this entry if it is
+  // still the one I read" cannot remove a newer one written in between.
+  std::mutex index_mu;
+  // Hashes erased while a reinsertion may be in flight: the writer must not bring them back.
+  std::mutex erased_mu;
+  std::unordered_set<BlockHash> erased_during_reinsert;
+  LogThrottle corrupt_log;
+  LogThrottle write_fail_log;
+
+  std::string segments_dir() const { return options.dir + "/segments"; }
+  std::string segment_path(uint64_t id) const;
+  // Removes `hash`'s entry if it still equals `seen`, adjusting its segment's live counters.
+  Status remove_entry_if(const BlockHash& hash, const IndexEntry& seen);
+  // Removes an entry whose value cannot be decoded (its segment key is found by reclaim/fsck).
+  Status remove_undecodable(const BlockHash& hash);
+  void refresh_space_gauges();
+};
+
+}  // namespace kvtier

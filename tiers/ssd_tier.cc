@@ -1,0 +1,395 @@
+#include "tiers/ssd_tier.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "base/byte_size.h"
+#include "serialize/block_document.h"
+
+namespace kvtier {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
+
+Status make_dirs(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return io_error("create directory " + path + ": " + ec.message());
+  return ok_status();
+}
+
+bool has_entries(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(dir, ec) && !fs::is_empty(dir, ec);
+}
+
+// O_DIRECT is refused by some file systems (EINVAL); probe once rather than fail every write.
+bool direct_io_works(const std::string& dir) {
+  const std::string probe = dir + "/.direct-io-probe";
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return fd >= 0;
+}
+
+}  // namespace
+
+SsdTier::SsdTier(SsdTierOptions options, std::shared_ptr<LayoutRegistry> layouts)
+    : queue_(options.spill_queue_bytes) {
+  state_.options = std::move(options);
+  state_.layouts = std::move(layouts);
+}
+
+Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
+                                               std::shared_ptr<LayoutRegistry> layouts) {
+  if (o.dir.empty()) return invalid_argument("ssd tier: no directory given");
+  if (o.segment_size < (1u << 20) || o.segment_size % kRecordAlign != 0) {
+    return invalid_argument("ssd tier: segment size must be a multiple of 4 KiB and at least 1 MiB");
+  }
+  if (o.capacity_bytes < 2 * o.segment_size) {
+    return invalid_argument("ssd tier: capacity " + format_byte_size(o.capacity_bytes) +
+                            " must hold at least two segments of " +
+                            format_byte_size(o.segment_size));
+  }
+  o.writer_queue_depth = std::max(32u, o.writer_queue_depth);
+  std::unique_ptr<SsdTier> t(new SsdTier(o, std::move(layouts)));
+  SsdState& s = t->state_;
+  const std::string& dir = s.options.dir;
+  KVTIER_RETURN_IF_ERROR(make_dirs(dir));
+  KVTIER_ASSIGN_OR_RETURN(DirLock lock, DirLock::acquire(dir));
+  t->lock_.emplace(std::move(lock));
+
+  if (s.options.reset) {
+    std::error_code ec;
+    fs::remove(dir + "/MANIFEST.json", ec);
+    fs::remove_all(s.segments_dir(), ec);
+    fs::remove_all(dir + "/index", ec);
+    if (ec) return io_error("ssd tier: wiping " + dir + ": " + ec.message());
+    spdlog::warn("ssd tier: wiped {} (--ssd-reset)", dir);
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::optional<SsdManifest> manifest, SsdManifest::load(dir));
+  if (!manifest) {
+    if (has_entries(s.segments_dir()) || has_entries(dir + "/index")) {
+      return failed_precondition("ssd tier: " + dir + " holds kvtier data but no MANIFEST.json; "
+                                 "refusing to guess. Wipe it on purpose with --ssd-reset.");
+    }
+    manifest = SsdManifest::fresh(s.options.segment_size);
+    KVTIER_RETURN_IF_ERROR(manifest->save(dir));
+  }
+  KVTIER_RETURN_IF_ERROR(manifest->check_compatible(dir, s.options.segment_size));
+  // Blocks of every layout ever written here must stay decodable, and the manifest must know
+  // every layout this process may write.
+  for (const KvLayout& l : manifest->layouts) KVTIER_RETURN_IF_ERROR(s.layouts->add(l).status());
+  bool changed = false;
+  for (const auto& l : s.layouts->all()) changed = manifest->add_layout(*l) || changed;
+  if (changed) KVTIER_RETURN_IF_ERROR(manifest->save(dir));
+  t->manifest_ = *manifest;
+
+  KVTIER_RETURN_IF_ERROR(make_dirs(s.segments_dir()));
+  if (s.options.direct_io && !direct_io_works(s.segments_dir())) {
+    spdlog::warn("ssd tier: {} does not support O_DIRECT; using buffered I/O with fdatasync",
+                 s.segments_dir());
+    s.options.direct_io = false;
+  }
+  KVTIER_ASSIGN_OR_RETURN(s.index, SsdIndex::open(dir + "/index"));
+  KVTIER_RETURN_IF_ERROR(t->recover(*manifest));
+
+  t->reader_ = std::make_unique<SsdReader>(s);
+  SsdTier* self = t.get();
+  t->writer_ = std::make_unique<SpillWriter>(
+      s, t->queue_,
+      [self](const SpillItem& item) {
+        std::lock_guard lock(self->pending_mu_);
+        auto it = self->pending_.find(item.hash);
+        return it != self->pending_.end() && it->second.get() == &item;
+      },
+      [self](const std::vector<SpillItemPtr>& done) {
+        std::lock_guard lock(self->pending_mu_);
+        for (const auto& item : done) {
+          auto it = self->pending_.find(item->hash);
+          if (it != self->pending_.end() && it->second == item) self->pending_.erase(it);
+        }
+      });
+  KVTIER_RETURN_IF_ERROR(t->writer_->start());
+  s.refresh_space_gauges();
+  spdlog::info("ssd tier: {} open: {} segments, {} live, capacity {}", dir, s.segments.count(),
+               format_byte_size(s.segments.live_bytes()), format_byte_size(s.options.capacity_bytes));
+  return t;
+}
+
+Status SsdTier::recover(const SsdManifest&) {
+  SsdState& s = state_;
+  std::vector<SegmentRecord> records;
+  std::vector<uint64_t> corrupt_ids;
+  KVTIER_RETURN_IF_ERROR(s.index->load_segments(records, corrupt_ids));
+
+  // Drops the entries of `segment` whose records end past `keep_below` (all of them for 0).
+  auto drop_entries = [&](uint64_t segment, uint64_t keep_below) -> Status {
+    std::vector<std::pair<uint64_t, BlockHash>> keys;
+    KVTIER_RETURN_IF_ERROR(s.index->scan_segment(
+        segment, [&](uint64_t off, const BlockHash& h) { keys.emplace_back(off, h); }));
+    SsdIndex::Batch batch;
+    for (const auto& [off, h] : keys) {
+      auto e = s.index->get(h);
+      const bool points_here = e.ok() && e->has_value() && (*e)->segment == segment && (*e)->offset == off;
+      if (points_here && off + padded((*e)->length) <= keep_below) continue;
+      if (points_here) {
+        batch.remove(h, **e);
+        s.metrics.recovery_dropped_entries.inc();
+      } else {
+        batch.remove_segment_key(segment, off);
+      }
+    }
+    return batch.count() ? s.index->commit(batch, /*sync=*/true) : ok_status();
+  };
+
+  std::set<uint64_t> on_disk;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(s.segments_dir(), ec)) {
+    uint64_t id;
+    if (SegmentFile::parse_file_name(f.path().filename().string(), id)) on_disk.insert(id);
+  }
+  if (ec) return io_error("list " + s.segments_dir() + ": " + ec.message());
+
+  for (uint64_t id : corrupt_ids) {
+    spdlog::error("ssd tier: segment {} has a damaged record; dropping its entries", id);
+    KVTIER_RETURN_IF_ERROR(drop_entries(id, 0));
+    SsdIndex::Batch b;
+    b.remove_segment(id);
+    KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
+  }
+  for (SegmentRecord rec : records) {
+    const std::string path = s.segment_path(rec.id);
+    if (!on_disk.count(rec.id)) {
+      spdlog::error("ssd tier: segment file {} is missing; dropping its entries", path);
+      KVTIER_RETURN_IF_ERROR(drop_entries(rec.id, 0));
+      SsdIndex::Batch b;
+      b.remove_segment(rec.id);
+      KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
+      continue;
+    }
+    on_disk.erase(rec.id);
+    KVTIER_ASSIGN_OR_RETURN(auto file, SegmentFile::open_existing(path, rec.id, s.options.direct_io));
+    if (file->size() < rec.watermark) {
+      const uint64_t keep = file->size() / kRecordAlign * kRecordAlign;
+      spdlog::error("ssd tier: segment file {} is {} bytes, shorter than the {} written to it; "
+                    "dropping the entries past its end", path, file->size(), rec.watermark);
+      const uint64_t before = s.metrics.recovery_dropped_entries.value();
+      KVTIER_RETURN_IF_ERROR(drop_entries(rec.id, keep));
+      const uint64_t dropped = s.metrics.recovery_dropped_entries.value() - before;
+      rec.watermark = keep;
+      rec.live_entries -= std::min(rec.live_entries, dropped);
+      // Live bytes are recounted from the surviving entries.
+      uint64_t live = 0;
+      KVTIER_RETURN_IF_ERROR(s.index->scan_segment(rec.id, [&](uint64_t, const BlockHash& h) {
+        auto e = s.index->get(h);
+        if (e.ok() && e->has_value() && (*e)->segment == rec.id) live += padded((*e)->length);
+      }));
+      rec.live_bytes = live;
+      SsdIndex::Batch b;
+      b.put_segment(rec);
+      KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
+    }
+    s.segments.add(rec, std::move(file));
+  }
+  // Files no record names: created by a writer that died before recording them.
+  for (uint64_t id : on_disk) {
+    const std::string path = s.segment_path(id);
+    if (::unlink(path.c_str()) == 0) s.metrics.recovery_removed_orphan_files.inc();
+    spdlog::warn("ssd tier: removed segment file {} that no record names", path);
+  }
+  return ok_status();
+}
+
+SsdTier::~SsdTier() { close(); }
+
+Status SsdTier::record_layout(const KvLayout& layout, const std::string& namespace_id) {
+  std::lock_guard lock(manifest_mu_);
+  bool changed = manifest_.add_layout(layout);
+  changed = manifest_.namespaces.insert(namespace_id).second || changed;
+  if (!changed) return ok_status();
+  KVTIER_RETURN_IF_ERROR(state_.layouts->add(layout).status());
+  return manifest_.save(state_.options.dir);
+}
+
+Result<InsertOutcome> SsdTier::insert(BlockRef block) {
+  SsdTierMetrics& m = state_.metrics;
+  std::shared_lock life(life_mu_);
+  if (closed_.load()) {
+    m.spill_dropped_shutdown.inc();
+    return failed_precondition("ssd tier is closed");
+  }
+  if (contains_locked(block->hash())) return InsertOutcome::kAlreadyPresent;
+
+  // On the caller's thread: dequantize (a quantized RAM block is stored dense, recording what it
+  // came from) and encode, straight into a 4 KiB-aligned buffer with room for the frame header.
+  Status st = record_layout(block->layout(), block->identity().namespace_id);
+  std::optional<Block> expanded;
+  if (block->any_quantized()) expanded.emplace(block->dequantized());
+  const Block& dense = expanded ? *expanded : *block;
+  auto header = block_document_header(dense);
+  if (!st.ok() || !header.ok()) {
+    m.spill_dropped_encode_failed.inc();
+    return (st.ok() ? header.status() : st).with_context("ssd tier: block " + block->hash().hex());
+  }
+  auto item = std::make_shared<SpillItem>();
+  item->hash = block->hash();
+  item->document_size = block_document_size(dense, *header);
+  item->buffer = AlignedBuffer(padded(kFrameHeaderSize + item->document_size), kRecordAlign,
+                               /*zeroed=*/false);
+  write_block_document(dense, *header, item->buffer.data() + kFrameHeaderSize, nullptr);
+  item->layout_fingerprint = dense.layout().fingerprint();
+  item->token_count = static_cast<uint32_t>(dense.identity().token_ids.size());
+  item->shuffle_width = static_cast<uint8_t>(dtype_size(dense.layout().layers.front().dtype));
+  item->namespace_id = dense.identity().namespace_id;
+  item->charged_bytes = item->buffer.size();
+
+  std::lock_guard lock(pending_mu_);
+  if (pending_.count(item->hash)) return InsertOutcome::kAlreadyPresent;
+  item->ticket = next_ticket_.load() + 1;
+  if (!queue_.try_push(item)) {
+    const bool shutting_down = queue_.closed();
+    (shutting_down ? m.spill_dropped_shutdown : m.spill_dropped_queue_full).inc();
+    return resource_exhausted(shutting_down
+                                  ? std::string("ssd tier is closing")
+                                  : "ssd spill queue full (" + format_byte_size(queue_.charged_bytes()) +
+                                        " of " + format_byte_size(queue_.capacity_bytes()) +
+                                        " waiting for the disk)");
+  }
+  next_ticket_.store(item->ticket);
+  pending_.emplace(item->hash, item);
+  m.spill_enqueued.inc();
+  m.queue_bytes.set(static_cast<int64_t>(queue_.charged_bytes()));
+  return InsertOutcome::kInserted;
+}
+
+bool SsdTier::contains(const BlockHash& hash) const {
+  std::shared_lock life(life_mu_);
+  return !closed_.load() && contains_locked(hash);
+}
+
+bool SsdTier::contains_locked(const BlockHash& hash) const {
+  {
+    std::lock_guard lock(pending_mu_);
+    if (pending_.count(hash)) return true;
+  }
+  auto e = state_.index->get(hash);
+  return !e.ok() || e->has_value();  // a damaged entry counts as held until a read quarantines it
+}
+
+Result<BlockRef> SsdTier::read(const BlockRequest& request) {
+  return std::move(read_many(std::span<const BlockRequest>(&request, 1)).front());
+}
+
+std::vector<Result<BlockRef>> SsdTier::read_many(std::span<const BlockRequest> requests) {
+  std::shared_lock life(life_mu_);
+  std::vector<Result<BlockRef>> out;
+  std::vector<SpillItemPtr> queued(requests.size());
+  {
+    std::lock_guard lock(pending_mu_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto it = pending_.find(requests[i].hash);
+      if (it != pending_.end()) queued[i] = it->second;
+    }
+  }
+  std::vector<BlockRequest> from_disk;
+  std::vector<size_t> disk_index;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out.emplace_back(not_found("ssd tier: not held"));
+    if (!queued[i]) {
+      from_disk.push_back(requests[i]);
+      disk_index.push_back(i);
+      continue;
+    }
+    // Still waiting for the writer: decode the document from memory (the writer only touches the
+    // frame header in front of it and the padding after it).
+    const auto doc = std::span<const uint8_t>(queued[i]->buffer.data() + kFrameHeaderSize,
+                                              queued[i]->document_size);
+    auto block = decode_block_document(doc, *state_.layouts);
+    if (block.ok() && block->hash() == requests[i].hash &&
+        requests[i].tokens_match(block->identity().token_ids)) {
+      state_.metrics.read_from_queue.inc();
+      out[i] = BlockRef(std::make_shared<const Block>(std::move(block).value()));
+    }
+  }
+  if (!from_disk.empty() && !closed_.load()) {
+    auto got = reader_->read(from_disk);
+    for (size_t k = 0; k < got.size(); ++k) out[disk_index[k]] = std::move(got[k]);
+  }
+  return out;
+}
+
+bool SsdTier::erase(const BlockHash& hash) {
+  std::shared_lock life(life_mu_);
+  if (closed_.load()) return false;
+  bool any = false;
+  {
+    std::lock_guard lock(pending_mu_);
+    any = pending_.erase(hash) > 0;  // the writer will not index it
+  }
+  if (state_.options.reinsert_read_blocks) {
+    std::lock_guard lock(state_.erased_mu);
+    state_.erased_during_reinsert.insert(hash);
+  }
+  auto e = state_.index->get(hash);
+  if (e.ok() && e->has_value()) {
+    any = state_.remove_entry_if(hash, **e).ok() || any;
+  } else if (!e.ok()) {
+    any = state_.remove_undecodable(hash).ok() || any;
+  }
+  if (any) state_.metrics.erased.inc();
+  return any;
+}
+
+uint64_t SsdTier::used_bytes() const {
+  std::shared_lock life(life_mu_);
+  return state_.segments.count() * state_.options.segment_size;
+}
+
+size_t SsdTier::block_count() const {
+  uint64_t n = 0;
+  for (const SegmentRecord& r : state_.segments.records()) n += r.live_entries;
+  std::lock_guard lock(pending_mu_);
+  return static_cast<size_t>(n) + pending_.size();
+}
+
+void SsdTier::visit_metrics(MetricVisitor& v) const {
+  state_.metrics.visit(v, state_.options.capacity_bytes);
+}
+
+void SsdTier::flush() {
+  std::shared_lock life(life_mu_);
+  if (writer_) writer_->wait_for(next_ticket_.load());
+}
+
+size_t SsdTier::close() {
+  if (closed_.exchange(true)) return dropped_at_close_;
+  queue_.close();
+  if (writer_) {
+    const auto deadline = std::chrono::steady_clock::now() + state_.options.drain_timeout;
+    dropped_at_close_ = writer_->stop(deadline);
+  }
+  std::unique_lock life(life_mu_);  // waits for calls in progress; later ones see closed_
+  writer_.reset();
+  reader_.reset();
+  const bool was_open = state_.index != nullptr;
+  state_.index.reset();  // closes RocksDB cleanly
+  lock_.reset();
+  {
+    std::lock_guard lock(pending_mu_);
+    pending_.clear();
+  }
+  if (was_open) {
+    spdlog::info("ssd tier: {} closed ({} blocks written this run, {} dropped at close)",
+                 state_.options.dir, state_.metrics.spill_written.value(), dropped_at_close_);
+  }
+  return dropped_at_close_;
+}
+
+}  // namespace kvtier
