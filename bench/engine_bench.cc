@@ -1,0 +1,197 @@
+// engine_bench: the attention kernels on the GPU.
+//  * copy kernel bandwidth (bytes read + written per second): the reference, same run
+//  * paged decode attention, batch 1/8/64 x context 1k/8k/32k, 32 query heads / 8 KV heads,
+//    head_dim 128, block 16, bf16 and f16: time per call and achieved K/V bandwidth as a fraction
+//    of the copy kernel's
+//  * varlen prefill of a 4k-token prompt: tokens per second
+// Times are medians over repetitions of a submission holding many back-to-back launches.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <random>
+
+#include <CLI/CLI.hpp>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "bench/harness/bench_report.h"
+#include "engine/paged_attention.h"
+
+using namespace kvtier;
+using namespace kvtier::bench;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct CopyParams {
+  uint64_t src, dst, words;
+};
+
+// Seconds per call of `record` (which records `per_submit` launches), median of `reps` submissions.
+template <typename F>
+Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F record) {
+  {  // warm-up: pipelines compiled, caches and clocks up
+    KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
+    KVTIER_RETURN_IF_ERROR(record(b));
+    KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
+  }
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
+    for (int i = 0; i < per_submit; ++i) KVTIER_RETURN_IF_ERROR(record(b));
+    auto t0 = Clock::now();
+    KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
+    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / per_submit);
+  }
+  return percentile(samples, 0.5);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"engine_bench: paged attention on the GPU vs a copy kernel"};
+  std::vector<int> batches = {1, 8, 64}, contexts = {1024, 8192, 32768};
+  std::vector<std::string> dtypes = {"BF16", "F16"};
+  uint64_t max_kv_bytes = 20ull << 30;
+  uint64_t copy_bytes = 1ull << 30;
+  int reps = 7;
+  int prefill_tokens = 4096;
+  app.add_option("--batches", batches);
+  app.add_option("--contexts", contexts);
+  app.add_option("--dtypes", dtypes);
+  app.add_option("--max-kv-bytes", max_kv_bytes, "Skip decode shapes whose K+V exceed this");
+  app.add_option("--copy-bytes", copy_bytes, "Size of the copy kernel's buffers");
+  app.add_option("--reps", reps);
+  app.add_option("--prefill-tokens", prefill_tokens);
+  CLI11_PARSE(app, argc, argv);
+  init_logging("warn");
+  auto ctx_or = VulkanContext::create();
+  if (!ctx_or.ok()) {
+    std::cerr << ctx_or.status().to_string() << "\n";
+    return 1;
+  }
+  VulkanContext& ctx = **ctx_or;
+  auto die = [](const Status& s) {
+    std::cerr << s.to_string() << "\n";
+    std::exit(1);
+  };
+
+  // Reference: a plain copy kernel.
+  double copy_bps = 0;
+  {
+    auto src = GpuBuffer::create(ctx, copy_bytes, MemoryKind::kDevice);
+    auto dst = GpuBuffer::create(ctx, copy_bytes, MemoryKind::kDevice);
+    if (!src.ok() || !dst.ok()) die(src.ok() ? dst.status() : src.status());
+    auto pipeline = ctx.pipeline("copy_bandwidth", {}, sizeof(CopyParams));
+    if (!pipeline.ok()) die(pipeline.status());
+    CopyParams p{src->address(), dst->address(), copy_bytes / 16};
+    const uint32_t groups = std::min<uint64_t>(copy_bytes / 16 / 256, 65535);
+    auto t = time_launches(ctx, 10, reps, [&](CommandBatch& b) {
+      b.dispatch(**pipeline, p, groups);
+      b.barrier();
+      return ok_status();
+    });
+    if (!t.ok()) die(t.status());
+    copy_bps = 2.0 * copy_bytes / *t;
+  }
+
+  Report report("engine_bench: paged decode attention, 32 query heads / 8 KV heads, head_dim 128, "
+                "block 16",
+                {"dtype", "batch", "context", "K+V bytes", "us / call", "GB/s", "vs copy kernel"});
+  report.set_meta("device", ctx.info().name + " (" + ctx.info().driver + ")");
+  report.set_meta("machine", machine_description());
+  report.set_meta("copy kernel", fmt_double(copy_bps / 1e9, 1) + " GB/s (bytes read + written, " +
+                                     format_byte_size(copy_bytes) + " buffers)");
+  report.set_meta("method", "median of " + std::to_string(reps) +
+                                " submissions of back-to-back launches, host-timed");
+  const uint32_t heads = 32, kv_heads = 8, dim = 128, block = 16;
+  std::mt19937_64 rng(1);
+  for (const std::string& dname : dtypes) {
+    const DType dt = *parse_dtype(dname);
+    for (int batch : batches) {
+      for (int context : contexts) {
+        const uint64_t blocks_per_seq = (context + block - 1) / block;
+        const uint64_t blocks = blocks_per_seq * batch;
+        const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
+        if (2 * array_bytes > max_kv_bytes) {
+          report.add_row({dname, std::to_string(batch), std::to_string(context),
+                          format_byte_size(2 * array_bytes), "skipped (--max-kv-bytes)", "", ""});
+          continue;
+        }
+        auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+        auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+        if (!k.ok() || !v.ok()) die(k.ok() ? v.status() : k.status());
+        // A realistic page table: every sequence's blocks scattered over the arrays.
+        std::vector<int32_t> perm(blocks);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<int32_t> lens(batch, context);
+        std::vector<float> q(static_cast<size_t>(batch) * heads * dim, 0.01f);
+        auto gt = upload_new<int32_t>(ctx, perm);
+        auto gl = upload_new<int32_t>(ctx, lens);
+        auto gq = upload_new<float>(ctx, q);
+        auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
+        if (!gt.ok() || !gl.ok() || !gq.ok() || !go.ok()) die(internal_error("upload failed"));
+        PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block,
+                         kv_heads, dim, dt};
+        DecodeBatch db{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks_per_seq),
+                       gl->address(), static_cast<uint32_t>(batch), static_cast<uint32_t>(context), heads};
+        AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
+        PagedAttentionDecode decode(ctx);
+        const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
+        auto t = time_launches(ctx, per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
+        if (!t.ok()) die(t.status());
+        const double bps = 2.0 * array_bytes / *t;
+        report.add_row({dname, std::to_string(batch), std::to_string(context),
+                        format_byte_size(2 * array_bytes), fmt_double(*t * 1e6, 1),
+                        fmt_double(bps / 1e9, 1), fmt_double(bps / copy_bps, 2)});
+      }
+    }
+  }
+  report.add_note("GB/s counts the K and V bytes each call must read; the copy kernel counts "
+                  "bytes read plus written. Goal: >= 0.70 of the copy kernel at 8k+ context, batch >= 8");
+  report.print();
+  report.write_json(output_path("engine_bench_decode.json"));
+
+  // Varlen prefill of one prompt.
+  Report prefill("engine_bench: varlen prefill, one " + std::to_string(prefill_tokens) +
+                     "-token prompt, 32 / 8 heads, head_dim 128",
+                 {"dtype", "ms / call", "tokens/s", "attention TFLOP/s"});
+  prefill.set_meta("device", ctx.info().name);
+  for (const std::string& dname : dtypes) {
+    const DType dt = *parse_dtype(dname);
+    const uint64_t blocks = (prefill_tokens + block - 1) / block;
+    const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
+    auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+    auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<int32_t> lens = {prefill_tokens}, cu = {0, prefill_tokens};
+    std::vector<float> q(static_cast<size_t>(prefill_tokens) * heads * dim, 0.01f);
+    auto gt = upload_new<int32_t>(ctx, table);
+    auto gl = upload_new<int32_t>(ctx, lens);
+    auto gcu = upload_new<int32_t>(ctx, cu);
+    auto gq = upload_new<float>(ctx, q);
+    auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
+    if (!k.ok() || !v.ok() || !gt.ok() || !gl.ok() || !gcu.ok() || !gq.ok() || !go.ok()) {
+      die(internal_error("prefill set-up failed"));
+    }
+    PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
+    VarlenBatch vb{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks),
+                   gl->address(), gcu->address(), cu, heads};
+    AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
+    PagedAttentionVarlen varlen(ctx);
+    // One launch per submission: the launcher rewrites its tile table per launch.
+    auto t = time_launches(ctx, 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
+    if (!t.ok()) die(t.status());
+    // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
+    const double flops = 2.0 * heads * dim * static_cast<double>(prefill_tokens) * prefill_tokens;
+    prefill.add_row({dname, fmt_double(*t * 1e3, 2), fmt_double(prefill_tokens / *t, 0),
+                     fmt_double(flops / *t / 1e12, 2)});
+  }
+  prefill.print();
+  prefill.write_json(output_path("engine_bench_prefill.json"));
+  return 0;
+}

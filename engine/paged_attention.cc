@@ -1,0 +1,158 @@
+#include "engine/paged_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace kvtier {
+
+namespace {
+
+struct DecodeParams {
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, part_out, part_ml;
+  uint32_t num_kv_heads, max_blocks_per_seq, max_splits;
+  float scale, softcap;
+  int32_t window;
+};
+struct ReduceParams {
+  uint64_t out, part_out, part_ml, seq_lens;
+  uint32_t num_heads, max_splits;
+};
+struct VarlenParams {
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, tiles;
+  uint32_t num_kv_heads, max_blocks_per_seq;
+  float scale, softcap;
+  int32_t window, pad;
+};
+
+uint32_t largest_pow2_dividing(uint32_t n, uint32_t cap) {
+  uint32_t p = 1;
+  while (p * 2 <= cap && n % (p * 2) == 0) p *= 2;
+  return p;
+}
+
+Status check_heads(uint32_t num_heads, const PagedKvView& cache) {
+  if (cache.num_kv_heads == 0 || num_heads % cache.num_kv_heads != 0) {
+    return invalid_argument("attention: num_heads " + std::to_string(num_heads) +
+                            " is not a multiple of num_kv_heads " + std::to_string(cache.num_kv_heads));
+  }
+  if (cache.head_dim % 8 != 0 || cache.head_dim > 256) {
+    return invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const PagedKvView& cache,
+                                                                     uint32_t gqa) const {
+  const uint32_t elems = 16 / static_cast<uint32_t>(dtype_size(cache.dtype));
+  const uint32_t vec_per_row = cache.head_dim / elems;
+  Config c;
+  c.wg = 128;
+  // A row's lanes share one subgroup (the butterfly uses subgroupShuffleXor).
+  c.lanes = largest_pow2_dividing(vec_per_row, std::min<uint32_t>(16, ctx_.info().subgroup_size));
+  const uint32_t rows = c.wg / c.lanes;
+  const int64_t floats = ctx_.info().max_shared_memory / 4 - static_cast<int64_t>(rows) * cache.head_dim;
+  uint32_t split = 512;
+  while (split > 32 && static_cast<int64_t>(gqa) * split > floats) split /= 2;
+  if (static_cast<int64_t>(gqa) * split > floats) {
+    return unavailable("attention: shared memory too small for GQA " + std::to_string(gqa));
+  }
+  c.split = split;
+  return c;
+}
+
+uint32_t PagedAttentionDecode::split_tokens(const PagedKvView& cache, uint32_t gqa) const {
+  auto c = configure(cache, gqa);
+  return c.ok() ? c->split : 0;
+}
+
+Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
+                                    const PagedKvView& cache, const AttentionOptions& o) {
+  KVTIER_RETURN_IF_ERROR(check_heads(b.num_heads, cache));
+  if (b.num_seqs == 0) return ok_status();
+  const uint32_t gqa = b.num_heads / cache.num_kv_heads;
+  KVTIER_ASSIGN_OR_RETURN(Config c, configure(cache, gqa));
+  const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + c.split - 1) / c.split);
+  KVTIER_ASSIGN_OR_RETURN(
+      auto decode, ctx_.pipeline("paged_attention_decode",
+                                 {c.wg, cache.head_dim, cache.block_size, gqa, c.lanes, c.split,
+                                  kernel_dtype(cache.dtype)},
+                                 sizeof(DecodeParams)));
+  uint64_t part_out = 0, part_ml = 0;
+  if (max_splits > 1) {
+    const uint64_t rows = static_cast<uint64_t>(b.num_seqs) * b.num_heads * max_splits;
+    const uint64_t need = rows * cache.head_dim * 4 + rows * 8;
+    if (partial_.size() < need) {
+      KVTIER_ASSIGN_OR_RETURN(partial_, GpuBuffer::create(ctx_, need, MemoryKind::kDevice));
+    }
+    part_out = partial_.address();
+    part_ml = part_out + rows * cache.head_dim * 4;
+  }
+  DecodeParams p{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, part_out, part_ml,
+                 cache.num_kv_heads, b.max_blocks_per_seq, max_splits, o.scale, o.softcap, o.window};
+  batch.dispatch(*decode, p, b.num_seqs, cache.num_kv_heads, max_splits);
+  batch.barrier();
+  if (max_splits > 1) {
+    KVTIER_ASSIGN_OR_RETURN(auto reduce, ctx_.pipeline("paged_attention_reduce",
+                                                       {cache.head_dim, c.split}, sizeof(ReduceParams)));
+    ReduceParams r{b.out, part_out, part_ml, b.seq_lens, b.num_heads, max_splits};
+    batch.dispatch(*reduce, r, b.num_seqs, b.num_heads);
+    batch.barrier();
+  }
+  return ok_status();
+}
+
+Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
+                                    const PagedKvView& cache, const AttentionOptions& o) {
+  KVTIER_RETURN_IF_ERROR(check_heads(b.num_heads, cache));
+  if (b.host_cu_seqlens_q.size() < 2) return ok_status();
+  const uint32_t gqa = b.num_heads / cache.num_kv_heads;
+  // Each lane owns 32 dimensions (fewer lanes for small heads); a row's lanes share a subgroup.
+  const uint32_t p = std::max<uint32_t>(1, cache.head_dim / 32);
+  if (cache.head_dim % p != 0 || p > ctx_.info().subgroup_size || (p & (p - 1)) != 0) {
+    return unavailable("attention: head_dim " + std::to_string(cache.head_dim) +
+                       " does not split over this device's subgroups");
+  }
+  uint32_t qt = 16;
+  while (qt > 1 && qt * gqa * p > ctx_.info().max_workgroup_invocations) qt /= 2;
+  const uint32_t wg = qt * gqa * p;
+  if (wg > ctx_.info().max_workgroup_invocations ||
+      2ull * 16 * cache.head_dim * 4 > ctx_.info().max_shared_memory) {
+    return unavailable("attention: GQA " + std::to_string(gqa) + " x head_dim " +
+                       std::to_string(cache.head_dim) + " exceeds this device's workgroup limits");
+  }
+  // Tiles: up to qt consecutive rows of one sequence.
+  std::vector<int32_t> tiles;
+  for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
+    const int32_t rows = b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s];
+    for (int32_t r = 0; r < rows; r += static_cast<int32_t>(qt)) {
+      tiles.push_back(static_cast<int32_t>(s));
+      tiles.push_back(r);
+    }
+  }
+  if (tiles.empty()) return ok_status();
+  // A small host-visible table, rewritten per launch (the launcher's documented contract: the
+  // previous batch has finished).
+  if (tiles_.size() < tiles.size() * 4) {
+    KVTIER_ASSIGN_OR_RETURN(tiles_, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
+                                                      MemoryKind::kUpload));
+  }
+  std::memcpy(tiles_.mapped(), tiles.data(), tiles.size() * 4);
+  KVTIER_RETURN_IF_ERROR(tiles_.flush(0, tiles.size() * 4));
+  KVTIER_ASSIGN_OR_RETURN(
+      auto pipeline,
+      ctx_.pipeline("paged_attention_varlen",
+                    {wg, cache.head_dim, cache.block_size, gqa, qt, p, kernel_dtype(cache.dtype)},
+                    sizeof(VarlenParams)));
+  VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
+                  tiles_.address(), cache.num_kv_heads, b.max_blocks_per_seq, o.scale, o.softcap,
+                  o.window, 0};
+  const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
+  batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads);
+  batch.barrier();
+  return ok_status();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,76 @@
+// The attention launchers over paged K/V.
+//
+// PagedAttentionDecode (kernels/paged_attention_decode.comp + paged_attention_reduce.comp): one
+// query per sequence. Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32
+// [num_seqs, max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's
+// own token, whose K/V must already be in the cache). Contexts longer than one split are spread
+// over several workgroups and combined by the reduce pass.
+//
+// PagedAttentionVarlen (kernels/paged_attention_varlen.comp): prefill and decode in one launch.
+// q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
+// [cu_seqlens_q[i], cu_seqlens_q[i+1]), the last q_len positions of its seq_lens[i]; causal.
+// Host copies of cu_seqlens_q are needed to cut rows into tiles of one sequence each.
+//
+// Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
+// Each launcher keeps scratch buffers that a recorded batch uses: wait for a batch before
+// recording the next one with the same launcher.
+#pragma once
+
+#include <span>
+
+#include "engine/command_batch.h"
+#include "engine/paged_kv.h"
+
+namespace kvtier {
+
+struct DecodeBatch {
+  uint64_t q = 0;
+  uint64_t out = 0;
+  uint64_t block_tables = 0;
+  uint32_t max_blocks_per_seq = 0;
+  uint64_t seq_lens = 0;
+  uint32_t num_seqs = 0;
+  uint32_t max_seq_len = 0;  // the longest seq_lens entry (sizes the split grid)
+  uint32_t num_heads = 0;
+};
+
+class PagedAttentionDecode {
+ public:
+  explicit PagedAttentionDecode(VulkanContext& ctx) : ctx_(ctx) {}
+  Status record(CommandBatch& batch, const DecodeBatch& b, const PagedKvView& cache,
+                const AttentionOptions& options);
+  // Context tokens one workgroup covers for this cache's shape and this GQA ratio.
+  uint32_t split_tokens(const PagedKvView& cache, uint32_t gqa) const;
+
+ private:
+  struct Config {
+    uint32_t wg, lanes, split;
+  };
+  Result<Config> configure(const PagedKvView& cache, uint32_t gqa) const;
+  VulkanContext& ctx_;
+  GpuBuffer partial_;  // part_out then part_ml, grown on demand
+};
+
+struct VarlenBatch {
+  uint64_t q = 0;
+  uint64_t out = 0;
+  uint64_t block_tables = 0;
+  uint32_t max_blocks_per_seq = 0;
+  uint64_t seq_lens = 0;       // device i32 [num_seqs]
+  uint64_t cu_seqlens_q = 0;   // device i32 [num_seqs + 1]
+  std::span<const int32_t> host_cu_seqlens_q;  // the same, on the host
+  uint32_t num_heads = 0;
+};
+
+class PagedAttentionVarlen {
+ public:
+  explicit PagedAttentionVarlen(VulkanContext& ctx) : ctx_(ctx) {}
+  Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
+                const AttentionOptions& options);
+
+ private:
+  VulkanContext& ctx_;
+  GpuBuffer tiles_;
+};
+
+}  // namespace kvtier

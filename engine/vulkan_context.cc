@@ -1,0 +1,303 @@
+#include "engine/vulkan_context.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/log.h"
+#include "engine/compute_pipeline.h"
+
+namespace kvtier {
+
+Status vk_status(const char* what, VkResult r) {
+  const char* name = "VkResult";
+  switch (r) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY: name = "VK_ERROR_OUT_OF_HOST_MEMORY"; break;
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: name = "VK_ERROR_OUT_OF_DEVICE_MEMORY"; break;
+    case VK_ERROR_INITIALIZATION_FAILED: name = "VK_ERROR_INITIALIZATION_FAILED"; break;
+    case VK_ERROR_DEVICE_LOST: name = "VK_ERROR_DEVICE_LOST"; break;
+    case VK_ERROR_FEATURE_NOT_PRESENT: name = "VK_ERROR_FEATURE_NOT_PRESENT"; break;
+    case VK_ERROR_INCOMPATIBLE_DRIVER: name = "VK_ERROR_INCOMPATIBLE_DRIVER"; break;
+    case VK_TIMEOUT: name = "VK_TIMEOUT"; break;
+    default: break;
+  }
+  return Status(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                    ? StatusCode::kResourceExhausted
+                    : StatusCode::kUnavailable,
+                std::string(what) + ": " + name + " (" + std::to_string(r) + ")");
+}
+
+#define VK_TRY(what, expr)                       \
+  do {                                           \
+    VkResult _r = (expr);                        \
+    if (_r != VK_SUCCESS) return vk_status(what, _r); \
+  } while (0)
+
+Result<std::unique_ptr<VulkanContext>> VulkanContext::create() {
+  std::unique_ptr<VulkanContext> ctx(new VulkanContext());
+  KVTIER_RETURN_IF_ERROR(ctx->init());
+  return ctx;
+}
+
+namespace {
+
+int type_rank(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+    default: return 4;
+  }
+}
+
+}  // namespace
+
+Status VulkanContext::init() {
+  VkApplicationInfo app{.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "kvtier";
+  app.apiVersion = VK_API_VERSION_1_2;
+  VkInstanceCreateInfo ici{.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ici.pApplicationInfo = &app;
+  VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
+  if (r != VK_SUCCESS) {
+    return unavailable("no Vulkan driver could be loaded (vkCreateInstance: " + std::to_string(r) +
+                       "); install mesa-vulkan-drivers for the CPU device");
+  }
+  uint32_t n = 0;
+  vkEnumeratePhysicalDevices(instance_, &n, nullptr);
+  std::vector<VkPhysicalDevice> devices(n);
+  vkEnumeratePhysicalDevices(instance_, &n, devices.data());
+  if (devices.empty()) return unavailable("no Vulkan device found");
+
+  std::vector<std::pair<VkPhysicalDevice, VkPhysicalDeviceProperties>> candidates;
+  for (VkPhysicalDevice d : devices) {
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(d, &p);
+    if (p.apiVersion >= VK_API_VERSION_1_2) candidates.emplace_back(d, p);
+  }
+  if (candidates.empty()) return unavailable("no Vulkan 1.2 device found");
+  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    return type_rank(a.second.deviceType) < type_rank(b.second.deviceType);
+  });
+  size_t pick = 0;
+  if (const char* want = std::getenv("KVTIER_VK_DEVICE"); want && *want) {
+    char* end = nullptr;
+    const long idx = std::strtol(want, &end, 10);
+    bool found = false;
+    if (*end == '\0' && idx >= 0 && static_cast<size_t>(idx) < candidates.size()) {
+      pick = static_cast<size_t>(idx);
+      found = true;
+    }
+    for (size_t i = 0; !found && i < candidates.size(); ++i) {
+      if (std::strstr(candidates[i].second.deviceName, want)) {
+        pick = i;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string names;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        names += (i ? ", " : "") + std::to_string(i) + ": " + candidates[i].second.deviceName;
+      }
+      return unavailable(std::string("KVTIER_VK_DEVICE=") + want + " matches no device (" + names + ")");
+    }
+  }
+  physical_ = candidates[pick].first;
+  const VkPhysicalDeviceProperties& props = candidates[pick].second;
+
+  VkPhysicalDeviceSubgroupProperties subgroup{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceDriverProperties driver{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  subgroup.pNext = &driver;
+  VkPhysicalDeviceProperties2 props2{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  props2.pNext = &subgroup;
+  vkGetPhysicalDeviceProperties2(physical_, &props2);
+  info_.name = props.deviceName;
+  info_.driver = std::string(driver.driverName) + " " + driver.driverInfo;
+  info_.type = props.deviceType;
+  info_.subgroup_size = subgroup.subgroupSize;
+  info_.max_shared_memory = props.limits.maxComputeSharedMemorySize;
+  info_.max_workgroup_invocations = props.limits.maxComputeWorkGroupInvocations;
+  for (int i = 0; i < 3; ++i) info_.max_workgroup_count[i] = props.limits.maxComputeWorkGroupCount[i];
+  info_.max_push_constants = props.limits.maxPushConstantsSize;
+  const VkSubgroupFeatureFlags need_ops = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+  if ((subgroup.supportedOperations & need_ops) != need_ops ||
+      !(subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT)) {
+    return unavailable(info_.name + " lacks subgroup shuffles in compute shaders");
+  }
+
+  VkPhysicalDeviceVulkan12Features f12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceFeatures2 f2{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  f2.pNext = &f12;
+  vkGetPhysicalDeviceFeatures2(physical_, &f2);
+  if (!f12.bufferDeviceAddress || !f12.timelineSemaphore || !f2.features.shaderInt64) {
+    return unavailable(info_.name + " lacks bufferDeviceAddress, timelineSemaphore or shaderInt64");
+  }
+
+  uint32_t nq = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> families(nq);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, families.data());
+  int compute = -1, transfer = -1;
+  for (uint32_t i = 0; i < nq; ++i) {
+    const VkQueueFlags fl = families[i].queueFlags;
+    if ((fl & VK_QUEUE_COMPUTE_BIT) && compute < 0) compute = static_cast<int>(i);
+    if ((fl & VK_QUEUE_TRANSFER_BIT) && !(fl & VK_QUEUE_COMPUTE_BIT) && !(fl & VK_QUEUE_GRAPHICS_BIT) &&
+        transfer < 0) {
+      transfer = static_cast<int>(i);
+    }
+  }
+  if (compute < 0) return unavailable(info_.name + " has no compute queue");
+  compute_family_ = static_cast<uint32_t>(compute);
+  info_.has_transfer_queue = transfer >= 0;
+  transfer_family_ = transfer >= 0 ? static_cast<uint32_t>(transfer) : compute_family_;
+  if (families[compute_family_].timestampValidBits > 0) info_.timestamp_period_ns = props.limits.timestampPeriod;
+
+  const float priority = 1.0f;
+  std::vector<VkDeviceQueueCreateInfo> queues;
+  VkDeviceQueueCreateInfo qc{.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qc.queueFamilyIndex = compute_family_;
+  qc.queueCount = 1;
+  qc.pQueuePriorities = &priority;
+  queues.push_back(qc);
+  if (info_.has_transfer_queue) {
+    qc.queueFamilyIndex = transfer_family_;
+    queues.push_back(qc);
+  }
+  VkPhysicalDeviceVulkan12Features enable12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  enable12.bufferDeviceAddress = VK_TRUE;
+  enable12.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceFeatures2 enable{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  enable.pNext = &enable12;
+  enable.features.shaderInt64 = VK_TRUE;
+  // Only the quantize kernel needs doubles (an exactly rounded reciprocal); without them it
+  // reports itself unavailable.
+  enable.features.shaderFloat64 = f2.features.shaderFloat64;
+  info_.has_float64 = f2.features.shaderFloat64;
+  VkDeviceCreateInfo dci{.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  dci.pNext = &enable;
+  dci.queueCreateInfoCount = static_cast<uint32_t>(queues.size());
+  dci.pQueueCreateInfos = queues.data();
+  VK_TRY("vkCreateDevice", vkCreateDevice(physical_, &dci, nullptr, &device_));
+  vkGetDeviceQueue(device_, compute_family_, 0, &compute_queue_);
+  transfer_queue_ = compute_queue_;
+  if (info_.has_transfer_queue) vkGetDeviceQueue(device_, transfer_family_, 0, &transfer_queue_);
+  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+  VkCommandPoolCreateInfo pci{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pci.queueFamilyIndex = compute_family_;
+  VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &compute_pool_));
+  pci.queueFamilyIndex = transfer_family_;
+  VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &transfer_pool_));
+
+  VkSemaphoreTypeCreateInfo tci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+  tci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo sci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+  sci.pNext = &tci;
+  VK_TRY("vkCreateSemaphore", vkCreateSemaphore(device_, &sci, nullptr, &timeline_));
+  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}", info_.name, info_.driver,
+               info_.subgroup_size, info_.max_shared_memory / 1024,
+               info_.has_transfer_queue ? ", separate transfer queue" : "");
+  return ok_status();
+}
+
+VulkanContext::~VulkanContext() {
+  if (device_) {
+    vkDeviceWaitIdle(device_);
+    {
+      std::lock_guard lock(pipeline_mu_);
+      pipelines_.clear();
+    }
+    if (timeline_) vkDestroySemaphore(device_, timeline_, nullptr);
+    if (compute_pool_) vkDestroyCommandPool(device_, compute_pool_, nullptr);
+    if (transfer_pool_) vkDestroyCommandPool(device_, transfer_pool_, nullptr);
+    vkDestroyDevice(device_, nullptr);
+  }
+  if (instance_) vkDestroyInstance(instance_, nullptr);
+}
+
+Result<uint32_t> VulkanContext::memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
+                                            VkMemoryPropertyFlags preferred) const {
+  int best = -1, best_score = -1;
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    if (!(type_bits & (1u << i))) continue;
+    const VkMemoryPropertyFlags f = memory_.memoryTypes[i].propertyFlags;
+    if ((f & required) != required) continue;
+    const int score = __builtin_popcount(f & preferred);
+    if (score > best_score) {
+      best = static_cast<int>(i);
+      best_score = score;
+    }
+  }
+  if (best < 0) return unavailable("no Vulkan memory type with the required properties");
+  return static_cast<uint32_t>(best);
+}
+
+Result<std::shared_ptr<ComputePipeline>> VulkanContext::pipeline(
+    const std::string& kernel, const std::vector<uint32_t>& spec_constants,
+    uint32_t push_constant_bytes) {
+  std::lock_guard lock(pipeline_mu_);
+  auto key = std::make_pair(kernel, spec_constants);
+  auto it = pipelines_.find(key);
+  if (it != pipelines_.end()) return it->second;
+  KVTIER_ASSIGN_OR_RETURN(auto p, ComputePipeline::create(*this, kernel, spec_constants,
+                                                          push_constant_bytes));
+  pipelines_.emplace(key, p);
+  return p;
+}
+
+Result<VkCommandBuffer> VulkanContext::allocate_command_buffer(bool transfer) {
+  std::lock_guard lock(submit_mu_);
+  VkCommandBufferAllocateInfo ai{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = transfer ? transfer_pool_ : compute_pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  VK_TRY("vkAllocateCommandBuffers", vkAllocateCommandBuffers(device_, &ai, &cb));
+  return cb;
+}
+
+void VulkanContext::free_command_buffer(VkCommandBuffer cb, bool transfer) {
+  std::lock_guard lock(submit_mu_);
+  vkFreeCommandBuffers(device_, transfer ? transfer_pool_ : compute_pool_, 1, &cb);
+}
+
+Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, bool transfer) {
+  std::lock_guard lock(submit_mu_);
+  const uint64_t value = ++next_value_;
+  VkTimelineSemaphoreSubmitInfo ts{.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  ts.signalSemaphoreValueCount = 1;
+  ts.pSignalSemaphoreValues = &value;
+  VkSubmitInfo si{.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.pNext = &ts;
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cb;
+  si.signalSemaphoreCount = 1;
+  si.pSignalSemaphores = &timeline_;
+  // Submissions signal in order on one timeline; a transfer-queue submission that must follow
+  // compute work waits on the previous value.
+  VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+  const uint64_t previous = value - 1;
+  if (previous > 0) {
+    ts.waitSemaphoreValueCount = 1;
+    ts.pWaitSemaphoreValues = &previous;
+    si.waitSemaphoreCount = 1;
+    si.pWaitSemaphores = &timeline_;
+    si.pWaitDstStageMask = &stage;
+  }
+  VK_TRY("vkQueueSubmit", vkQueueSubmit(transfer ? transfer_queue_ : compute_queue_, 1, &si,
+                                        VK_NULL_HANDLE));
+  return value;
+}
+
+Status VulkanContext::wait(uint64_t value) {
+  VkSemaphoreWaitInfo wi{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &value;
+  VK_TRY("vkWaitSemaphores", vkWaitSemaphores(device_, &wi, UINT64_MAX));
+  return ok_status();
+}
+
+}  // namespace kvtier

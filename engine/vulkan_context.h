@@ -1,0 +1,98 @@
+// VulkanContext: one Vulkan device set up for kvtier's compute work — instance, physical device
+// (a discrete GPU first, then any; KVTIER_VK_DEVICE picks one by index or by a substring of its
+// name), a compute queue and, where the device has one, a separate transfer queue, and a timeline
+// semaphore that orders and tracks submissions. Every test runs on Mesa's lavapipe (CPU Vulkan);
+// figures come from the NVIDIA driver.
+//
+// Required device features: bufferDeviceAddress and shaderInt64 (kernels address buffers by
+// 64-bit pointers), timelineSemaphore, and subgroup shuffles in compute shaders.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvtier {
+
+class ComputePipeline;
+
+struct DeviceInfo {
+  std::string name;
+  std::string driver;
+  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  uint32_t subgroup_size = 0;
+  uint32_t max_shared_memory = 0;
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_push_constants = 0;
+  float timestamp_period_ns = 0;  // 0 when the compute queue has no timestamps
+  bool has_transfer_queue = false;
+  bool has_float64 = false;  // needed by the GPU quantizer
+};
+
+// Thread-safe: submissions are serialized by an internal mutex; pipelines are cached.
+class VulkanContext {
+ public:
+  // kUnavailable with the reason when there is no Vulkan device (or none with the features).
+  static Result<std::unique_ptr<VulkanContext>> create();
+  ~VulkanContext();
+  VulkanContext(const VulkanContext&) = delete;
+  VulkanContext& operator=(const VulkanContext&) = delete;
+
+  VkDevice device() const { return device_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
+  const DeviceInfo& info() const { return info_; }
+  uint32_t compute_family() const { return compute_family_; }
+
+  // Memory type index with all of `required` (and as many of `preferred` as possible).
+  Result<uint32_t> memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
+                               VkMemoryPropertyFlags preferred) const;
+
+  // A compiled kernel with these specialization constants (constant_id -> value), cached.
+  Result<std::shared_ptr<ComputePipeline>> pipeline(const std::string& kernel,
+                                                    const std::vector<uint32_t>& spec_constants,
+                                                    uint32_t push_constant_bytes);
+
+  // Submits a recorded command buffer on the compute (or transfer) queue; it signals the
+  // timeline semaphore with the returned value.
+  Result<uint64_t> submit(VkCommandBuffer cb, bool transfer_queue = false);
+  // Waits until the timeline reaches `value` (all work submitted up to it is done).
+  Status wait(uint64_t value);
+  // Command buffers come from per-queue pools guarded by the submission mutex.
+  Result<VkCommandBuffer> allocate_command_buffer(bool transfer_queue = false);
+  void free_command_buffer(VkCommandBuffer cb, bool transfer_queue = false);
+
+ private:
+  VulkanContext() = default;
+  Status init();
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue compute_queue_ = VK_NULL_HANDLE;
+  VkQueue transfer_queue_ = VK_NULL_HANDLE;
+  uint32_t compute_family_ = 0;
+  uint32_t transfer_family_ = 0;
+  VkCommandPool compute_pool_ = VK_NULL_HANDLE;
+  VkCommandPool transfer_pool_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint64_t next_value_ = 0;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  DeviceInfo info_;
+
+  std::mutex submit_mu_;    // guards queue submission, pools and next_value_
+  std::mutex pipeline_mu_;  // guards pipelines_
+  std::map<std::pair<std::string, std::vector<uint32_t>>, std::shared_ptr<ComputePipeline>> pipelines_;
+};
+
+// "vkCreateBuffer: VK_ERROR_OUT_OF_DEVICE_MEMORY (-2)"
+Status vk_status(const char* what, VkResult r);
+
+}  // namespace kvtier

@@ -1,0 +1,170 @@
+// The attention triangle: the CPU reference, the decode kernel and the varlen kernel must agree on
+// random inputs across dtypes, head dims, GQA ratios, block sizes, context lengths (1, a block
+// edge, several blocks, longer than one split), sliding windows and soft-capping.
+//
+// Tolerance: K and V are exact in every dtype (the kernels convert them losslessly to f32), so the
+// dtype changes no rounding; what differs is the order of f32 sums (dot products over head_dim,
+// softmax denominators, weighted sums over up to ~1100 tokens) and the GPU's exp/tanh, accurate to
+// a few ulp. With |q| <= 0.5, |k|, |v| < 4, scores stay within about +-12 and outputs within +-4.
+// Measured worst error, relative to 1 + |reference|: 6e-7 (2e-6 with soft-capping) on lavapipe.
+// The bound, 5e-5 (1e-4 with soft-capping), leaves room for a GPU's approximate exp and tanh
+// (a few ulp each, NVIDIA's being the loosest), while a wrong index, mask or scale moves outputs
+// by far more.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/paged_attention.h"
+#include "engine/reference/reference_attention.h"
+#include "tests/engine/engine_test_env.h"
+#include "tests/support/test_blocks.h"
+
+namespace kvtier {
+namespace {
+
+using testing::from_gpu;
+using testing::gpu;
+using testing::to_gpu;
+
+struct AttnCase {
+  const char* name;
+  DType dtype;
+  int head_dim;
+  int gqa;
+  int kv_heads;
+  int block_size;
+  std::vector<int> lens;
+  float softcap = 0;
+  int window = 0;
+};
+
+// A paged cache with every sequence's blocks scattered at random over the arrays.
+struct PagedProblem {
+  explicit PagedProblem(const AttnCase& c, const std::vector<int>& q_lens) {
+    num_heads = c.gqa * c.kv_heads;
+    for (int len : c.lens) max_blocks = std::max(max_blocks, (len + c.block_size - 1) / c.block_size);
+    const int blocks = max_blocks * static_cast<int>(c.lens.size()) + 3;
+    const size_t elems = static_cast<size_t>(blocks) * c.block_size * c.kv_heads * c.head_dim;
+    k.resize(elems * dtype_size(c.dtype));
+    v.resize(k.size());
+    std::mt19937_64 rng(c.head_dim * 31 + c.gqa);
+    testing::fill_tensor(c.dtype, k, rng, testing::Values::kRandom, c.head_dim);
+    testing::fill_tensor(c.dtype, v, rng, testing::Values::kRandom, c.head_dim);
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    tables.assign(c.lens.size() * max_blocks, 0);
+    for (size_t s = 0; s < c.lens.size(); ++s) {
+      for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = perm[s * max_blocks + b];
+    }
+    lens.assign(c.lens.begin(), c.lens.end());
+    cu.push_back(0);
+    for (int ql : q_lens) cu.push_back(cu.back() + ql);
+    q = testing::random_floats(static_cast<size_t>(cu.back()) * num_heads * c.head_dim, 77, -0.5f, 0.5f);
+    options.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    options.softcap = c.softcap;
+    options.window = c.window;
+    gk = to_gpu(k);
+    gv = to_gpu(v);
+    gtables = to_gpu(tables);
+    glens = to_gpu(lens);
+    gcu = to_gpu(cu);
+    gq = to_gpu(q);
+    view = {gk.address(), gv.address(), static_cast<uint32_t>(blocks), static_cast<uint32_t>(c.block_size),
+            static_cast<uint32_t>(c.kv_heads), static_cast<uint32_t>(c.head_dim), c.dtype};
+  }
+  std::vector<float> reference(const AttnCase& c) const {
+    std::vector<float> out(q.size());
+    reference::paged_attention({k.data(), v.data(), c.dtype, c.block_size, c.kv_heads, c.head_dim},
+                               options, q, num_heads, tables, max_blocks, lens, cu, out);
+    return out;
+  }
+  std::vector<float> decode() {
+    GpuBuffer out = testing::gpu_zeros(q.size() * 4);
+    PagedAttentionDecode k(gpu());
+    DecodeBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
+                  glens.address(), static_cast<uint32_t>(lens.size()),
+                  static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end())),
+                  static_cast<uint32_t>(num_heads)};
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    Status st = k.record(batch, b, view, options);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(batch.submit_and_wait().ok());
+    return from_gpu<float>(out, q.size());
+  }
+  std::vector<float> varlen() {
+    GpuBuffer out = testing::gpu_zeros(q.size() * 4);
+    PagedAttentionVarlen k(gpu());
+    VarlenBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
+                  glens.address(), gcu.address(), cu, static_cast<uint32_t>(num_heads)};
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    Status st = k.record(batch, b, view, options);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(batch.submit_and_wait().ok());
+    return from_gpu<float>(out, q.size());
+  }
+
+  int num_heads = 0, max_blocks = 0;
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> tables, lens, cu;
+  std::vector<float> q;
+  AttentionOptions options;
+  GpuBuffer gk, gv, gtables, glens, gcu, gq;
+  PagedKvView view;
+};
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  float worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float err = std::fabs(a[i] - b[i]) / (1.0f + std::fabs(b[i]));
+    ASSERT_FALSE(std::isnan(a[i])) << what << " NaN at " << i;
+    if (err > worst) {
+      worst = err;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tol) << what << ": worst relative error at " << at << " (" << a[at] << " vs "
+                        << b[at] << ")";
+  std::cout << "  " << what << ": worst relative error " << worst << "\n";
+}
+
+class AttentionTriangle : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTriangle, ReferenceDecodeAndVarlenAgree) {
+  const AttnCase& c = GetParam();
+  PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
+  const float tol = c.softcap > 0 ? 1e-4f : 5e-5f;
+  const auto ref = s.reference(c);
+  const auto dec = s.decode();
+  const auto var = s.varlen();
+  expect_close(dec, ref, tol, "decode vs reference");
+  expect_close(var, ref, tol, "varlen vs reference");
+  expect_close(dec, var, tol, "decode vs varlen");
+}
+
+TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
+  AttnCase c = GetParam();
+  // Several query rows per sequence (a chunked prefill: the last q_len positions of each).
+  std::vector<int> q_lens;
+  for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
+  PagedProblem s(c, q_lens);
+  expect_close(s.varlen(), s.reference(c), c.softcap > 0 ? 1e-4f : 5e-5f, "varlen prefill");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTriangle,
+    ::testing::Values(
+        AttnCase{"bf16_d128_gqa4_b16", DType::kBF16, 128, 4, 2, 16, {1, 16, 100, 1100}},
+        AttnCase{"f16_d64_mha_b32", DType::kF16, 64, 1, 2, 32, {1, 32, 33, 700}},
+        AttnCase{"f32_d128_gqa8_b16", DType::kF32, 128, 8, 1, 16, {17, 64, 1025}},
+        AttnCase{"bf16_d64_gqa4_softcap", DType::kBF16, 64, 4, 2, 16, {50, 600}, 30.0f},
+        AttnCase{"f16_d128_gqa4_b32_window", DType::kF16, 128, 4, 2, 32, {200, 1100}, 0.0f, 128},
+        AttnCase{"bf16_d128_gqa2_softcap_window", DType::kBF16, 128, 2, 2, 16, {1, 600}, 50.0f, 100}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace kvtier
