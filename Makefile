@@ -24,7 +24,8 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	@cd $(BUILD_DIR) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp $(TSAN_OPTIONS)" \
+	  ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 run: build
 	@$(BUILD_DIR)/server/kvtierd $(RUN_ARGS)

@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
                        gl->address(), static_cast<uint32_t>(batch), static_cast<uint32_t>(context), heads};
         AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
         PagedAttentionDecode decode(ctx);
+        if (ctx.info().pipeline_stats && batch == batches.front() && context == contexts.front()) {
+          std::cout << "decode pipeline (" << dname << "): " << decode.pipeline_statistics(view, heads / kv_heads) << "\n";
+        }
         const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
         auto t = time_launches(ctx, per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
         if (!t.ok()) die(t.status());

@@ -1,5 +1,7 @@
 #include "engine/compute_pipeline.h"
 
+#include <vector>
+
 #include "engine/vulkan_context.h"
 #include "kernels/spirv_registry.h"
 
@@ -46,9 +48,32 @@ Result<std::shared_ptr<ComputePipeline>> ComputePipeline::create(
   pci.stage.pName = "main";
   pci.stage.pSpecializationInfo = spec_constants.empty() ? nullptr : &spec;
   pci.layout = p->layout_;
+  if (ctx.info().pipeline_stats) pci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   if (VkResult r = vkCreateComputePipelines(p->device_, VK_NULL_HANDLE, 1, &pci, nullptr, &p->pipeline_);
       r != VK_SUCCESS) {
     return vk_status(("vkCreateComputePipelines " + kernel).c_str(), r);
+  }
+  if (ctx.info().pipeline_stats) {
+    auto get_stats = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+        vkGetDeviceProcAddr(p->device_, "vkGetPipelineExecutableStatisticsKHR"));
+    VkPipelineExecutableInfoKHR exe{.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                                    .pipeline = p->pipeline_, .executableIndex = 0};
+    uint32_t n = 0;
+    if (get_stats && get_stats(p->device_, &exe, &n, nullptr) == VK_SUCCESS) {
+      std::vector<VkPipelineExecutableStatisticKHR> stats(
+          n, {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+      get_stats(p->device_, &exe, &n, stats.data());
+      for (const auto& st : stats) {
+        p->statistics_ += std::string(p->statistics_.empty() ? "" : ", ") + st.name + ": ";
+        switch (st.format) {
+          case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: p->statistics_ += st.value.b32 ? "yes" : "no"; break;
+          case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: p->statistics_ += std::to_string(st.value.i64); break;
+          case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: p->statistics_ += std::to_string(st.value.u64); break;
+          case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: p->statistics_ += std::to_string(st.value.f64); break;
+          default: break;
+        }
+      }
+    }
   }
   return p;
 }

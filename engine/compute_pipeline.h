@@ -30,6 +30,8 @@ class ComputePipeline {
   VkPipelineLayout layout() const { return layout_; }
   uint32_t push_constant_bytes() const { return push_bytes_; }
   const std::string& kernel() const { return kernel_; }
+  // "Registers: 96, Local memory: 0, ..." when VulkanContext captured statistics, else empty.
+  const std::string& statistics() const { return statistics_; }
 
  private:
   ComputePipeline() = default;
@@ -39,6 +41,7 @@ class ComputePipeline {
   VkPipeline pipeline_ = VK_NULL_HANDLE;
   uint32_t push_bytes_ = 0;
   std::string kernel_;
+  std::string statistics_;
 };
 
 }  // namespace kvtier

@@ -41,12 +41,16 @@ class PagedAttentionDecode {
                 const AttentionOptions& options);
   // Context tokens one workgroup covers for this cache's shape and this GQA ratio.
   uint32_t split_tokens(const PagedKvView& cache, uint32_t gqa) const;
+  // The compiled decode pipeline's statistics for this shape (empty unless captured).
+  std::string pipeline_statistics(const PagedKvView& cache, uint32_t gqa);
 
  private:
   struct Config {
-    uint32_t wg, lanes, split;
+    uint32_t wg, lanes, split, nv, subgroups, rs_steps, bf_steps, u;
   };
   Result<Config> configure(const PagedKvView& cache, uint32_t gqa) const;
+  Result<std::shared_ptr<ComputePipeline>> decode_pipeline(const PagedKvView& cache, uint32_t gqa,
+                                                           const Config& c);
   VulkanContext& ctx_;
   GpuBuffer partial_;  // part_out then part_ml, grown on demand
 };

@@ -164,7 +164,25 @@ Status VulkanContext::init() {
     qc.queueFamilyIndex = transfer_family_;
     queues.push_back(qc);
   }
+  // Optional: the compiler's statistics per pipeline, for tuning kernels.
+  std::vector<const char*> extensions;
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_props{
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  if (const char* want = std::getenv("KVTIER_VK_PIPELINE_STATS"); want && *want == '1') {
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, nullptr);
+    std::vector<VkExtensionProperties> exts(ne);
+    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, exts.data());
+    for (const auto& e : exts) {
+      if (std::strcmp(e.extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) {
+        extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+        exec_props.pipelineExecutableInfo = VK_TRUE;
+        info_.pipeline_stats = true;
+      }
+    }
+  }
   VkPhysicalDeviceVulkan12Features enable12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (info_.pipeline_stats) enable12.pNext = &exec_props;
   enable12.bufferDeviceAddress = VK_TRUE;
   enable12.timelineSemaphore = VK_TRUE;
   VkPhysicalDeviceFeatures2 enable{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
@@ -176,6 +194,8 @@ Status VulkanContext::init() {
   info_.has_float64 = f2.features.shaderFloat64;
   VkDeviceCreateInfo dci{.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.pNext = &enable;
+  dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  dci.ppEnabledExtensionNames = extensions.data();
   dci.queueCreateInfoCount = static_cast<uint32_t>(queues.size());
   dci.pQueueCreateInfos = queues.data();
   VK_TRY("vkCreateDevice", vkCreateDevice(physical_, &dci, nullptr, &device_));

@@ -35,6 +35,9 @@ struct DeviceInfo {
   float timestamp_period_ns = 0;  // 0 when the compute queue has no timestamps
   bool has_transfer_queue = false;
   bool has_float64 = false;  // needed by the GPU quantizer
+  // KVTIER_VK_PIPELINE_STATS=1 and the driver supports VK_KHR_pipeline_executable_properties:
+  // pipelines record the compiler's statistics (registers, spills), for kernel tuning.
+  bool pipeline_stats = false;
 };
 
 // Thread-safe: submissions are serialized by an internal mutex; pipelines are cached.

@@ -3,17 +3,21 @@
 // heads share a KV head), per-sequence lengths, optional sliding window and soft-capping.
 // Grid (sequence, kv head, split): a split covers SPLIT consecutive context tokens, so long
 // contexts spread over many workgroups; with more than one split each writes an unnormalized
-// partial result plus (max, sum) and paged_attention_reduce combines them. Split boundaries depend
-// only on the sequence length, never on the batch, so a sequence decodes the same alone or batched.
+// partial result plus (max, sum) and paged_attention_reduce combines them. SPLIT is fixed per
+// shape, never chosen from the batch, so a sequence decodes to the same bits alone or batched.
 //
 // Buffers: q, out f32 [num_seqs, num_heads, HEAD_DIM]; k_cache, v_cache [num_blocks, BLOCK_SIZE,
 // num_kv_heads, HEAD_DIM] in DTYPE; block_tables i32 [num_seqs, max_blocks_per_seq]; seq_lens i32
 // [num_seqs]; part_out f32 [num_seqs, num_heads, max_splits, HEAD_DIM]; part_ml f32 [..., 2].
 //
-// Each K/V row (one token, one KV head) is read once, 16 bytes per lane, by LANES lanes of one
-// subgroup (LANES <= subgroup size; the butterfly reduction uses subgroupShuffleXor).
+// Bandwidth is the goal (every K/V byte is read once): a row (one token, one KV head) is read by
+// LANES lanes of one subgroup, 16 bytes each, and every lane keeps U rows' loads in flight. The U
+// rows' dot products for all GQA heads are summed across the LANES lanes by a transposed
+// reduce-scatter (log2(LANES) rounds of shuffles for all U*GQA values together, not each one).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common/bda.glsl"
 #include "common/dtype.glsl"
 #include "common/attention_params.glsl"
@@ -23,8 +27,13 @@ layout(constant_id = 1) const uint HEAD_DIM = 128;
 layout(constant_id = 2) const uint BLOCK_SIZE = 16;
 layout(constant_id = 3) const uint GQA = 4;
 layout(constant_id = 4) const uint LANES = 16;
-layout(constant_id = 5) const uint SPLIT = 512;
+layout(constant_id = 5) const uint SPLIT = 256;
 layout(constant_id = 6) const uint DTYPE = DT_BF16;
+layout(constant_id = 7) const uint NV = 16;  // U * GQA rounded up to a power of two
+layout(constant_id = 8) const uint SUBGROUPS = 4;  // WG / subgroup size
+layout(constant_id = 9) const uint RS_STEPS = 4;   // reduce-scatter rounds (host computes them)
+layout(constant_id = 10) const uint BF_STEPS = 0;  // butterfly rounds after it
+layout(constant_id = 11) const uint U = 4;         // rows per lane per step (loads in flight)
 
 layout(local_size_x_id = 0) in;
 
@@ -32,7 +41,8 @@ const uint ESZ = DTYPE == DT_F32 ? 4 : 2;
 const uint ELEMS = 16 / ESZ;                  // values per 16-byte load
 const uint VEC_PER_ROW = HEAD_DIM / ELEMS;
 const uint VEC_PER_LANE = VEC_PER_ROW / LANES;
-const uint ROWS = WG / LANES;                 // rows read at once
+const uint ROWS = WG / LANES;                 // rows read at once (times U per step)
+const uint DUP = NV < LANES ? LANES / NV : 1; // lanes left holding the same reduced value
 
 layout(push_constant) uniform Params {
   uint64_t q;
@@ -53,6 +63,7 @@ layout(push_constant) uniform Params {
 
 shared float s_scores[GQA * SPLIT];
 shared float s_red[ROWS * HEAD_DIM];
+shared float s_stat[SUBGROUPS * GQA];
 
 uint64_t row_address(uint64_t cache, uint seq, uint kh, uint t) {
   const int blk = I32Ref(pc.block_tables).v[seq * pc.max_blocks_per_seq + t / BLOCK_SIZE];
@@ -86,95 +97,145 @@ void main() {
 
   // This lane's slice of every query head of this KV head.
   float qv[GQA][VEC_PER_LANE * 8];
-  for (uint g = 0; g < GQA; ++g) {
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
     const uint64_t qbase = uint64_t(seq * num_heads + kh * GQA + g) * HEAD_DIM;
-    for (uint v = 0; v < VEC_PER_LANE; ++v) {
+    [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
       const uint d0 = (v * LANES + lane) * ELEMS;
-      for (uint e = 0; e < 8; ++e) {
+      [[unroll]] for (uint e = 0; e < 8; ++e) {
         qv[g][v * 8 + e] = e < ELEMS ? F32Ref(pc.q + (qbase + d0 + e) * 4).v[0] : 0.0;
       }
     }
   }
 
-  // 1. Scores. The loop count is the same for every row so the subgroup stays converged.
-  for (uint base = start; base < end; base += ROWS) {
-    const uint t = base + row;
-    const bool valid = t < end;
-    float acc[GQA];
-    for (uint g = 0; g < GQA; ++g) acc[g] = 0.0;
-    if (valid) {
-      const uint64_t addr = row_address(pc.k_cache, seq, kh, t);
-      for (uint v = 0; v < VEC_PER_LANE; ++v) {
+  // Which reduced values this lane ends up holding after the reduce-scatter: indices
+  // [base, base + HELD), each index being u * GQA + g. Every loop below has a trip count known
+  // once the constants are specialized, and is unrolled: the arrays stay in registers.
+  const uint HELD = NV >> RS_STEPS;
+  uint base = 0;
+  [[unroll]] for (uint s = 0; s < RS_STEPS; ++s) {
+    if ((lane & (LANES >> (s + 1))) != 0) base += NV >> (s + 1);
+  }
+
+  // 1. Scores. Every lane runs the same number of steps so the subgroup stays converged.
+  for (uint step = start; step < end; step += ROWS * U) {
+    uvec4 w[U][VEC_PER_LANE];
+    [[unroll]] for (uint u = 0; u < U; ++u) {
+      const uint t = step + u * ROWS + row;
+      if (t < end) {
+        const uint64_t addr = row_address(pc.k_cache, seq, kh, t);
+        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
+          w[u][v] = U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0];
+        }
+      } else {
+        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = uvec4(0);
+      }
+    }
+    float acc[NV];
+    [[unroll]] for (uint i = 0; i < NV; ++i) acc[i] = 0.0;
+    [[unroll]] for (uint u = 0; u < U; ++u) {
+      [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
         float e[8];
-        unpack8(U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0], DTYPE, e);
-        for (uint g = 0; g < GQA; ++g) {
-          for (uint k = 0; k < ELEMS; ++k) acc[g] += qv[g][v * 8 + k] * e[k];
+        unpack8(w[u][v], DTYPE, e);
+        [[unroll]] for (uint g = 0; g < GQA; ++g) {
+          [[unroll]] for (uint k = 0; k < ELEMS; ++k) acc[u * GQA + g] += qv[g][v * 8 + k] * e[k];
         }
       }
     }
-    for (uint o = LANES / 2; o > 0; o /= 2) {
-      for (uint g = 0; g < GQA; ++g) acc[g] += subgroupShuffleXor(acc[g], o);
+    // Reduce-scatter across the LANES lanes of each row, then a plain butterfly if lanes remain.
+    [[unroll]] for (uint s = 0; s < RS_STEPS; ++s) {
+      const uint o = LANES >> (s + 1);
+      const uint held = NV >> (s + 1);
+      const bool upper = (lane & o) != 0;
+      [[unroll]] for (uint i = 0; i < held; ++i) {
+        const float send = upper ? acc[i] : acc[i + held];
+        const float keep = upper ? acc[i + held] : acc[i];
+        acc[i] = keep + subgroupShuffleXor(send, o);
+      }
     }
-    if (valid && lane == 0) {
-      for (uint g = 0; g < GQA; ++g) {
-        s_scores[g * SPLIT + (t - start)] =
-            int(t) < lo ? NEG_INF : attention_score(acc[g], pc.scale, pc.softcap);
+    [[unroll]] for (uint s = 0; s < BF_STEPS; ++s) {
+      acc[0] += subgroupShuffleXor(acc[0], LANES >> (RS_STEPS + s + 1));
+    }
+    if ((lane % DUP) == 0) {
+      [[unroll]] for (uint j = 0; j < HELD; ++j) {
+        const uint idx = base + j;
+        const uint u = idx / GQA, g = idx % GQA;
+        const uint t = step + u * ROWS + row;
+        if (u < U && t < end) {
+          s_scores[g * SPLIT + (t - start)] =
+              int(t) < lo ? NEG_INF : attention_score(acc[j], pc.scale, pc.softcap);
+        }
       }
     }
   }
   barrier();
 
-  // 2. Softmax statistics per head: max, then exp and sum (tree reductions, fixed order).
+  // 2. Softmax statistics for every head at once: subgroup reductions, then across subgroups.
+  const uint sg = gl_SubgroupID;
   float m_of[GQA], l_of[GQA];
-  for (uint g = 0; g < GQA; ++g) {
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float m = NEG_INF;
     for (uint i = tid; i < n; i += WG) m = max(m, s_scores[g * SPLIT + i]);
-    s_red[tid] = m;
-    barrier();
-    for (uint stride = WG / 2; stride > 0; stride /= 2) {
-      if (tid < stride) s_red[tid] = max(s_red[tid], s_red[tid + stride]);
-      barrier();
-    }
-    m = s_red[0];
-    barrier();
+    m = subgroupMax(m);
+    if (subgroupElect()) s_stat[sg * GQA + g] = m;
+  }
+  barrier();
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    float m = NEG_INF;
+    for (uint s = 0; s < SUBGROUPS; ++s) m = max(m, s_stat[s * GQA + g]);
+    m_of[g] = m;
+  }
+  barrier();
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float l = 0.0;
     for (uint i = tid; i < n; i += WG) {
-      const float p = exp(s_scores[g * SPLIT + i] - m);
+      const float p = exp(s_scores[g * SPLIT + i] - m_of[g]);
       s_scores[g * SPLIT + i] = p;
       l += p;
     }
-    s_red[tid] = l;
-    barrier();
-    for (uint stride = WG / 2; stride > 0; stride /= 2) {
-      if (tid < stride) s_red[tid] += s_red[tid + stride];
-      barrier();
-    }
-    m_of[g] = m;
-    l_of[g] = s_red[0];
-    barrier();
+    l = subgroupAdd(l);
+    if (subgroupElect()) s_stat[sg * GQA + g] = l;
+  }
+  barrier();
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    float l = 0.0;
+    for (uint s = 0; s < SUBGROUPS; ++s) l += s_stat[s * GQA + g];
+    l_of[g] = l;
   }
 
-  // 3. Weighted sum of V rows.
+  // 3. Weighted sum of V rows, U rows per lane in flight.
   float acc[GQA][VEC_PER_LANE * 8];
-  for (uint g = 0; g < GQA; ++g) {
-    for (uint k = 0; k < VEC_PER_LANE * 8; ++k) acc[g][k] = 0.0;
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    [[unroll]] for (uint k = 0; k < VEC_PER_LANE * 8; ++k) acc[g][k] = 0.0;
   }
-  for (uint base = start; base < end; base += ROWS) {
-    const uint t = base + row;
-    if (t >= end) continue;
-    const uint64_t addr = row_address(pc.v_cache, seq, kh, t);
-    for (uint v = 0; v < VEC_PER_LANE; ++v) {
-      float e[8];
-      unpack8(U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0], DTYPE, e);
-      for (uint g = 0; g < GQA; ++g) {
-        const float p = s_scores[g * SPLIT + (t - start)];
-        for (uint k = 0; k < ELEMS; ++k) acc[g][v * 8 + k] += p * e[k];
+  for (uint step = start; step < end; step += ROWS * U) {
+    uvec4 w[U][VEC_PER_LANE];
+    [[unroll]] for (uint u = 0; u < U; ++u) {
+      const uint t = step + u * ROWS + row;
+      if (t < end) {
+        const uint64_t addr = row_address(pc.v_cache, seq, kh, t);
+        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
+          w[u][v] = U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0];
+        }
+      } else {
+        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = uvec4(0);
+      }
+    }
+    [[unroll]] for (uint u = 0; u < U; ++u) {
+      const uint t = step + u * ROWS + row;
+      const bool valid = t < end;  // padded rows weigh 0 (their w is 0 and p is 0)
+      [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
+        float e[8];
+        unpack8(w[u][v], DTYPE, e);
+        [[unroll]] for (uint g = 0; g < GQA; ++g) {
+          const float p = valid ? s_scores[g * SPLIT + (t - start)] : 0.0;
+          [[unroll]] for (uint k = 0; k < ELEMS; ++k) acc[g][v * 8 + k] += p * e[k];
+        }
       }
     }
   }
-  for (uint g = 0; g < GQA; ++g) {
-    for (uint v = 0; v < VEC_PER_LANE; ++v) {
-      for (uint k = 0; k < ELEMS; ++k) {
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
+      [[unroll]] for (uint k = 0; k < ELEMS; ++k) {
         s_red[row * HEAD_DIM + (v * LANES + lane) * ELEMS + k] = acc[g][v * 8 + k];
       }
     }

@@ -81,7 +81,9 @@ size_t SpillWriter::stop(std::chrono::steady_clock::time_point deadline) {
 
 void SpillWriter::wait_for(uint64_t ticket) {
   std::unique_lock lock(done_mu_);
-  done_cv_.wait(lock, [&] { return completed_ >= ticket || finished_; });
+  done_cv_.wait(lock, [&] {
+    return (completed_ >= ticket && reinserts_outstanding_ == 0) || finished_;
+  });
 }
 
 void SpillWriter::fail(const SpillItem& item, const Status& why) {
@@ -307,6 +309,8 @@ Status SpillWriter::reclaim(uint64_t segment) {
         continue;  // a damaged record is simply not moved
       }
       reinserts_.push_back(std::move(item));
+      std::lock_guard lock(done_mu_);
+      ++reinserts_outstanding_;
     }
   }
 
@@ -577,9 +581,11 @@ void SpillWriter::finish(Group& g) {
   state_.refresh_space_gauges();
   std::vector<SpillItemPtr> items;
   uint64_t max_ticket = 0;
+  size_t moved = 0;
   for (Record& r : g.records) {
     queue_.release(r.item->charged_bytes);
     max_ticket = std::max(max_ticket, r.item->ticket);
+    moved += r.item->preframed;
     items.push_back(r.item);
   }
   state_.metrics.queue_bytes.set(static_cast<int64_t>(queue_.charged_bytes()));
@@ -587,6 +593,7 @@ void SpillWriter::finish(Group& g) {
   {
     std::lock_guard lock(done_mu_);
     completed_ = std::max(completed_, max_ticket);
+    reinserts_outstanding_ -= moved;
   }
   done_cv_.notify_all();
 }

@@ -48,7 +48,8 @@ class SpillWriter {
   // finishes what is in flight, and what is left is dropped and counted. Returns the number of
   // blocks dropped.
   size_t stop(std::chrono::steady_clock::time_point deadline);
-  // Blocks until every item with ticket <= `ticket` has been written or failed.
+  // Blocks until every item with ticket <= `ticket` has been written or failed, and no block
+  // moved by a reclaim is still on its way back into the index.
   void wait_for(uint64_t ticket);
 
  private:
@@ -132,9 +133,10 @@ class SpillWriter {
   unsigned unsubmitted_ = 0;                    // SQEs prepared but not yet submitted
   size_t inflight_ops_ = 0;                     // operations the kernel still owes a completion
 
-  std::mutex done_mu_;  // guards completed_ and finished_
+  std::mutex done_mu_;  // guards completed_, reinserts_outstanding_ and finished_
   std::condition_variable done_cv_;
   uint64_t completed_ = 0;
+  size_t reinserts_outstanding_ = 0;  // moved blocks read but not yet committed (or dropped)
   bool finished_ = false;
 };
 
