@@ -43,13 +43,18 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
     metrics_.dropped_evicted_from_last_tier.inc();
     return;  // the normal end of a block's life; counted, not logged
   }
-  auto r = tiers_[from + 1]->insert(block);
-  if (!r.ok()) {
-    metrics_.dropped_lower_tier_refused.inc();
-    if (auto n = drop_log_.admit()) {
-      spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)",
-                   block->hash().hex(), tiers_[from]->name(), r.status().to_string(), *n);
-    }
+  // The next tier down takes it; one that cannot (a block larger than it, everything pinned)
+  // passes it further down rather than losing it.
+  Status last;
+  for (size_t t = from + 1; t < tiers_.size(); ++t) {
+    auto r = tiers_[t]->insert(block);
+    if (r.ok()) return;
+    last = r.status();
+  }
+  metrics_.dropped_lower_tier_refused.inc();
+  if (auto n = drop_log_.admit()) {
+    spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)", block->hash().hex(),
+                 tiers_[from]->name(), last.to_string(), *n);
   }
 }
 
@@ -131,10 +136,23 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
     if (t < 0) break;
     where.push_back(t);
   }
-  // Read each lower tier's blocks together (the SSD tier issues them as one batch).
   std::vector<BlockRef> blocks(where.size());
-  std::vector<bool> failed(where.size(), false);
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  std::vector<bool> failed(where.size(), false), top_pinned(where.size(), false);
+  for (size_t i = 0; i < where.size(); ++i) {
+    if (where[i] != 0) continue;
+    // Pin first, so the block cannot be evicted between the check and the use.
+    if (!top.pin(keys[i].hash)) {
+      failed[i] = true;  // evicted since find_tier
+      continue;
+    }
+    top_pinned[i] = true;
+    if (top.device_slot(keys[i].hash)) continue;  // device tier: checked by probe below, no copy
+    auto r = top.read({keys[i].hash, keys[i].tokens});
+    if (r.ok()) blocks[i] = *r;
+    else failed[i] = true;
+  }
+  // Read each lower tier's blocks together (the SSD tier issues them as one batch).
+  for (size_t t = 1; t < tiers_.size(); ++t) {
     std::vector<BlockRequest> reqs;
     std::vector<size_t> idx;
     for (size_t i = 0; i < where.size(); ++i) {
@@ -144,24 +162,6 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
       }
     }
     if (reqs.empty()) continue;
-    if (t == 0) {
-      // Pin before reading so the block cannot be evicted between the two.
-      for (size_t j = 0; j < reqs.size(); ++j) {
-        const size_t i = idx[j];
-        if (!top.pin(reqs[j].hash)) {
-          failed[i] = true;  // evicted since find_tier
-          continue;
-        }
-        auto r = top.read(reqs[j]);
-        if (!r.ok()) {
-          top.unpin(reqs[j].hash);
-          failed[i] = true;
-          continue;
-        }
-        blocks[i] = *r;
-      }
-      continue;
-    }
     std::vector<Result<BlockRef>> got = tiers_[t]->read_many(reqs);
     for (size_t j = 0; j < reqs.size(); ++j) {
       if (got[j].ok()) {
@@ -173,37 +173,52 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
     }
   }
 
-  for (size_t i = 0; i < where.size(); ++i) {
-    const int t = where[i];
+  // Walk the prefix: check tokens, collect what must be promoted.
+  size_t good = 0;
+  for (; good < where.size(); ++good) {
+    const int t = where[good];
     // A failed read (corrupt on SSD, or evicted from the top tier since find_tier) ends the
     // prefix here; the caller recomputes the rest.
-    if (failed[i]) break;
-    const BlockRef& b = blocks[i];
-    const auto& held = b->identity().token_ids;
-    if (!std::equal(held.begin(), held.end(), keys[i].tokens.begin(), keys[i].tokens.end())) {
+    if (failed[good]) break;
+    const bool same = blocks[good] ? BlockRequest{keys[good].hash, keys[good].tokens}.tokens_match(
+                                         blocks[good]->identity().token_ids)
+                                   : top.probe({keys[good].hash, keys[good].tokens}) ==
+                                         Tier::Presence::kSameTokens;
+    if (!same) {
       metrics_.token_mismatches[t].inc();
-      if (t == 0) top.unpin(keys[i].hash);
       if (auto n = mismatch_log_.admit()) {
         spdlog::error("not serving block {} from {}: its token ids differ from the request's "
-                      "({} similar suppressed)", keys[i].hash.hex(), tiers_[t]->name(), *n);
+                      "({} similar suppressed)", keys[good].hash.hex(), tiers_[t]->name(), *n);
       }
       break;
     }
-    PinnedBlocks::Entry e{keys[i].hash, b, t, t == 0};
+  }
+  // Promote the lower-tier blocks of the prefix in one call (the GPU tier uploads them together);
+  // the copy below stays (inclusive tiers), so losing the race for room costs only the pin.
+  std::vector<BlockRef> promote;
+  for (size_t i = 0; i < good; ++i) {
+    if (where[i] > 0) promote.push_back(blocks[i]);
+  }
+  std::vector<Result<InsertOutcome>> promoted = top.insert_many(promote);
+  size_t p = 0;
+  for (size_t i = 0; i < good; ++i) {
+    const int t = where[i];
+    PinnedBlocks::Entry e{keys[i].hash, blocks[i], t, top_pinned[i], -1};
     if (t > 0) {
-      // Promote: the copy below stays (inclusive tiers), so losing the race for room costs
-      // nothing but the pin.
-      auto r = top.insert(b);
-      if (r.ok()) metrics_.promotions.inc();
-      e.pinned = r.ok() && top.pin(keys[i].hash);
+      const bool ok = promoted[p++].ok();
+      if (ok) metrics_.promotions.inc();
+      e.pinned = ok && top.pin(keys[i].hash);
       if (!e.pinned) metrics_.promote_failed.inc();
+    }
+    if (e.pinned) {
+      if (auto slot = top.device_slot(keys[i].hash)) e.device_slot = *slot;
     }
     metrics_.fetched_blocks[t].inc();
     out.entries_.push_back(std::move(e));
   }
-  // Blocks read past the point where the prefix broke are not handed out: unpin them.
-  for (size_t i = out.entries_.size() + 1; i < where.size(); ++i) {
-    if (where[i] == 0 && !failed[i] && blocks[i]) top.unpin(keys[i].hash);
+  // Pins taken past the point where the prefix broke are given back.
+  for (size_t i = good; i < where.size(); ++i) {
+    if (top_pinned[i]) top.unpin(keys[i].hash);
   }
   return out;
 }

@@ -33,9 +33,11 @@ class PinnedBlocks {
  public:
   struct Entry {
     BlockHash hash;
-    BlockRef block;     // the block's bytes (host)
-    int source_tier = 0;  // where it was found
-    bool pinned = false;  // false only when the top tier had no room to promote it
+    BlockRef block;         // the block's bytes on the host; null for a block served from a
+                            // device tier (its bytes are there, at device_slot)
+    int source_tier = 0;    // where it was found
+    bool pinned = false;    // false only when the top tier had no room to promote it
+    int32_t device_slot = -1;  // the GPU block id when the top tier is the GPU
   };
   PinnedBlocks() = default;
   ~PinnedBlocks();
@@ -75,7 +77,8 @@ class TieredCache {
 
   // Returns the blocks of `keys` (a prefix, in order), promoted into the top tier and pinned there.
   // Every block's tokens are compared with the request's. Stops at the first block no tier can
-  // return intact; the result holds the blocks before it.
+  // return intact; the result holds the blocks before it. With the GPU on top, hits there are
+  // pinned in place (no copy) and blocks from below are uploaded in one batch.
   PinnedBlocks fetch(std::span<const BlockKey> keys);
 
   // Removes a block from every tier. True if any tier held it.

@@ -160,14 +160,17 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     }
   }
   if (tiles.empty()) return ok_status();
-  // A small host-visible table, rewritten per launch (the launcher's documented contract: the
-  // previous batch has finished).
-  if (tiles_.size() < tiles.size() * 4) {
-    KVTIER_ASSIGN_OR_RETURN(tiles_, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
-                                                      MemoryKind::kUpload));
+  // A small host-visible table. A batch may launch many layers over the same tiles; it is only
+  // rewritten when they change (the launcher's contract: not while a batch using it is running).
+  if (tiles != tile_values_) {
+    if (tiles_.size() < tiles.size() * 4) {
+      KVTIER_ASSIGN_OR_RETURN(tiles_, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
+                                                        MemoryKind::kUpload));
+    }
+    std::memcpy(tiles_.mapped(), tiles.data(), tiles.size() * 4);
+    KVTIER_RETURN_IF_ERROR(tiles_.flush(0, tiles.size() * 4));
+    tile_values_ = tiles;
   }
-  std::memcpy(tiles_.mapped(), tiles.data(), tiles.size() * 4);
-  KVTIER_RETURN_IF_ERROR(tiles_.flush(0, tiles.size() * 4));
   KVTIER_ASSIGN_OR_RETURN(
       auto pipeline,
       ctx_.pipeline("paged_attention_varlen",

@@ -12,11 +12,12 @@
 // Host copies of cu_seqlens_q are needed to cut rows into tiles of one sequence each.
 //
 // Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
-// Each launcher keeps scratch buffers that a recorded batch uses: wait for a batch before
-// recording the next one with the same launcher.
+// Each launcher keeps scratch buffers that a recorded batch uses. Many launches of the same shape
+// may share one batch (a model's layers); for a different shape, wait for the batch first.
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "engine/command_batch.h"
 #include "engine/paged_kv.h"
@@ -75,6 +76,7 @@ class PagedAttentionVarlen {
  private:
   VulkanContext& ctx_;
   GpuBuffer tiles_;
+  std::vector<int32_t> tile_values_;  // what tiles_ holds
 };
 
 }  // namespace kvtier

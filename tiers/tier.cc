@@ -9,6 +9,13 @@ std::vector<Result<BlockRef>> Tier::read_many(std::span<const BlockRequest> requ
   return out;
 }
 
+std::vector<Result<InsertOutcome>> Tier::insert_many(std::span<const BlockRef> blocks) {
+  std::vector<Result<InsertOutcome>> out;
+  out.reserve(blocks.size());
+  for (const BlockRef& b : blocks) out.push_back(insert(b));
+  return out;
+}
+
 void Tier::set_eviction_sink(EvictionSink sink) {
   std::lock_guard lock(sink_mu_);
   sink_ = std::move(sink);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,8 @@ class Tier {
   // kResourceExhausted when no room can be made (everything pinned); kInvalidArgument for a
   // block larger than the tier.
   virtual Result<InsertOutcome> insert(BlockRef block) = 0;
+  // Several at once; tiers that move bytes batch them (the GPU tier: one upload, one scatter).
+  virtual std::vector<Result<InsertOutcome>> insert_many(std::span<const BlockRef> blocks);
   virtual bool contains(const BlockHash& hash) const = 0;
 
   // Whether the tier holds `request.hash`, and, where it can tell cheaply, whether the held block
@@ -67,6 +70,9 @@ class Tier {
   // A pinned block is never evicted. Pins nest. pin() is false when the block is absent.
   virtual bool pin(const BlockHash& hash) = 0;
   virtual void unpin(const BlockHash& hash) = 0;
+
+  // For a device tier: where the block lives there (the GPU block id a block table names).
+  virtual std::optional<int32_t> device_slot(const BlockHash&) const { return std::nullopt; }
 
   virtual uint64_t capacity_bytes() const = 0;
   virtual uint64_t used_bytes() const = 0;

@@ -139,6 +139,25 @@ TEST(TieredCache, EvictionCascadesThroughTwoRamTiersAndDropsFromTheLast) {
   EXPECT_EQ(r.blocks[13].tier, 0);
 }
 
+TEST(TieredCache, AnEvictedBlockTooLargeForTheNextTierGoesFurtherDown) {
+  auto h = small_hasher();
+  auto top = ram(2, "ram0");
+  RamTierOptions tiny;
+  tiny.capacity_bytes = block_bytes() / 2;  // holds nothing
+  tiny.name = "ram1";
+  auto middle = std::make_shared<RamTier>(tiny);
+  auto bottom = ram(10, "ram2");
+  TieredCache cache({top, middle, bottom});
+  const auto tokens = prompt(4 * 5, 1);
+  auto keys = h.keys(tokens, {});
+  publish(cache, h, keys, 5);
+  EXPECT_EQ(middle->block_count(), 0u);
+  EXPECT_EQ(bottom->block_count(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(bottom->contains(keys[i].hash)) << i;
+  EXPECT_EQ(cache.metrics().dropped_lower_tier_refused.value(), 0u);
+  EXPECT_EQ(cache.lookup(keys).matched_tokens, 4u * 5);
+}
+
 TEST(TieredCache, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
   auto h = small_hasher();
   auto top = ram(10, "ram0");

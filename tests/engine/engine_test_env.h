@@ -12,6 +12,7 @@
 #include "engine/command_batch.h"
 #include "engine/gpu_buffer.h"
 #include "engine/vulkan_context.h"
+#include "serialize/kv_layout.h"
 
 namespace kvtier::testing {
 
@@ -45,6 +46,10 @@ std::vector<T> from_gpu(const GpuBuffer& b, size_t count) {
   Status st = download(gpu(), b, 0, {reinterpret_cast<uint8_t*>(out.data()), count * sizeof(T)});
   EXPECT_TRUE(st.ok()) << st.to_string();
   return out;
+}
+
+inline std::shared_ptr<const KvLayout> share_layout(KvLayout l) {
+  return std::make_shared<const KvLayout>(std::move(l));
 }
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {

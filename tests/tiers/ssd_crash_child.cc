@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
     std::cerr << tier.status().to_string() << "\n";
     return 1;
   }
+  // Tell the parent the tier is open: its kill timer starts now, not during start-up.
+  std::cout << "spilling" << std::endl;
   for (uint64_t seed = std::strtoull(argv[2], nullptr, 10);; ++seed) {
     BlockRef b = testing::seeded_block(testing::crash_layout(), seed);
     while (!(*tier)->insert(b).ok()) std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -1,5 +1,6 @@
 #include "tests/tiers/ssd_crash_driver.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -37,11 +38,31 @@ Result<CrashTotals> run_crash_cycles(const CrashOptions& options) {
     // Seeds of each cycle's blocks start at a fresh range, so every hash is new.
     const std::string first_seed = std::to_string((cycle + 1) * 10'000'000ull);
     const char* argv[] = {options.child.c_str(), options.dir.c_str(), first_seed.c_str(), nullptr};
+    int ready[2];
+    if (::pipe(ready) != 0) return errno_status("pipe", errno);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, ready[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, ready[0]);
     pid_t pid = 0;
-    if (int rc = posix_spawn(&pid, options.child.c_str(), nullptr, nullptr,
-                             const_cast<char* const*>(argv), environ);
-        rc != 0) {
+    const int rc = posix_spawn(&pid, options.child.c_str(), &fa, nullptr,
+                               const_cast<char* const*>(argv), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(ready[1]);
+    if (rc != 0) {
+      ::close(ready[0]);
       return errno_status("spawn " + options.child, rc);
+    }
+    // The kill window starts once the child has opened the tier (its start-up, slow under
+    // sanitizers, is not what is being tested).
+    pollfd pfd{ready[0], POLLIN, 0};
+    char first = 0;
+    const bool started = ::poll(&pfd, 1, 60'000) == 1 && ::read(ready[0], &first, 1) == 1;
+    ::close(ready[0]);
+    if (!started) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return internal_error("crash child did not start spilling within 60 s");
     }
     const int run_ms = options.min_run_ms +
                        static_cast<int>(rng() % (options.max_run_ms - options.min_run_ms + 1));

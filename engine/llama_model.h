@@ -1,0 +1,65 @@
+// LlamaModel: the small decoder of llama_weights.h on the GPU, reading and writing its KV through
+// a GpuBlockPool's paged arrays. One forward() runs one step for many sequences: their new rows
+// are embedded, pass every layer (RMSNorm, QKV, RoPE, reshape_and_cache into the rows' slots,
+// paged attention over each sequence's block table, output projection, SwiGLU), and the wanted
+// rows come back as logits. Every kernel computes a row independently, in a fixed order, so a
+// row's logits do not depend on which other rows share the step — the property that lets a
+// restored prefix reproduce a recomputed one bit for bit.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/gpu_block_pool.h"
+#include "engine/llama_weights.h"
+#include "engine/paged_attention.h"
+#include "engine/reshape_and_cache.h"
+
+namespace kvtier {
+
+// One step. Rows of sequence i are [cu_seqlens_q[i], cu_seqlens_q[i+1]); seq_lens[i] counts its
+// context after this step (the new rows are its last ones).
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> slot_mapping;  // where each row's K/V goes: block * block_size + offset
+  std::vector<int32_t> cu_seqlens_q;
+  std::vector<int32_t> seq_lens;
+  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;    // rows whose logits are returned, in this order
+};
+
+// Not thread-safe (scratch buffers); one per thread of work.
+class LlamaModel {
+ public:
+  static Result<std::unique_ptr<LlamaModel>> create(VulkanContext& ctx, LlamaConfig config,
+                                                    const LlamaWeights& weights);
+  const LlamaConfig& config() const { return config_; }
+
+  // Logits [logit_rows.size(), vocab]. A step where every sequence has exactly one row uses the
+  // decode kernel; any other the varlen kernel.
+  Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
+
+ private:
+  struct LayerWeights {
+    GpuBuffer attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  explicit LlamaModel(VulkanContext& ctx) : ctx_(ctx), reshape_(ctx), decode_(ctx), varlen_(ctx) {}
+  Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
+
+  VulkanContext& ctx_;
+  LlamaConfig config_;
+  GpuBuffer embedding_, embedding_t_, final_norm_, rope_cos_, rope_sin_;
+  std::vector<LayerWeights> layers_;
+  ReshapeAndCache reshape_;
+  PagedAttentionDecode decode_;
+  PagedAttentionVarlen varlen_;
+  // Scratch, grown on demand.
+  size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
+  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_;
+  GpuBuffer logits_host_;
+};
+
+}  // namespace kvtier

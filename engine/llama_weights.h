@@ -1,0 +1,47 @@
+// A small Llama-style decoder's configuration and weights: RMSNorm, RoPE, grouped-query attention,
+// SwiGLU MLP, tied embeddings. The weights are synthetic and deterministic (a counter-based
+// generator, not std::*_distribution, whose output may change between library versions), so
+// golden tokens stay valid. This model exists to exercise the cache end to end, not to be fast.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "serialize/kv_layout.h"
+
+namespace kvtier {
+
+struct LlamaConfig {
+  int vocab = 512;
+  int num_layers = 4;
+  int num_heads = 8;
+  int num_kv_heads = 2;
+  int head_dim = 64;
+  int ffn = 1024;
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+  int max_positions = 4096;
+  uint64_t seed = 1;
+
+  int hidden() const { return num_heads * head_dim; }
+  // The KV layout this model produces, every layer in `dtype`.
+  KvLayout kv_layout(DType dtype, int block_size) const;
+  // 4 layers, 8 heads / 2 KV heads, head_dim 64, vocab 512 (the tests' model).
+  static LlamaConfig tiny();
+};
+
+// Host copies, f32, row-major; matrices are [in, out] (y = x @ W).
+struct LlamaWeights {
+  struct Layer {
+    std::vector<float> attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  std::vector<float> embedding;    // [vocab, hidden]
+  std::vector<float> embedding_t;  // [hidden, vocab]: logits = h @ embedding^T (tied)
+  std::vector<Layer> layers;
+  std::vector<float> final_norm;
+  std::vector<float> rope_cos, rope_sin;  // [max_positions, head_dim / 2]
+
+  static LlamaWeights synthetic(const LlamaConfig& c);
+};
+
+}  // namespace kvtier

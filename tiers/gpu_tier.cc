@@ -1,0 +1,288 @@
+#include "tiers/gpu_tier.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace kvtier {
+
+namespace {
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Result<std::unique_ptr<GpuTier>> GpuTier::create(VulkanContext& ctx, GpuBlockPool& pool) {
+  KVTIER_ASSIGN_OR_RETURN(BlockTransfer t, BlockTransfer::create(ctx, pool.layers()));
+  return std::unique_ptr<GpuTier>(new GpuTier(ctx, pool, std::move(t)));
+}
+
+Status GpuTier::ensure_staging(uint64_t blocks) {
+  if (blocks <= staging_blocks_) return ok_status();
+  const uint64_t n = std::max(blocks, staging_blocks_ * 2);
+  const uint64_t bytes = n * pool_.block_bytes();
+  KVTIER_ASSIGN_OR_RETURN(device_staging_, GpuBuffer::create(ctx_, bytes, MemoryKind::kDevice));
+  KVTIER_ASSIGN_OR_RETURN(upload_, GpuBuffer::create(ctx_, bytes, MemoryKind::kUpload));
+  KVTIER_ASSIGN_OR_RETURN(download_, GpuBuffer::create(ctx_, bytes, MemoryKind::kDownload));
+  KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
+  staging_blocks_ = n;
+  return ok_status();
+}
+
+Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
+                                                std::span<const BlockIdentity> identities) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KVTIER_RETURN_IF_ERROR(ensure_staging(ids.size()));
+  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
+  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
+  const uint64_t bytes = ids.size() * pool_.block_bytes();
+  KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_));
+  KVTIER_RETURN_IF_ERROR(transfer_.record_gather(b, ids_.address(), static_cast<uint32_t>(ids.size()),
+                                                 device_staging_.address()));
+  b.copy(device_staging_, 0, download_, 0, bytes);
+  KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
+  KVTIER_RETURN_IF_ERROR(download_.invalidate(0, bytes));
+  std::vector<BlockRef> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Block block = Block::dense_uninitialized(pool_.layout_ptr(), identities[i]);
+    std::memcpy(block.mutable_data().data(), download_.mapped() + i * pool_.block_bytes(), pool_.block_bytes());
+    out.push_back(std::make_shared<const Block>(std::move(block)));
+  }
+  metrics_.downloads.inc(ids.size());
+  metrics_.bytes_down.inc(bytes);
+  metrics_.download_seconds.observe(since(t0));
+  return out;
+}
+
+Result<std::vector<int32_t>> GpuTier::allocate(uint32_t n) {
+  std::vector<BlockRef> evicted;
+  std::vector<int32_t> ids;
+  {
+    std::lock_guard lock(transfer_mu_);
+    KVTIER_ASSIGN_OR_RETURN(GpuBlockPool::Allocation a, pool_.allocate(n));
+    ids = std::move(a.ids);
+    if (!a.evicted.empty()) {
+      // Save the evicted contents before anyone writes into these blocks.
+      std::vector<int32_t> eids;
+      std::vector<BlockIdentity> identities;
+      for (auto& e : a.evicted) {
+        eids.push_back(e.id);
+        identities.push_back(std::move(e.identity));
+      }
+      auto saved = download(eids, identities);
+      if (!saved.ok()) {
+        metrics_.transfer_failures.inc();
+        for (int32_t id : ids) pool_.unref(id);
+        return saved.status().with_context("gpu tier: saving evicted blocks");
+      }
+      evicted = std::move(saved).value();
+      metrics_.evictions.inc(evicted.size());
+    }
+  }
+  evict_to_sink(evicted);
+  return ids;
+}
+
+std::optional<int32_t> GpuTier::publish(int32_t id, BlockIdentity identity) {
+  return pool_.cache(id, std::move(identity));
+}
+
+void GpuTier::release(std::span<const int32_t> ids) {
+  for (int32_t id : ids) pool_.unref(id);
+}
+
+Result<InsertOutcome> GpuTier::insert(BlockRef block) {
+  return std::move(insert_many(std::span<const BlockRef>(&block, 1)).front());
+}
+
+std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef> blocks) {
+  std::vector<Result<InsertOutcome>> out(blocks.size(), InsertOutcome::kAlreadyPresent);
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i]->layout().fingerprint() != pool_.layout().fingerprint()) {
+      metrics_.rejected.inc();
+      out[i] = invalid_argument("gpu tier: block " + blocks[i]->hash().hex() +
+                                " is of another layout than the GPU pool's");
+    } else if (pool_.find(blocks[i]->hash()) >= 0) {
+      metrics_.duplicate_inserts.inc();
+    } else {
+      todo.push_back(i);
+    }
+  }
+  if (todo.empty()) return out;
+  auto ids = allocate(static_cast<uint32_t>(todo.size()));
+  if (!ids.ok()) {
+    metrics_.rejected.inc(todo.size());
+    for (size_t i : todo) out[i] = ids.status();
+    return out;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  {
+    std::lock_guard lock(transfer_mu_);
+    st = ensure_staging(todo.size());
+    if (st.ok()) {
+      for (size_t k = 0; k < todo.size(); ++k) {
+        const BlockRef& b = blocks[todo[k]];
+        // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers).
+        std::optional<Block> dense;
+        if (b->any_quantized()) dense.emplace(b->dequantized());
+        const auto data = dense ? dense->data() : b->data();
+        std::memcpy(upload_.mapped() + k * pool_.block_bytes(), data.data(), pool_.block_bytes());
+      }
+      std::memcpy(ids_.mapped(), ids->data(), ids->size() * 4);
+      st = upload_.flush(0, todo.size() * pool_.block_bytes());
+    }
+    if (st.ok()) st = ids_.flush(0, ids->size() * 4);
+    if (st.ok()) {
+      auto batch = CommandBatch::begin(ctx_);
+      st = batch.status();
+      if (st.ok()) {
+        batch->copy(upload_, 0, device_staging_, 0, todo.size() * pool_.block_bytes());
+        batch->barrier();
+        st = transfer_.record_scatter(*batch, device_staging_.address(), ids_.address(),
+                                      static_cast<uint32_t>(todo.size()));
+        if (st.ok()) st = batch->submit_and_wait();
+      }
+    }
+  }
+  if (!st.ok()) {
+    metrics_.transfer_failures.inc();
+    if (auto n = failure_log_.admit()) {
+      spdlog::error("gpu tier: upload of {} blocks failed: {} ({} similar suppressed)", todo.size(),
+                    st.to_string(), *n);
+    }
+    release(*ids);
+    for (size_t i : todo) out[i] = st;
+    return out;
+  }
+  metrics_.uploads.inc(todo.size());
+  metrics_.bytes_up.inc(todo.size() * pool_.block_bytes());
+  metrics_.upload_seconds.observe(since(t0));
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const int32_t id = (*ids)[k];
+    if (publish(id, blocks[todo[k]]->identity())) {
+      metrics_.duplicate_inserts.inc();  // published by someone else meanwhile
+    } else {
+      metrics_.inserts.inc();
+      out[todo[k]] = InsertOutcome::kInserted;
+    }
+    pool_.unref(id);  // cached, free, most recently used
+  }
+  return out;
+}
+
+bool GpuTier::contains(const BlockHash& hash) const { return pool_.find(hash) >= 0; }
+
+Tier::Presence GpuTier::probe(const BlockRequest& request) const {
+  const int32_t id = pool_.find(request.hash);
+  if (id < 0) return Presence::kAbsent;
+  auto ident = pool_.identity(id);
+  if (!ident || ident->hash != request.hash) return Presence::kAbsent;  // reused meanwhile
+  return request.tokens_match(ident->token_ids) ? Presence::kSameTokens : Presence::kDifferentTokens;
+}
+
+Result<BlockRef> GpuTier::read(const BlockRequest& request) {
+  return std::move(read_many(std::span<const BlockRequest>(&request, 1)).front());
+}
+
+std::vector<Result<BlockRef>> GpuTier::read_many(std::span<const BlockRequest> requests) {
+  std::vector<Result<BlockRef>> out;
+  std::vector<int32_t> ids;
+  std::vector<BlockIdentity> identities;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out.emplace_back(not_found("gpu tier: not held"));
+    const int32_t id = pool_.find_and_ref(requests[i].hash);  // held while it is copied
+    if (id < 0) continue;
+    auto ident = pool_.identity(id);
+    if (!ident || !requests[i].tokens_match(ident->token_ids)) {
+      pool_.unref(id);
+      continue;
+    }
+    ids.push_back(id);
+    identities.push_back(std::move(*ident));
+    where.push_back(i);
+  }
+  if (!ids.empty()) {
+    Result<std::vector<BlockRef>> got = internal_error("unset");
+    {
+      std::lock_guard lock(transfer_mu_);
+      got = download(ids, identities);
+    }
+    for (int32_t id : ids) pool_.unref(id);
+    if (!got.ok()) {
+      metrics_.transfer_failures.inc();
+      for (size_t w : where) out[w] = got.status();
+    } else {
+      for (size_t k = 0; k < where.size(); ++k) out[where[k]] = (*got)[k];
+    }
+  }
+  return out;
+}
+
+bool GpuTier::erase(const BlockHash& hash) { return pool_.uncache(hash); }
+
+bool GpuTier::pin(const BlockHash& hash) {
+  std::lock_guard lock(pin_mu_);
+  auto it = pinned_.find(hash);
+  if (it != pinned_.end()) {
+    pool_.ref(it->second.first);
+    ++it->second.second;
+    return true;
+  }
+  const int32_t id = pool_.find_and_ref(hash);
+  if (id < 0) return false;
+  pinned_.emplace(hash, std::make_pair(id, 1));
+  return true;
+}
+
+void GpuTier::unpin(const BlockHash& hash) {
+  std::lock_guard lock(pin_mu_);
+  auto it = pinned_.find(hash);
+  if (it == pinned_.end()) return;
+  pool_.unref(it->second.first);
+  if (--it->second.second == 0) pinned_.erase(it);
+}
+
+std::optional<int32_t> GpuTier::device_slot(const BlockHash& hash) const {
+  {
+    std::lock_guard lock(pin_mu_);
+    auto it = pinned_.find(hash);
+    if (it != pinned_.end()) return it->second.first;
+  }
+  const int32_t id = pool_.find(hash);
+  return id < 0 ? std::nullopt : std::optional<int32_t>(id);
+}
+
+uint64_t GpuTier::capacity_bytes() const { return pool_.num_blocks() * pool_.block_bytes(); }
+
+uint64_t GpuTier::used_bytes() const {
+  // Cached blocks plus blocks in use (a block in use may also be cached: count it once).
+  return std::min<uint64_t>(pool_.num_blocks(), pool_.cached_blocks() + pool_.blocks_in_use()) *
+         pool_.block_bytes();
+}
+
+void GpuTier::visit_metrics(MetricVisitor& v) const {
+  const MetricLabels t{{"tier", "gpu"}};
+  v.counter("kvtier_tier_inserts_total", "Blocks stored in the tier", t, metrics_.inserts.value());
+  v.counter("kvtier_tier_duplicate_inserts_total", "Inserts of a block the tier already held", t,
+            metrics_.duplicate_inserts.value());
+  v.counter("kvtier_tier_rejected_total", "Inserts refused", {{"tier", "gpu"}, {"reason", "no_room_or_layout"}},
+            metrics_.rejected.value());
+  v.counter("kvtier_tier_evictions_total", "Blocks evicted to the tier below", t, metrics_.evictions.value());
+  v.counter("kvtier_gpu_uploads_total", "Blocks copied host to GPU", {}, metrics_.uploads.value());
+  v.counter("kvtier_gpu_downloads_total", "Blocks copied GPU to host", {}, metrics_.downloads.value());
+  v.counter("kvtier_gpu_upload_bytes_total", "Bytes copied host to GPU", {}, metrics_.bytes_up.value());
+  v.counter("kvtier_gpu_download_bytes_total", "Bytes copied GPU to host", {}, metrics_.bytes_down.value());
+  v.counter("kvtier_gpu_transfer_failures_total", "Uploads or downloads that failed", {},
+            metrics_.transfer_failures.value());
+  v.histogram("kvtier_gpu_upload_seconds", "Upload batch latency", {}, metrics_.upload_seconds.snapshot());
+  v.histogram("kvtier_gpu_download_seconds", "Download batch latency", {}, metrics_.download_seconds.snapshot());
+  v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(used_bytes()));
+  v.gauge("kvtier_tier_capacity_bytes", "Capacity", t, static_cast<double>(capacity_bytes()));
+  v.gauge("kvtier_tier_blocks", "Blocks held", t, static_cast<double>(pool_.cached_blocks()));
+  v.gauge("kvtier_gpu_blocks_in_use", "GPU blocks referenced by running requests", {},
+          static_cast<double>(pool_.blocks_in_use()));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,84 @@
+// GpuTier: the Tier interface over a GpuBlockPool — the top tier, where the attention engine reads
+// blocks. Eviction happens when a free cached block is reused: its bytes are gathered (one
+// kernel), copied to host memory (one copy) and handed down as a dense Block. Promotion copies
+// host blocks up (one copy, one scatter kernel), many blocks per submission. The model allocates
+// its working blocks here too (allocate, publish, release), so evictions it triggers are saved.
+#pragma once
+
+#include <mutex>
+#include <unordered_map>
+
+#include "base/log.h"
+#include "engine/block_transfer.h"
+#include "engine/gpu_block_pool.h"
+#include "tiers/tier.h"
+
+namespace kvtier {
+
+struct GpuTierMetrics {
+  Counter inserts;
+  Counter duplicate_inserts;
+  Counter rejected;
+  Counter evictions;        // cached blocks copied out to make room
+  Counter uploads;          // blocks copied host -> GPU
+  Counter downloads;        // blocks copied GPU -> host
+  Counter bytes_up;
+  Counter bytes_down;
+  Counter transfer_failures;
+  Histogram upload_seconds;
+  Histogram download_seconds;
+};
+
+// Thread-safe; transfers are serialized by one mutex (they share staging buffers).
+class GpuTier final : public Tier {
+ public:
+  static Result<std::unique_ptr<GpuTier>> create(VulkanContext& ctx, GpuBlockPool& pool);
+
+  std::string_view name() const override { return "gpu"; }
+  Result<InsertOutcome> insert(BlockRef block) override;
+  std::vector<Result<InsertOutcome>> insert_many(std::span<const BlockRef> blocks) override;
+  bool contains(const BlockHash& hash) const override;
+  Presence probe(const BlockRequest& request) const override;
+  Result<BlockRef> read(const BlockRequest& request) override;
+  std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
+  bool erase(const BlockHash& hash) override;
+  bool pin(const BlockHash& hash) override;
+  void unpin(const BlockHash& hash) override;
+  std::optional<int32_t> device_slot(const BlockHash& hash) const override;
+  uint64_t capacity_bytes() const override;
+  uint64_t used_bytes() const override;
+  size_t block_count() const override { return pool_.cached_blocks(); }
+  void visit_metrics(MetricVisitor& visitor) const override;
+
+  // The model's working blocks: fresh blocks (reference count 1; evicted contents saved first),
+  // published once full, released when the request is done.
+  Result<std::vector<int32_t>> allocate(uint32_t n);
+  // Publishes a computed block. If its hash is already cached elsewhere, that block's id is
+  // returned and `id` stays unpublished.
+  std::optional<int32_t> publish(int32_t id, BlockIdentity identity);
+  void release(std::span<const int32_t> ids);
+
+  GpuBlockPool& pool() { return pool_; }
+  const GpuTierMetrics& metrics() const { return metrics_; }
+
+ private:
+  GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer)
+      : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)) {}
+  // Copies blocks `ids` to host Blocks with `identities` (caller holds transfer_mu_).
+  Result<std::vector<BlockRef>> download(std::span<const int32_t> ids,
+                                         std::span<const BlockIdentity> identities);
+  Status ensure_staging(uint64_t blocks);
+
+  VulkanContext& ctx_;
+  GpuBlockPool& pool_;
+  BlockTransfer transfer_;
+  std::mutex transfer_mu_;  // guards the staging buffers below
+  GpuBuffer device_staging_, upload_, download_, ids_;
+  uint64_t staging_blocks_ = 0;
+  mutable std::mutex pin_mu_;  // guards pinned_
+  std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;  // hash -> (block, pins)
+  GpuTierMetrics metrics_;
+  LogThrottle failure_log_;
+};
+
+}  // namespace kvtier
