@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     }
     PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
     VarlenBatch vb{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks),
-                   gl->address(), gcu->address(), cu, heads};
+                   gl->address(), gcu->address(), cu, heads, static_cast<uint32_t>(prefill_tokens)};
     AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
     PagedAttentionVarlen varlen(ctx);
     // One launch per submission: the launcher rewrites its tile table per launch.

@@ -1,6 +1,7 @@
 #include "cache/cached_generator.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace kvtier {
 
@@ -19,6 +20,10 @@ struct Sequence {
   PinnedBlocks restored;          // the prefix fetched from the cache, pinned
   Generation out;
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 int32_t slot_of(const Sequence& s, int pos, int block_size) {
   return s.table[pos / block_size] * block_size + pos % block_size;
@@ -57,6 +62,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
       return invalid_argument("generate: prompt plus new tokens exceed the model's positions");
     }
     size_t restored = 0;
+    const auto t0 = std::chrono::steady_clock::now();
     if (use_cache) {
       const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.end());
       auto keys = hasher_.keys(tokens, {});
@@ -71,6 +77,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
       }
     }
     s.out.cached_tokens = restored * bs;
+    s.out.restore_seconds = seconds_since(t0);
     const int total_blocks = static_cast<int>((s.prompt_len + max_new_tokens + bs - 1) / bs);
     KVTIER_ASSIGN_OR_RETURN(s.owned, gpu_.allocate(static_cast<uint32_t>(total_blocks - restored)));
     s.table.insert(s.table.end(), s.owned.begin(), s.owned.end());
@@ -79,6 +86,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
 
   // Prefill, one sequence at a time: the rows after its restored prefix.
   for (Sequence& s : seqs) {
+    const auto t0 = std::chrono::steady_clock::now();
     ForwardBatch b;
     for (size_t pos = s.out.cached_tokens; pos < s.prompt_len; ++pos) {
       b.tokens.push_back(s.tokens[pos]);
@@ -94,6 +102,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     KVTIER_ASSIGN_OR_RETURN(std::vector<float> logits, model_.forward(b, gpu_.pool()));
     s.out.tokens.push_back(argmax(logits));
     s.out.logits.push_back(std::move(logits));
+    s.out.prefill_seconds = seconds_since(t0);
   }
 
   // Decode all sequences together.

@@ -22,6 +22,8 @@ struct Generation {
   std::vector<std::vector<float>> logits;  // the logits each generated token was chosen from
   size_t cached_tokens = 0;                // prompt tokens restored instead of computed
   std::array<size_t, kMaxTiers> restored_blocks_by_tier{};
+  double restore_seconds = 0;  // hashing, lookup and fetch of the cached prefix
+  double prefill_seconds = 0;  // computing the rest of the prompt, up to the first token's logits
 };
 
 // Not thread-safe (the model's scratch buffers); one per thread.

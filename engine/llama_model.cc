@@ -39,6 +39,10 @@ uint32_t groups(uint64_t n, uint32_t per) { return static_cast<uint32_t>((n + pe
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, LlamaConfig config,
                                                        const LlamaWeights& w) {
+  // The matmul kernel works in vec4s along k and n.
+  for (int dim : {config.hidden(), config.num_kv_heads * config.head_dim, config.ffn, config.vocab}) {
+    if (dim <= 0 || dim % 4 != 0) return invalid_argument("llama model: every matrix dimension must be a multiple of 4");
+  }
   std::unique_ptr<LlamaModel> m(new LlamaModel(ctx));
   m->config_ = config;
   KVTIER_ASSIGN_OR_RETURN(m->embedding_, upload_floats(ctx, w.embedding));
@@ -137,19 +141,15 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const uint32_t h = c.hidden(), kvd = c.num_kv_heads * c.head_dim, r32 = static_cast<uint32_t>(rows);
   KVTIER_ASSIGN_OR_RETURN(CommandBatch cb, CommandBatch::begin(ctx_));
   auto matmul = [&](uint64_t x, const GpuBuffer& w, uint64_t y, uint32_t n_rows, uint32_t k, uint32_t n, bool acc) {
-    cb.dispatch(*p_mm, MatmulParams{x, w.address(), y, n_rows, k, n, acc ? 1u : 0u}, groups(n, 64), groups(n_rows, 4));
+    cb.dispatch(*p_mm, MatmulParams{x, w.address(), y, n_rows, k, n, acc ? 1u : 0u}, groups(n, 256), groups(n_rows, 4));
   };
   cb.dispatch(*p_embed, EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
                                         static_cast<uint32_t>(c.vocab), 0},
               groups(static_cast<uint64_t>(rows) * h, 256));
   cb.barrier();
 
-  bool decode_step = true;
   uint32_t max_len = 0;
-  for (size_t s = 0; s < num_seqs; ++s) {
-    decode_step = decode_step && b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s] == 1;
-    max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
-  }
+  for (size_t s = 0; s < num_seqs; ++s) max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
   const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
@@ -166,15 +166,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     cb.barrier();
     const PagedKvView& kv = cache.layer(l);
     KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
-    if (decode_step) {
-      DecodeBatch db{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
-                     at(o_lens), static_cast<uint32_t>(num_seqs), max_len, static_cast<uint32_t>(c.num_heads)};
-      KVTIER_RETURN_IF_ERROR(decode_.record(cb, db, kv, attn_opts));
-    } else {
-      VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
-                     at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads)};
-      KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
-    }
+    VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
+                   at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
+    KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
     matmul(attn_.address(), w.wo, x_.address(), r32, h, h, true);
     cb.barrier();
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);

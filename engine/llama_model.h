@@ -4,7 +4,10 @@
 // paged attention over each sequence's block table, output projection, SwiGLU), and the wanted
 // rows come back as logits. Every kernel computes a row independently, in a fixed order, so a
 // row's logits do not depend on which other rows share the step — the property that lets a
-// restored prefix reproduce a recomputed one bit for bit.
+// restored prefix reproduce a recomputed one bit for bit. Decode steps use the varlen attention
+// kernel too (not the faster decode kernel, which sums in another order), so a generated token's
+// K/V are the bits a prefill of the same text computes: a conversation's next turn may restore
+// the previous answer's blocks and still match a recomputation exactly.
 #pragma once
 
 #include <memory>
@@ -46,7 +49,7 @@ class LlamaModel {
   struct LayerWeights {
     GpuBuffer attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
-  explicit LlamaModel(VulkanContext& ctx) : ctx_(ctx), reshape_(ctx), decode_(ctx), varlen_(ctx) {}
+  explicit LlamaModel(VulkanContext& ctx) : ctx_(ctx), reshape_(ctx), varlen_(ctx) {}
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
 
   VulkanContext& ctx_;
@@ -54,7 +57,6 @@ class LlamaModel {
   GpuBuffer embedding_, embedding_t_, final_norm_, rope_cos_, rope_sin_;
   std::vector<LayerWeights> layers_;
   ReshapeAndCache reshape_;
-  PagedAttentionDecode decode_;
   PagedAttentionVarlen varlen_;
   // Scratch, grown on demand.
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;

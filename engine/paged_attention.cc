@@ -19,10 +19,15 @@ struct ReduceParams {
   uint32_t num_heads, max_splits;
 };
 struct VarlenParams {
-  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, tiles;
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, tiles, partial;
   uint32_t num_kv_heads, max_blocks_per_seq;
   float scale, softcap;
-  int32_t window, pad;
+  int32_t window;
+  uint32_t max_splits;
+};
+struct VarlenMergeParams {
+  uint64_t out, partial;
+  uint32_t num_heads, max_splits;
 };
 
 uint32_t largest_pow2_dividing(uint32_t n, uint32_t cap) {
@@ -174,13 +179,31 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   KVTIER_ASSIGN_OR_RETURN(
       auto pipeline,
       ctx_.pipeline("paged_attention_varlen",
-                    {wg, cache.head_dim, cache.block_size, gqa, qt, p, kernel_dtype(cache.dtype)},
+                    {wg, cache.head_dim, cache.block_size, gqa, qt, p, kernel_dtype(cache.dtype), kSplitTokens},
                     sizeof(VarlenParams)));
-  VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
-                  tiles_.address(), cache.num_kv_heads, b.max_blocks_per_seq, o.scale, o.softcap,
-                  o.window, 0};
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
-  batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads);
+  const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
+  const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);
+  const uint64_t partial_bytes = uint64_t{total_rows} * b.num_heads * max_splits * (cache.head_dim + 2) * 4;
+  const bool split_launch =
+      policy_ == SplitPolicy::kWorkgroupPerSplit ||
+      (policy_ == SplitPolicy::kAuto && max_splits > 1 && num_tiles * cache.num_kv_heads < kMinWorkgroups &&
+       partial_bytes <= kMaxPartialBytes);
+  if (split_launch && partial_.size() < partial_bytes) {
+    KVTIER_ASSIGN_OR_RETURN(partial_, GpuBuffer::create(ctx_, std::max(partial_bytes, partial_.size() * 2),
+                                                        MemoryKind::kDevice));
+  }
+  VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
+                  tiles_.address(), split_launch ? partial_.address() : 0, cache.num_kv_heads,
+                  b.max_blocks_per_seq, o.scale, o.softcap, o.window, max_splits};
+  batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads, split_launch ? max_splits : 1);
+  if (split_launch) {
+    batch.barrier();
+    KVTIER_ASSIGN_OR_RETURN(auto merge, ctx_.pipeline("paged_attention_varlen_merge", {cache.head_dim},
+                                                      sizeof(VarlenMergeParams)));
+    batch.dispatch(*merge, VarlenMergeParams{b.out, partial_.address(), b.num_heads, max_splits}, total_rows,
+                   b.num_heads);
+  }
   batch.barrier();
   return ok_status();
 }

@@ -6,10 +6,14 @@
 // own token, whose K/V must already be in the cache). Contexts longer than one split are spread
 // over several workgroups and combined by the reduce pass.
 //
-// PagedAttentionVarlen (kernels/paged_attention_varlen.comp): prefill and decode in one launch.
-// q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
+// PagedAttentionVarlen (kernels/paged_attention_varlen.comp [+ _merge]): prefill and decode in
+// one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
 // [cu_seqlens_q[i], cu_seqlens_q[i+1]), the last q_len positions of its seq_lens[i]; causal.
-// Host copies of cu_seqlens_q are needed to cut rows into tiles of one sequence each.
+// Host copies of cu_seqlens_q are needed to cut rows into tiles of one sequence each. Keys are
+// split at fixed positions; a batch with few tiles (a short suffix after a restored prefix, a
+// decode step) gives each split its own workgroup and merges after, with the same bits as one
+// workgroup walking all splits. So a row's output depends only on its own tokens: not on how
+// many rows share the launch, nor whether they are prefill or decode rows.
 //
 // Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
 // Each launcher keeps scratch buffers that a recorded batch uses. Many launches of the same shape
@@ -65,18 +69,32 @@ struct VarlenBatch {
   uint64_t cu_seqlens_q = 0;   // device i32 [num_seqs + 1]
   std::span<const int32_t> host_cu_seqlens_q;  // the same, on the host
   uint32_t num_heads = 0;
+  uint32_t max_seq_len = 0;    // the longest seq_lens entry (sizes the split grid)
 };
 
 class PagedAttentionVarlen {
  public:
-  explicit PagedAttentionVarlen(VulkanContext& ctx) : ctx_(ctx) {}
+  // How splits map to workgroups. kAuto picks by the batch's size; the others exist so tests can
+  // check that the choice changes no bit.
+  enum class SplitPolicy { kAuto, kWalkSplits, kWorkgroupPerSplit };
+  explicit PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy = SplitPolicy::kAuto)
+      : ctx_(ctx), policy_(policy) {}
   Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
                 const AttentionOptions& options);
 
  private:
+  // Keys per split (fixed: a row's bits depend on it). A multiple of the kernel's 16-key chunk.
+  static constexpr uint32_t kSplitTokens = 256;
+  // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
+  static constexpr uint32_t kMinWorkgroups = 256;
+  static constexpr uint64_t kMaxPartialBytes = 256ull << 20;
+
+ private:
   VulkanContext& ctx_;
+  SplitPolicy policy_;
   GpuBuffer tiles_;
   std::vector<int32_t> tile_values_;  // what tiles_ holds
+  GpuBuffer partial_;                 // per-split states of a split launch, grown on demand
 };
 
 }  // namespace kvtier

@@ -9,11 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/temp_dir.h"
-#include "tiers/ram_tier.h"
-#include "tiers/ssd_tier.h"
 
 namespace kvtier {
 namespace {
@@ -55,40 +54,38 @@ struct StackOptions {
 
 // GPU -> RAM -> SSD, and a generator over them.
 struct Stack {
+  std::unique_ptr<CacheStack> tiers;
   std::shared_ptr<const KvLayout> layout;
-  std::unique_ptr<GpuBlockPool> pool;
-  std::shared_ptr<GpuTier> gpu_tier;
-  std::shared_ptr<RamTier> ram;
-  std::shared_ptr<SsdTier> ssd;
-  std::unique_ptr<TieredCache> cache;
+  GpuBlockPool* pool = nullptr;
+  GpuTier* gpu_tier = nullptr;
+  RamTier* ram = nullptr;
+  SsdTier* ssd = nullptr;
   std::unique_ptr<CachedGenerator> gen;
 
   Stack(DType dt, const StackOptions& o) {
-    layout = testing::share_layout(model().config().kv_layout(dt, kBlockSize));
-    pool = std::move(GpuBlockPool::create(gpu(), layout, {o.gpu_blocks, 0})).value();
-    gpu_tier = std::move(GpuTier::create(gpu(), *pool)).value();
-    RamTierOptions ro;
-    ro.capacity_bytes = static_cast<uint64_t>(o.ram_blocks * static_cast<double>(layout->dense_block_bytes()));
-    ro.quantization = o.ram_quantization;
-    ram = std::make_shared<RamTier>(ro);
-    std::vector<std::shared_ptr<Tier>> tiers{gpu_tier, ram};
+    CacheStackOptions co;
+    co.layout = testing::share_layout(model().config().kv_layout(dt, kBlockSize));
+    co.vulkan = &gpu();
+    co.gpu_pool.num_blocks = o.gpu_blocks;
+    co.ram.capacity_bytes = static_cast<uint64_t>(o.ram_blocks * static_cast<double>(co.layout->dense_block_bytes()));
+    co.ram.quantization = o.ram_quantization;
     if (!o.ssd_dir.empty()) {
-      SsdTierOptions so;
-      so.dir = o.ssd_dir;
-      so.segment_size = 1 << 20;
-      so.capacity_bytes = 64 << 20;
-      auto registry = std::make_shared<LayoutRegistry>();
-      EXPECT_TRUE(registry->add(*layout).ok());
-      ssd = std::move(SsdTier::open(so, registry)).value();
-      tiers.push_back(ssd);
+      co.ssd.emplace();
+      co.ssd->dir = o.ssd_dir;
+      co.ssd->segment_size = 1 << 20;
+      co.ssd->capacity_bytes = 64 << 20;
     }
-    cache = std::make_unique<TieredCache>(tiers);
-    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"parity", layout->fingerprint(), ""}, kBlockSize);
-    gen = std::make_unique<CachedGenerator>(model(), *gpu_tier, *cache, std::move(hasher));
+    tiers = std::move(CacheStack::open(co)).value();
+    layout = tiers->layout_ptr();
+    pool = tiers->gpu_pool();
+    gpu_tier = tiers->gpu();
+    ram = &tiers->ram();
+    ssd = tiers->ssd();
+    gen = std::make_unique<CachedGenerator>(model(), *gpu_tier, tiers->cache(), hasher());
   }
-  ~Stack() {
-    cache.reset();
-    if (ssd) ssd->close();
+
+  PrefixHasher hasher() const {
+    return PrefixHasher(HashAlgorithm::kSha256, Namespace{"parity", layout->fingerprint(), ""}, kBlockSize);
   }
 
   Generation run(const std::vector<int32_t>& prompt, bool use_cache = true) {
@@ -97,18 +94,14 @@ struct Stack {
     return g.ok() ? std::move(g).value() : Generation{};
   }
 
-  // Takes every GPU block for new contents and gives them back: each cached block is evicted
-  // (copied down to RAM) on the way.
   void evict_gpu() {
-    auto ids = gpu_tier->allocate(pool->num_blocks());
-    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
-    gpu_tier->release(*ids);
+    Status st = tiers->evict_gpu();
+    ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_EQ(pool->cached_blocks(), 0u);
   }
 
   std::vector<BlockKey> keys(const std::vector<int32_t>& prompt) const {
-    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"parity", layout->fingerprint(), ""}, kBlockSize);
-    return hasher.keys(std::vector<uint32_t>(prompt.begin(), prompt.end()), {});
+    return hasher().keys(std::vector<uint32_t>(prompt.begin(), prompt.end()), {});
   }
 };
 

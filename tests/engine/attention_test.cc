@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "engine/paged_attention.h"
@@ -94,11 +95,12 @@ struct PagedProblem {
     EXPECT_TRUE(batch.submit_and_wait().ok());
     return from_gpu<float>(out, q.size());
   }
-  std::vector<float> varlen() {
+  std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto) {
     GpuBuffer out = testing::gpu_zeros(q.size() * 4);
-    PagedAttentionVarlen k(gpu());
+    PagedAttentionVarlen k(gpu(), policy);
     VarlenBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
-                  glens.address(), gcu.address(), cu, static_cast<uint32_t>(num_heads)};
+                  glens.address(), gcu.address(), cu, static_cast<uint32_t>(num_heads),
+                  static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end()))};
     auto batch = std::move(CommandBatch::begin(gpu())).value();
     Status st = k.record(batch, b, view, options);
     EXPECT_TRUE(st.ok()) << st.to_string();
@@ -153,6 +155,34 @@ TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
   for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
   PagedProblem s(c, q_lens);
   expect_close(s.varlen(), s.reference(c), c.softcap > 0 ? 1e-4f : 5e-5f, "varlen prefill");
+}
+
+// The property prefix restore stands on: a row's output bits depend on its own tokens only. The
+// same rows computed walking the splits in one workgroup, with a workgroup per split, and as the
+// lone query of a decode-shaped batch (only each sequence's last row) must be identical.
+TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
+  using Policy = PagedAttentionVarlen::SplitPolicy;
+  const AttnCase& c = GetParam();
+  std::vector<int> q_lens;
+  for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
+  PagedProblem full(c, q_lens);
+  const auto walk = full.varlen(Policy::kWalkSplits);
+  const auto per_split = full.varlen(Policy::kWorkgroupPerSplit);
+  EXPECT_EQ(std::memcmp(walk.data(), per_split.data(), walk.size() * 4), 0);
+
+  PagedProblem last(c, std::vector<int>(c.lens.size(), 1));
+  const size_t row = static_cast<size_t>(full.num_heads) * c.head_dim;
+  for (size_t s = 0; s < c.lens.size(); ++s) {  // sequence s's last query row, as a decode step
+    std::copy_n(full.q.begin() + (full.cu[s + 1] - 1) * row, row, last.q.begin() + s * row);
+  }
+  last.gq = to_gpu(last.q);
+  for (Policy policy : {Policy::kWalkSplits, Policy::kWorkgroupPerSplit}) {
+    const auto one = last.varlen(policy);
+    for (size_t s = 0; s < c.lens.size(); ++s) {
+      EXPECT_EQ(std::memcmp(one.data() + s * row, walk.data() + (full.cu[s + 1] - 1) * row, row * 4), 0)
+          << "sequence " << s << ", policy " << static_cast<int>(policy);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

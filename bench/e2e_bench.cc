@@ -1,0 +1,300 @@
+// e2e_bench: time to first token when a prompt's prefix is not cached, or cached on the GPU, in
+// RAM, or on the SSD.
+//  * Tiny Llama on the engine (4 layers, 8/2 heads, head_dim 64, BF16 KV): the whole
+//    CachedGenerator path, restore plus the rest of the prefill, against its own full prefill.
+//  * A Llama-3-8B-shaped KV layout (32 layers, 8 KV heads, head_dim 128, BF16; KV shapes only, no
+//    weights): the restore path (hash, look up, read, upload, scatter into GPU blocks) against a
+//    lower bound on that model's prefill, 2 x 8e9 x tokens FLOPs at the bf16 matmul rate measured
+//    in this run (PyTorch on a CUDA GPU; elsewhere our own f32 Vulkan matmul, said in the notes).
+// Medians of repetitions; tables on stdout, rows in e2e_bench_tiny.json / e2e_bench_8b.json, and
+// bench/plot_e2e.py draws e2e_bench.png from them.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "bench/harness/bench_report.h"
+#include "cache/cache_stack.h"
+#include "cache/cached_generator.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_blocks.h"
+
+using namespace kvtier;
+using namespace kvtier::bench;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void die(const Status& s) {
+  std::cerr << "e2e_bench: " << s.to_string() << "\n";
+  std::exit(1);
+}
+template <typename T>
+T must(Result<T> r) {
+  if (!r.ok()) die(r.status());
+  return std::move(r).value();
+}
+void must(const Status& s) {
+  if (!s.ok()) die(s);
+}
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
+
+constexpr int kBlockSize = 16;
+
+std::vector<int32_t> prompt_tokens(int n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 7919 + (i * i) % 101) % vocab;
+  return t;
+}
+
+// ---- the bf16 matmul rate -------------------------------------------------------------------
+
+struct MatmulRate {
+  double tflops = 0;
+  std::string source;
+};
+
+MatmulRate matmul_rate_from_pytorch(const std::string& script) {
+  FILE* p = ::popen(("python3 " + script + " 2>/dev/null").c_str(), "r");
+  if (!p) return {};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  if (::pclose(p) != 0) return {};
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded() || !j.contains("bf16_matmul_tflops")) return {};
+  return {j["bf16_matmul_tflops"].get<double>(),
+          "PyTorch bf16 matmul 8192^3 on " + j.value("device", std::string("?"))};
+}
+
+struct MatmulParams {
+  uint64_t x, w, y;
+  uint32_t rows, k, n, accumulate;
+};
+
+// Our f32 Vulkan matmul (the tiny model's), n^3: where there is no PyTorch GPU (lavapipe).
+MatmulRate matmul_rate_from_vulkan(VulkanContext& ctx) {
+  const uint32_t n = 1024;
+  const uint64_t bytes = uint64_t{n} * n * 4;
+  GpuBuffer x = must(GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
+  GpuBuffer w = must(GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
+  GpuBuffer y = must(GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
+  auto p = must(ctx.pipeline("matmul", {}, sizeof(MatmulParams)));
+  std::vector<double> samples;
+  for (int r = 0; r < 4; ++r) {
+    CommandBatch b = must(CommandBatch::begin(ctx));
+    b.dispatch(*p, MatmulParams{x.address(), w.address(), y.address(), n, n, n, 0}, n / 256, n / 4);
+    const auto t0 = Clock::now();
+    must(b.submit_and_wait());
+    if (r > 0) samples.push_back(since(t0));  // the first compiles and warms
+  }
+  return {2.0 * n * n * n / median(samples) / 1e12,
+          "no PyTorch GPU here: kvtier's f32 Vulkan matmul 1024^3 on " + ctx.info().name +
+              " stands in for a bf16 matmul"};
+}
+
+// ---- tiny model: the whole generate path ----------------------------------------------------
+
+struct TinyCase {
+  explicit TinyCase(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::vector<double> ttft, restore, prefill;
+  size_t cached_tokens = 0;
+  bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
+};
+
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
+                Report& report) {
+  LlamaConfig config = LlamaConfig::tiny();
+  config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  auto model = must(LlamaModel::create(ctx, config, weights));
+  auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
+  for (int p : prompts) {
+    const auto prompt = prompt_tokens(p, config.vocab);
+    const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
+    // Stack 1: GPU + RAM (room for everything). Stack 2: GPU + a one-block RAM + SSD, so what the
+    // GPU evicts lands on the SSD.
+    CacheStackOptions big;
+    big.layout = layout;
+    big.vulkan = &ctx;
+    big.gpu_pool.num_blocks = 2 * blocks + 16;
+    big.ram.capacity_bytes = (blocks + 16) * (layout->dense_block_bytes() + 4096);
+    CacheStackOptions ssd_only = big;
+    ssd_only.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
+    ssd_only.ssd.emplace();
+    ssd_only.ssd->dir = dir + "/tiny-" + std::to_string(p);
+    ssd_only.ssd->reset = true;
+    auto stack = must(CacheStack::open(big));
+    auto ssd_stack = must(CacheStack::open(ssd_only));
+    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""}, kBlockSize);
+    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
+    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher);
+
+    std::vector<float> reference;
+    auto run = [&](CachedGenerator& g, bool use_cache, TinyCase& c) {
+      const auto t0 = Clock::now();
+      Generation out = must(g.generate(prompt, 1, use_cache));
+      c.ttft.push_back(since(t0));
+      c.restore.push_back(out.restore_seconds);
+      c.prefill.push_back(out.prefill_seconds);
+      c.cached_tokens = out.cached_tokens;
+      if (reference.empty()) reference = out.logits[0];
+      c.identical = c.identical && out.logits[0] == reference;
+    };
+    std::vector<TinyCase> cases{TinyCase("not cached"), TinyCase("GPU"), TinyCase("RAM"), TinyCase("SSD")};
+    run(gen, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
+    cases[0] = TinyCase("not cached");
+    for (int r = 0; r < reps; ++r) run(gen, false, cases[0]);
+    must(gen.generate(prompt, 1, true).status());  // publishes the prompt's blocks
+    for (int r = 0; r < reps; ++r) run(gen, true, cases[1]);
+    for (int r = 0; r < reps; ++r) {
+      must(stack->evict_gpu());
+      run(gen, true, cases[2]);
+    }
+    must(ssd_gen.generate(prompt, 1, true).status());
+    for (int r = 0; r < reps; ++r) {
+      must(ssd_stack->evict_gpu());
+      ssd_stack->ssd()->flush();
+      run(ssd_gen, true, cases[3]);
+    }
+    const double base = median(cases[0].ttft);
+    for (const TinyCase& c : cases) {
+      report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
+                      ms(median(c.restore)), ms(median(c.prefill)), fmt_double(base / median(c.ttft), 2),
+                      c.identical ? "yes" : "NO"});
+    }
+  }
+}
+
+// ---- Llama-3-8B-shaped KV: the restore path against the prefill bound -------------------------
+
+void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
+              const MatmulRate& rate, Report& report) {
+  auto layout = std::make_shared<const KvLayout>(must(layout_preset("llama-3-8b")));
+  const uint64_t block_bytes = layout->dense_block_bytes();
+  const Block pattern = testing::make_block(layout, 1, testing::Values::kKvLike);
+  for (int p : prompts) {
+    const uint32_t n = static_cast<uint32_t>(p / kBlockSize);
+    const auto tokens32 = prompt_tokens(p, 128256);
+    const std::vector<uint32_t> tokens(tokens32.begin(), tokens32.end());
+    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-8b", layout->fingerprint(), ""}, kBlockSize);
+    const auto keys = hasher.keys(tokens, {});
+    std::vector<BlockRef> blocks;
+    for (uint32_t i = 0; i < n; ++i) {
+      Block b = pattern.clone();
+      b.mutable_identity() = hasher.identity(keys, i, {});
+      blocks.push_back(std::make_shared<const Block>(std::move(b)));
+    }
+    CacheStackOptions o;
+    o.layout = layout;
+    o.vulkan = &ctx;
+    o.gpu_pool.num_blocks = n + 8;
+    o.ram.capacity_bytes = (n + 8) * (block_bytes + 4096);
+    o.ssd.emplace();
+    o.ssd->dir = dir + "/8b-" + std::to_string(p);
+    o.ssd->reset = true;
+    o.ssd->capacity_bytes = std::max<uint64_t>(4 * n * block_bytes, 2ull << 30);
+    auto stack = must(CacheStack::open(o));
+    for (const BlockRef& b : blocks) {
+      must(stack->ram().insert(b).status());
+      must(stack->ssd()->insert(b).status());
+    }
+    stack->ssd()->flush();
+
+    // tier 0: blocks stay on the GPU; 1: dropped from the GPU, read from RAM; 2: dropped from
+    // GPU and RAM, read from the SSD.
+    const double bound = 2 * 8e9 * p / (rate.tflops * 1e12);
+    const char* names[] = {"GPU", "RAM", "SSD"};
+    for (int tier = 0; tier < 3; ++tier) {
+      if (tier == 2) {
+        for (const BlockRef& b : blocks) stack->ram().erase(b->hash());
+      }
+      std::vector<double> samples;
+      for (int r = 0; r <= reps; ++r) {  // r == 0 warms up (and, for tier 0, uploads)
+        if (tier > 0) {
+          for (const BlockRef& b : blocks) stack->gpu()->erase(b->hash());
+        }
+        const auto t0 = Clock::now();
+        const auto k = hasher.keys(tokens, {});
+        PinnedBlocks got = stack->cache().fetch(k);
+        const double s = since(t0);
+        if (got.size() != n) die(internal_error("restored " + std::to_string(got.size()) + " of " + std::to_string(n)));
+        if (r > 0) {
+          if (got.entries().front().source_tier != tier) die(internal_error("restored from the wrong tier"));
+          samples.push_back(s);
+        }
+      }
+      const double t = median(samples);
+      report.add_row({std::to_string(p), names[tier], format_byte_size(n * block_bytes), ms(t),
+                      fmt_double(n * block_bytes / t / 1e9, 2), ms(bound), fmt_double(t / bound, 3)});
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"e2e_bench: time to first token with the prefix restored from each tier"};
+  std::vector<int> prompts = {2048, 8192};
+  int reps = 5;
+  std::string dir;
+  bool skip_tiny = false, skip_8b = false;
+  double matmul_tflops = 0;
+  std::string matmul_script = std::filesystem::exists(KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py")
+                                  ? KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py"
+                                  : "bench/matmul_rate.py";
+  app.add_option("--prompts", prompts, "Prompt lengths in tokens (multiples of 16)")->delimiter(',');
+  app.add_option("--reps", reps);
+  app.add_option("--dir", dir, "Where the SSD tiers live (default: a temporary directory)");
+  app.add_flag("--skip-tiny", skip_tiny);
+  app.add_flag("--skip-8b", skip_8b);
+  app.add_option("--matmul-tflops", matmul_tflops, "Use this bf16 rate instead of measuring one");
+  app.add_option("--matmul-script", matmul_script);
+  CLI11_PARSE(app, argc, argv);
+  for (int p : prompts) {
+    if (p < 2 * kBlockSize || p % kBlockSize) die(invalid_argument("prompt lengths must be multiples of 16, >= 32"));
+  }
+  init_logging("warn");
+  auto ctx = must(VulkanContext::create());
+  std::unique_ptr<testing::TempDir> tmp;
+  if (dir.empty()) {
+    tmp = std::make_unique<testing::TempDir>();
+    dir = tmp->str();
+  }
+  std::cout << "machine: " << machine_description() << "\nvulkan: " << ctx->info().name << "\n\n";
+
+  if (!skip_tiny) {
+    Report r("e2e, tiny Llama (BF16 KV): time to first token",
+             {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "speedup", "same logits"});
+    bench_tiny(*ctx, prompts, reps, dir, r);
+    r.add_note("speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill = "
+               "the rest of the prompt through the model. 'same logits': first-token logits bit-identical "
+               "to the uncached run's.");
+    r.set_meta("vulkan", ctx->info().name);
+    r.print();
+    r.write_json(output_path("e2e_bench_tiny.json"));
+  }
+  if (!skip_8b) {
+    MatmulRate rate = matmul_tflops > 0 ? MatmulRate{matmul_tflops, "given on the command line"}
+                                        : matmul_rate_from_pytorch(matmul_script);
+    if (rate.tflops <= 0) rate = matmul_rate_from_vulkan(*ctx);
+    Report r("e2e, Llama-3-8B-shaped KV (BF16, 2 MiB blocks): restore vs prefill lower bound",
+             {"prompt", "prefix in", "KV bytes", "restore ms", "GB/s", "prefill bound ms", "restore/bound"});
+    bench_8b(*ctx, prompts, reps, dir, rate, r);
+    r.add_note("prefill bound = 2 x 8e9 x tokens FLOPs at " + fmt_double(rate.tflops, 3) + " TFLOP/s (" +
+               rate.source + "); a real prefill is slower (attention, memory, launch overheads), so "
+               "restore/bound overstates restore's cost.");
+    r.set_meta("matmul_tflops", fmt_double(rate.tflops, 3));
+    r.set_meta("matmul_source", rate.source);
+    r.print();
+    r.write_json(output_path("e2e_bench_8b.json"));
+  }
+  return 0;
+}

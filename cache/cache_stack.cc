@@ -1,0 +1,48 @@
+#include "cache/cache_stack.h"
+
+namespace kvtier {
+
+Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
+  if (!o.layout) return invalid_argument("cache stack: no layout");
+  std::unique_ptr<CacheStack> s(new CacheStack());
+  s->layout_ = o.layout;
+  std::vector<std::shared_ptr<Tier>> tiers;
+  const bool want_gpu = o.gpu_pool.num_blocks > 0 || o.gpu_pool.byte_budget > 0;
+  if (want_gpu) {
+    if (!o.vulkan) return invalid_argument("cache stack: a GPU tier needs a Vulkan device");
+    KVTIER_ASSIGN_OR_RETURN(s->pool_, GpuBlockPool::create(*o.vulkan, o.layout, o.gpu_pool));
+    KVTIER_ASSIGN_OR_RETURN(auto gpu, GpuTier::create(*o.vulkan, *s->pool_));
+    s->gpu_ = std::move(gpu);
+    tiers.push_back(s->gpu_);
+  }
+  s->ram_ = std::make_shared<RamTier>(o.ram);
+  tiers.push_back(s->ram_);
+  if (o.ssd) {
+    auto registry = std::make_shared<LayoutRegistry>();
+    KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
+    KVTIER_ASSIGN_OR_RETURN(auto ssd, SsdTier::open(*o.ssd, registry));
+    s->ssd_ = std::move(ssd);
+    tiers.push_back(s->ssd_);
+  }
+  s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
+  return s;
+}
+
+CacheStack::~CacheStack() { close(); }
+
+Status CacheStack::evict_gpu() {
+  if (!gpu_) return ok_status();
+  const uint32_t n = static_cast<uint32_t>(pool_->free_blocks());
+  KVTIER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, gpu_->allocate(n));
+  gpu_->release(ids);
+  return ok_status();
+}
+
+size_t CacheStack::close() {
+  if (closed_) return 0;
+  closed_ = true;
+  // Afterwards the SSD tier answers as an empty one; blocks evicted into it are counted drops.
+  return ssd_ ? ssd_->close() : 0;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,62 @@
+// CacheStack: the tiers one deployment runs, built from options and owned together — GPU (when a
+// Vulkan device and a block budget are given) → RAM → SSD (when a directory is given) — with the
+// TieredCache over them. kvtierd, the benchmarks and the end-to-end tests all build theirs here,
+// so they exercise the same wiring. Closing drains the SSD writer and releases the directory.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "cache/tiered_cache.h"
+#include "engine/gpu_block_pool.h"
+#include "serialize/layout_registry.h"
+#include "tiers/gpu_tier.h"
+#include "tiers/ram_tier.h"
+#include "tiers/ssd_options.h"
+#include "tiers/ssd_tier.h"
+
+namespace kvtier {
+
+struct CacheStackOptions {
+  std::shared_ptr<const KvLayout> layout;
+  VulkanContext* vulkan = nullptr;  // with gpu_pool sized: a GPU tier on top
+  GpuBlockPoolOptions gpu_pool;     // num_blocks or byte_budget; both 0 = no GPU tier
+  RamTierOptions ram;
+  std::optional<SsdTierOptions> ssd;  // set = SSD tier at the bottom
+};
+
+class CacheStack {
+ public:
+  static Result<std::unique_ptr<CacheStack>> open(CacheStackOptions options);
+  ~CacheStack();
+  CacheStack(const CacheStack&) = delete;
+  CacheStack& operator=(const CacheStack&) = delete;
+
+  const KvLayout& layout() const { return *layout_; }
+  const std::shared_ptr<const KvLayout>& layout_ptr() const { return layout_; }
+  TieredCache& cache() { return *cache_; }
+  GpuBlockPool* gpu_pool() { return pool_.get(); }
+  GpuTier* gpu() { return gpu_.get(); }
+  RamTier& ram() { return *ram_; }
+  SsdTier* ssd() { return ssd_.get(); }
+
+  // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
+  // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
+  Status evict_gpu();
+  // Drains the SSD writer (bounded by its drain_timeout) and closes the tiers; returns the number
+  // of queued blocks that could not be written. Idempotent.
+  size_t close();
+
+ private:
+  CacheStack() = default;
+
+  std::shared_ptr<const KvLayout> layout_;
+  std::unique_ptr<GpuBlockPool> pool_;
+  std::shared_ptr<GpuTier> gpu_;
+  std::shared_ptr<RamTier> ram_;
+  std::shared_ptr<SsdTier> ssd_;
+  std::unique_ptr<TieredCache> cache_;
+  bool closed_ = false;
+};
+
+}  // namespace kvtier
