@@ -88,8 +88,8 @@ struct Stack {
     return PrefixHasher(HashAlgorithm::kSha256, Namespace{"parity", layout->fingerprint(), ""}, kBlockSize);
   }
 
-  Generation run(const std::vector<int32_t>& prompt, bool use_cache = true) {
-    auto g = gen->generate(prompt, kNewTokens, use_cache);
+  Generation run(const std::vector<int32_t>& prompt, bool use_cache = true, int new_tokens = kNewTokens) {
+    auto g = gen->generate(prompt, new_tokens, use_cache);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
     return g.ok() ? std::move(g).value() : Generation{};
   }
@@ -144,9 +144,9 @@ void expect_within_quantization_bound(DType dt, const Quantization& q, std::span
 class ParityTest : public ::testing::TestWithParam<DType> {
  protected:
   // The reference: nothing restored, nothing published.
-  Generation reference(const std::vector<int32_t>& prompt) {
+  Generation reference(const std::vector<int32_t>& prompt, int new_tokens = kNewTokens) {
     Stack s(GetParam(), {});
-    Generation g = s.run(prompt, /*use_cache=*/false);
+    Generation g = s.run(prompt, /*use_cache=*/false, new_tokens);
     EXPECT_EQ(g.cached_tokens, 0u);
     EXPECT_EQ(s.pool->cached_blocks(), 0u);
     return g;
@@ -222,6 +222,23 @@ TEST_P(ParityTest, PrefixRestoredFromSsdAfterRestartEqualsRecomputed) {
   const Generation b = s.run(kPromptB);
   EXPECT_EQ(b.restored_blocks_by_tier[2], 3u);
   expect_bit_identical(b, want_b, "B, 3 blocks read from the SSD after a restart");
+}
+
+// A chat's next turn: the prompt is the last prompt, the answer and a new question. The block
+// that straddles prompt and answer was filled by decode steps (one row per launch), yet restoring
+// it must give the bits a single prefill of the whole conversation computes.
+TEST_P(ParityTest, NextTurnRestoresTheBlocksItsAnswerFilled) {
+  const std::vector<int32_t> turn1 = tokens_from(4, 40);  // 2 full blocks and 8 tokens
+  Stack s(GetParam(), {});
+  const Generation answer = s.run(turn1, true, 12);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), answer.tokens.begin(), answer.tokens.end());
+  for (int32_t t : tokens_from(5, 10)) turn2.push_back(t);
+  s.evict_gpu();  // through RAM, so the restore also crosses the host copy
+  const Generation next = s.run(turn2);
+  EXPECT_EQ(next.cached_tokens, 3u * kBlockSize) << "the third block holds 8 answer tokens";
+  EXPECT_EQ(next.restored_blocks_by_tier[1], 3u);
+  expect_bit_identical(next, reference(turn2), "turn 2 with turn 1's blocks restored from RAM");
 }
 
 TEST_P(ParityTest, BatchedDecodeEqualsEachSequenceAlone) {
