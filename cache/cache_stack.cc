@@ -1,5 +1,7 @@
 #include "cache/cache_stack.h"
 
+#include <spdlog/spdlog.h>
+
 namespace kvtier {
 
 Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
@@ -22,6 +24,7 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
     KVTIER_ASSIGN_OR_RETURN(auto ssd, SsdTier::open(*o.ssd, registry));
     s->ssd_ = std::move(ssd);
+    s->ssd_options_spill_bytes_ = o.ssd->spill_queue_bytes;
     tiers.push_back(s->ssd_);
   }
   s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
@@ -36,6 +39,41 @@ Status CacheStack::evict_gpu() {
   KVTIER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, gpu_->allocate(n));
   gpu_->release(ids);
   return ok_status();
+}
+
+CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time_point deadline) {
+  Persisted p;
+  if (!ssd_) return p;
+  // GPU blocks reach RAM through the ordinary cascade (and, when RAM is full, RAM's oldest go on
+  // to the SSD the same way).
+  if (Status st = evict_gpu(); !st.ok()) {
+    spdlog::error("shutdown: could not move GPU blocks down: {}", st.to_string());
+  }
+  std::vector<BlockRef> todo;
+  for (BlockRef& b : ram_->blocks()) {
+    if (!ssd_->contains(b->hash())) todo.push_back(std::move(b));
+  }
+  // Half the spill queue at a time, so the queue never refuses one of them for being full.
+  uint64_t queued = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      p.left = todo.size() - i;
+      break;
+    }
+    auto r = ssd_->insert(todo[i]);
+    if (!r.ok()) {
+      ++p.left;
+      continue;
+    }
+    ++p.written;
+    queued += layout_->dense_block_bytes();
+    if (queued >= ssd_options_spill_bytes_ / 2) {
+      ssd_->flush();
+      queued = 0;
+    }
+  }
+  ssd_->flush();
+  return p;
 }
 
 size_t CacheStack::close() {

@@ -4,6 +4,7 @@
 // so they exercise the same wiring. Closing drains the SSD writer and releases the directory.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -43,6 +44,14 @@ class CacheStack {
   // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
   // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
   Status evict_gpu();
+  // For a clean shutdown: hands every block that only the GPU or RAM holds to the SSD writer
+  // and waits for it to be written, until `deadline`. Blocks older in RAM go first. Returns how
+  // many blocks were written and how many were left (deadline, or the SSD refused them).
+  struct Persisted {
+    size_t written = 0;
+    size_t left = 0;
+  };
+  Persisted persist_to_ssd(std::chrono::steady_clock::time_point deadline);
   // Drains the SSD writer (bounded by its drain_timeout) and closes the tiers; returns the number
   // of queued blocks that could not be written. Idempotent.
   size_t close();
@@ -56,6 +65,7 @@ class CacheStack {
   std::shared_ptr<RamTier> ram_;
   std::shared_ptr<SsdTier> ssd_;
   std::unique_ptr<TieredCache> cache_;
+  uint64_t ssd_options_spill_bytes_ = 0;
   bool closed_ = false;
 };
 

@@ -153,6 +153,17 @@ std::vector<BlockHash> RamTier::lru_order() const {
   return {lru_.begin(), lru_.end()};
 }
 
+std::vector<BlockRef> RamTier::blocks() const {
+  std::lock_guard lock(mu_);
+  std::vector<BlockRef> out;
+  out.reserve(index_.size());
+  for (const BlockHash& h : lru_) out.push_back(index_.at(h).block);
+  for (const auto& [h, e] : index_) {
+    if (e.pins > 0) out.push_back(e.block);
+  }
+  return out;
+}
+
 void RamTier::visit_metrics(MetricVisitor& v) const {
   const MetricLabels t{{"tier", options_.name}};
   v.counter("kvtier_tier_inserts_total", "Blocks stored in the tier", t, metrics_.inserts.value());

@@ -57,6 +57,9 @@ class RamTier final : public Tier {
   const RamTierMetrics& metrics() const { return metrics_; }
   // Hashes from least to most recently used (unpinned only), for tests and debugging.
   std::vector<BlockHash> lru_order() const;
+  // Every block held, pinned or not, least recently used first (pinned ones last). For shutdown,
+  // which writes what only RAM holds down to the SSD.
+  std::vector<BlockRef> blocks() const;
 
  private:
   struct Entry {

@@ -1,0 +1,191 @@
+#include "server/block_service.h"
+
+#include <cstdio>
+
+#include "serialize/block_codec.h"
+#include "serialize/block_document.h"
+
+namespace kvtier {
+namespace {
+
+std::string fingerprint_hex(uint64_t fp) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(fp));
+  return buf;
+}
+
+}  // namespace
+
+BlockService::BlockService(CacheStack& stack, HashAlgorithm hash)
+    : stack_(stack), hash_(hash), layouts_(std::make_shared<LayoutRegistry>()) {
+  (void)layouts_->add(stack.layout());  // validated when the stack was opened
+}
+
+PrefixHasher BlockService::hasher_for(const std::string& ns) const {
+  return PrefixHasher(hash_, Namespace{ns, layout().fingerprint(), ""}, layout().block_size);
+}
+
+Status BlockService::check_prompt(const PromptRequest& r) const {
+  if (r.ns.empty()) return invalid_argument("namespace is empty");
+  if (r.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
+  for (const std::string& k : r.extra_keys) {
+    if (k.size() > 256) return invalid_argument("an extra key is longer than 256 bytes");
+  }
+  return ok_status();
+}
+
+Status BlockService::reject(Counter& counter, Status status) {
+  counter.inc();
+  if (auto n = reject_log_.admit()) {
+    spdlog::warn("rejected: {} ({} similar suppressed)", status.message(), *n);
+  }
+  return status;
+}
+
+Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
+  KVTIER_RETURN_IF_ERROR(check_prompt(r));
+  metrics_.lookups.inc();
+  const PrefixHasher hasher = hasher_for(r.ns);
+  const std::vector<BlockKey> keys = hasher.keys(r.tokens, r.extra_keys);
+  const LookupResult found = stack_.cache().lookup(keys);
+  LookupReply reply;
+  reply.matched_tokens = found.matched_tokens;
+  const auto& tiers = stack_.cache().tiers();
+  for (const LookupResult::Hit& h : found.blocks) {
+    reply.blocks.push_back({h.hash, std::string(tiers[h.tier]->name())});
+  }
+  for (size_t i = found.blocks.size(); i < keys.size(); ++i) {
+    reply.missing.push_back({keys[i].hash, i == 0 ? hasher.root() : keys[i - 1].hash});
+  }
+  return reply;
+}
+
+Result<InsertOutcome> BlockService::put(const BlockHash& hash, std::span<const uint8_t> document,
+                                        std::string_view ns) {
+  auto decoded = decode_block_document(document, *layouts_);
+  if (!decoded.ok()) {
+    // An unknown layout fingerprint is a well-formed document for another model.
+    if (decoded.status().code() == StatusCode::kInvalidArgument) {
+      return reject(metrics_.puts_rejected_inconsistent,
+                    failed_precondition(decoded.status().message() + "; this server holds layout '" +
+                                        layout().name + "' (fingerprint " +
+                                        fingerprint_hex(layout().fingerprint()) + ")"));
+    }
+    return reject(metrics_.puts_rejected_malformed, invalid_argument(decoded.status().message()));
+  }
+  const BlockIdentity& id = decoded->identity();
+  if (id.hash != hash) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("the document's hash " + id.hash.hex() +
+                                      " is not the hash in the path " + hash.hex()));
+  }
+  if (!ns.empty() && id.namespace_id != ns) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("the document's namespace '" + id.namespace_id +
+                                      "' is not the request's '" + std::string(ns) + "'"));
+  }
+  if (id.namespace_id.empty()) {
+    return reject(metrics_.puts_rejected_malformed, invalid_argument("the document's namespace is empty"));
+  }
+  if (!hasher_for(id.namespace_id).verifies(id)) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("hash " + hash.hex() + " is not the " +
+                                      std::string(hash_algorithm_name(hash_)) +
+                                      " of the document's parent hash, namespace, tokens and extra keys"));
+  }
+  auto block = std::make_shared<const Block>(std::move(decoded).value());
+  auto outcome = stack_.cache().insert(block);
+  if (!outcome.ok()) {
+    Counter& c = outcome.status().code() == StatusCode::kConflict ? metrics_.puts_rejected_collision
+                                                                 : metrics_.puts_rejected_no_room;
+    Status st = outcome.status().code() == StatusCode::kConflict
+                    ? outcome.status()
+                    : resource_exhausted("no tier has room for the block: " + outcome.status().message());
+    return reject(c, st);
+  }
+  (*outcome == InsertOutcome::kInserted ? metrics_.puts_stored : metrics_.puts_duplicate).inc();
+  return *outcome;
+}
+
+std::optional<Bytes> BlockService::document_of(const PinnedBlocks::Entry& e, std::string_view ns) {
+  BlockRef block = e.block;
+  if (!block && stack_.gpu()) {  // served in place on the GPU: copy it down for the wire
+    auto r = stack_.gpu()->read({e.hash, {}});
+    if (r.ok()) block = *r;
+  }
+  if (!block || (!ns.empty() && block->identity().namespace_id != ns)) return std::nullopt;
+  Bytes out;
+  if (!BlockCodec::encode_document(*block, out).ok()) return std::nullopt;
+  return out;
+}
+
+Result<Bytes> BlockService::get(const BlockHash& hash, std::string_view ns) {
+  auto got = batch_get(std::span<const BlockHash>(&hash, 1), ns);
+  if (!got.front()) return not_found("block " + hash.hex() + " is not cached");
+  return std::move(*got.front());
+}
+
+std::vector<std::optional<Bytes>> BlockService::batch_get(std::span<const BlockHash> hashes,
+                                                          std::string_view ns) {
+  std::vector<std::optional<Bytes>> out(hashes.size());
+  std::vector<BlockKey> keys;
+  for (const BlockHash& h : hashes) keys.push_back({h, {}});  // no tokens: GET by hash
+  // fetch() returns the present prefix of what it is given; restart after each miss.
+  size_t next = 0;
+  while (next < keys.size()) {
+    PinnedBlocks pinned = stack_.cache().fetch(std::span(keys).subspan(next));
+    for (size_t i = 0; i < pinned.size(); ++i) out[next + i] = document_of(pinned.entries()[i], ns);
+    next += pinned.size() + 1;  // skips the miss that ended the run
+  }
+  for (const auto& d : out) (d ? metrics_.gets_hit : metrics_.gets_miss).inc();
+  return out;
+}
+
+bool BlockService::erase(const BlockHash& hash) {
+  const bool held = stack_.cache().erase(hash);
+  if (held) metrics_.deletes.inc();
+  return held;
+}
+
+Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
+  KVTIER_ASSIGN_OR_RETURN(LookupReply found, lookup(r));
+  PrefetchReply reply;
+  reply.matched_tokens = found.matched_tokens;
+  const PrefixHasher hasher = hasher_for(r.ns);
+  const std::vector<BlockKey> keys = hasher.keys(r.tokens, r.extra_keys);
+  std::vector<BlockRequest> reads;
+  for (size_t i = 0; i < found.blocks.size(); ++i) {
+    if (found.blocks[i].tier == "ssd") reads.push_back({keys[i].hash, keys[i].tokens});
+    else ++reply.already_warm;
+  }
+  if (reads.empty() || !stack_.ssd()) return reply;
+  std::vector<Result<BlockRef>> got = stack_.ssd()->read_many(reads);
+  for (auto& g : got) {
+    if (g.ok() && stack_.ram().insert(*g).ok()) ++reply.prefetched;
+    else ++reply.failed;
+  }
+  metrics_.prefetched_blocks.inc(reply.prefetched);
+  return reply;
+}
+
+void BlockService::visit_metrics(MetricVisitor& v) const {
+  v.counter("kvtier_server_lookups_total", "Prompt lookups", {}, metrics_.lookups.value());
+  const char* put_help = "Block PUTs by outcome";
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "stored"}}, metrics_.puts_stored.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "duplicate"}}, metrics_.puts_duplicate.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_malformed"}},
+            metrics_.puts_rejected_malformed.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_inconsistent"}},
+            metrics_.puts_rejected_inconsistent.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_collision"}},
+            metrics_.puts_rejected_collision.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_no_room"}},
+            metrics_.puts_rejected_no_room.value());
+  v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "hit"}}, metrics_.gets_hit.value());
+  v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "miss"}}, metrics_.gets_miss.value());
+  v.counter("kvtier_server_deletes_total", "Blocks deleted", {}, metrics_.deletes.value());
+  v.counter("kvtier_server_prefetched_blocks_total", "Blocks read from SSD into RAM by prefetch", {},
+            metrics_.prefetched_blocks.value());
+}
+
+}  // namespace kvtier

@@ -1,0 +1,104 @@
+// BlockService: what kvtierd does, without HTTP. It turns requests (a prompt to look up, a block
+// document to store, hashes to fetch) into TieredCache calls and checks everything a client sends
+// before it touches the cache: a stored block's hash must be what its parent, tokens, namespace
+// and extra keys hash to, and its layout must be the server's. Errors come back as Status codes
+// the HTTP layer maps to statuses: kInvalidArgument (malformed) 400, kFailedPrecondition
+// (well-formed but inconsistent) 422, kConflict 409, kNotFound 404, kResourceExhausted 503.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "cache/cache_stack.h"
+#include "cache/prefix_hasher.h"
+
+namespace kvtier {
+
+struct PromptRequest {
+  std::string ns;  // the model id half of the namespace (the layout is the server's)
+  std::vector<uint32_t> tokens;
+  std::vector<std::string> extra_keys;
+};
+
+struct LookupReply {
+  size_t matched_tokens = 0;
+  struct Cached {
+    BlockHash hash;
+    std::string tier;  // "gpu", "ram", "ssd"
+  };
+  std::vector<Cached> blocks;  // the cached prefix
+  // The full blocks after it, with what a client needs to PUT each once computed.
+  struct Missing {
+    BlockHash hash;
+    BlockHash parent_hash;
+  };
+  std::vector<Missing> missing;
+};
+
+struct PrefetchReply {
+  size_t matched_tokens = 0;
+  size_t already_warm = 0;  // blocks of the prefix already in GPU or RAM
+  size_t prefetched = 0;    // blocks read from the SSD into RAM
+  size_t failed = 0;        // SSD reads that failed their checks (quarantined there)
+};
+
+struct BlockServiceMetrics {
+  Counter lookups;
+  Counter puts_stored;
+  Counter puts_duplicate;
+  Counter puts_rejected_malformed;
+  Counter puts_rejected_inconsistent;  // wrong layout, hash or namespace
+  Counter puts_rejected_collision;
+  Counter puts_rejected_no_room;
+  Counter gets_hit;
+  Counter gets_miss;
+  Counter deletes;
+  Counter prefetched_blocks;
+};
+
+// Thread-safe.
+class BlockService {
+ public:
+  BlockService(CacheStack& stack, HashAlgorithm hash);
+
+  const KvLayout& layout() const { return stack_.layout(); }
+  HashAlgorithm hash_algorithm() const { return hash_; }
+  CacheStack& stack() { return stack_; }
+
+  Result<LookupReply> lookup(const PromptRequest& request);
+  // `document` is one block document (serialize/block_document.h) stored under `hash`; a
+  // non-empty `ns` must be the document's namespace. kInserted (201) or kAlreadyPresent (200).
+  Result<InsertOutcome> put(const BlockHash& hash, std::span<const uint8_t> document, std::string_view ns);
+  // The block's document, promoted to the top tier. With `ns` non-empty, a block of another
+  // namespace is a miss: a tenant only ever sees its own blocks.
+  Result<Bytes> get(const BlockHash& hash, std::string_view ns);
+  // Each hash's document or nullopt for a miss, in request order; runs of present blocks are
+  // fetched together (the SSD tier reads them in one batch).
+  std::vector<std::optional<Bytes>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
+  bool erase(const BlockHash& hash);
+  // Reads the prompt's cached prefix from the SSD into RAM, ahead of a fetch.
+  Result<PrefetchReply> prefetch(const PromptRequest& request);
+
+  const BlockServiceMetrics& metrics() const { return metrics_; }
+  void visit_metrics(MetricVisitor& visitor) const;
+
+ private:
+  PrefixHasher hasher_for(const std::string& ns) const;
+  Status check_prompt(const PromptRequest& request) const;
+  Status reject(Counter& counter, Status status);
+  // The documents of the pinned entries (downloading device-tier blocks), namespace-checked.
+  std::optional<Bytes> document_of(const PinnedBlocks::Entry& entry, std::string_view ns);
+
+  CacheStack& stack_;
+  const HashAlgorithm hash_;
+  std::shared_ptr<LayoutRegistry> layouts_;
+  BlockServiceMetrics metrics_;
+  LogThrottle reject_log_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,311 @@
+#include "server/http_api.h"
+
+#include <sys/socket.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <httplib.h>
+
+#include "serialize/block_codec.h"
+#include "serialize/block_document.h"
+#include "server/metrics_exporters.h"
+#include "server/request_json.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kHashRoute = R"(/v1/blocks/([^/:]+))";
+constexpr size_t kMaxBatchHashes = 4096;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+int http_status_for(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kConflict: return 409;
+    case StatusCode::kFailedPrecondition: return 422;
+    case StatusCode::kResourceExhausted: return 503;
+    default: return 500;
+  }
+}
+
+const char* error_code_for(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kConflict: return "conflict";
+    case StatusCode::kFailedPrecondition: return "failed_precondition";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
+    default: return "internal";
+  }
+}
+
+void send_error(httplib::Response& res, const Status& st) {
+  send_json(res, http_status_for(st.code()), error_json(error_code_for(st.code()), st.message()));
+}
+
+// Serves `bytes` without copying them into a std::string first (a block is megabytes).
+void send_bytes(httplib::Response& res, std::shared_ptr<const Bytes> bytes, const char* type) {
+  const size_t n = bytes->size();
+  res.set_content_provider(n, type, [bytes](size_t offset, size_t length, httplib::DataSink& sink) {
+    return sink.write(reinterpret_cast<const char*>(bytes->data()) + offset, length);
+  });
+}
+
+Result<BlockHash> path_hash(const httplib::Request& req) {
+  auto h = BlockHash::from_hex(req.matches[1].str());
+  if (!h.ok()) return invalid_argument("the path's block hash: " + h.status().message());
+  return *h;
+}
+
+std::array<uint8_t, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
+  std::array<uint8_t, SHA256_DIGEST_LENGTH> d{};
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
+  return d;
+}
+
+}  // namespace
+
+std::string route_of(const std::string& method, const std::string& path) {
+  if (path == "/healthz") return "healthz";
+  if (path == "/metrics") return "metrics";
+  if (path == "/v1/stats") return "stats";
+  if (path == "/v1/layout") return "layout";
+  if (path == "/v1/lookup") return "lookup";
+  if (path == "/v1/prefetch") return "prefetch";
+  if (path == "/v1/blocks:batchGet") return "batch_get";
+  if (path.rfind("/v1/blocks/", 0) == 0) {
+    if (method == "PUT") return "put_block";
+    if (method == "GET") return "get_block";
+    if (method == "DELETE") return "delete_block";
+  }
+  return "unknown";
+}
+
+HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
+    : service_(service), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+  if (options_.max_body_bytes == 0) {
+    options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
+  }
+  const int threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_keep_alive_max_count(100000);
+  // An idle keep-alive connection holds its worker until this runs out, and shutdown waits for
+  // every worker: keep it short (clients reconnect transparently).
+  server_->set_keep_alive_timeout(2);
+  server_->set_read_timeout(30);
+  server_->set_write_timeout(30);
+  server_->set_tcp_nodelay(true);
+  // cpp-httplib listens with a backlog of 5: a burst of new connections (a client pool starting
+  // up) overflows it and some fail. Remember the socket so bind() can raise the backlog.
+  server_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
+  add_routes();
+}
+
+HttpApi::~HttpApi() = default;
+
+bool HttpApi::authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string_view prefix = "Bearer ";
+  const std::string given = header.rfind(prefix, 0) == 0 ? header.substr(prefix.size()) : "";
+  // Digests first, so neither the key's length nor where it differs shows in the timing.
+  const auto a = sha256(given), b = sha256(options_.api_key);
+  return !given.empty() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+void HttpApi::count(const httplib::Request& req, int status) {
+  std::lock_guard lock(counts_mu_);
+  ++counts_[{route_of(req.method, req.path), status}];
+}
+
+HttpApi::Handler HttpApi::timed(const char* route, Handler handler) {
+  Histogram* h = latency_.emplace(route, std::make_unique<Histogram>()).first->second.get();
+  return [h, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    handler(req, res);
+    h->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+}
+
+void HttpApi::add_routes() {
+  httplib::Server& s = *server_;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/healthz" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_json(res, 401, error_json("unauthenticated", "missing or wrong 'Authorization: Bearer <api key>'"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      send_json(res, 404, error_json("not_found", "no route " + req.method + " " + req.path));
+    } else if (res.status == 413) {
+      send_json(res, 413, error_json("payload_too_large", "the body is larger than this server accepts"));
+    } else {
+      send_json(res, res.status, error_json("http_error", "the request could not be served"));
+    }
+  });
+  s.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    handler_exceptions_.inc();
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    if (auto n = error_log_.admit()) {
+      spdlog::error("http: {} {} threw: {} ({} similar suppressed)", req.method, req.path, what, *n);
+    }
+    send_json(res, 500, error_json("internal", what));
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count(req, res.status); });
+
+  s.Get("/healthz", timed("healthz", [](const httplib::Request&, httplib::Response& res) {
+          send_json(res, 200, {{"status", "ok"}});
+        }));
+  s.Get("/metrics", timed("metrics", [this](const httplib::Request&, httplib::Response& res) {
+          PrometheusTextWriter w;
+          service_.stack().cache().visit_metrics(w);
+          service_.visit_metrics(w);
+          visit_metrics(w);
+          res.set_content(w.text(), "text/plain; version=0.0.4");
+        }));
+  s.Get("/v1/stats", timed("stats", [this](const httplib::Request&, httplib::Response& res) {
+          res.set_content(stats_json(), "application/json");
+        }));
+  s.Get("/v1/layout", timed("layout", [this](const httplib::Request&, httplib::Response& res) {
+          const KvLayout& l = service_.layout();
+          char fp[17];
+          std::snprintf(fp, sizeof(fp), "%016llx", static_cast<unsigned long long>(l.fingerprint()));
+          send_json(res, 200,
+                    {{"layout", l.to_json()},
+                     {"fingerprint", fp},
+                     {"hash", hash_algorithm_name(service_.hash_algorithm())},
+                     {"block_bytes", l.dense_block_bytes()}});
+        }));
+  s.Post("/v1/lookup", timed("lookup", [this](const httplib::Request& req, httplib::Response& res) {
+           auto r = parse_prompt_request(req.body);
+           auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
+           if (!reply.ok()) return send_error(res, reply.status());
+           send_json(res, 200, to_json(*reply));
+         }));
+  s.Post("/v1/prefetch", timed("prefetch", [this](const httplib::Request& req, httplib::Response& res) {
+           auto r = parse_prompt_request(req.body);
+           auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
+           if (!reply.ok()) return send_error(res, reply.status());
+           send_json(res, 200, to_json(*reply));
+         }));
+  s.Put(kHashRoute, timed("put_block", [this](const httplib::Request& req, httplib::Response& res) {
+          auto hash = path_hash(req);
+          if (!hash.ok()) return send_error(res, hash.status());
+          const auto* data = reinterpret_cast<const uint8_t*>(req.body.data());
+          auto outcome = service_.put(*hash, {data, req.body.size()}, req.get_param_value("namespace"));
+          if (!outcome.ok()) return send_error(res, outcome.status());
+          const bool stored = *outcome == InsertOutcome::kInserted;
+          send_json(res, stored ? 201 : 200, {{"hash", hash->hex()}, {"stored", stored}});
+        }));
+  s.Get(kHashRoute, timed("get_block", [this](const httplib::Request& req, httplib::Response& res) {
+          auto hash = path_hash(req);
+          if (!hash.ok()) return send_error(res, hash.status());
+          auto doc = service_.get(*hash, req.get_param_value("namespace"));
+          if (!doc.ok()) return send_error(res, doc.status());
+          send_bytes(res, std::make_shared<const Bytes>(std::move(doc).value()), "application/octet-stream");
+        }));
+  s.Delete(kHashRoute, timed("delete_block", [this](const httplib::Request& req, httplib::Response& res) {
+             auto hash = path_hash(req);
+             if (!hash.ok()) return send_error(res, hash.status());
+             if (!service_.erase(*hash)) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
+             res.status = 204;
+           }));
+  // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
+  // of block document; length 0 is a miss (a document is never empty).
+  s.Post("/v1/blocks:batchGet", timed("batch_get", [this](const httplib::Request& req, httplib::Response& res) {
+           auto r = parse_batch_get_request(req.body, kMaxBatchHashes);
+           if (!r.ok()) return send_error(res, r.status());
+           auto docs = service_.batch_get(r->hashes, r->ns);
+           auto body = std::make_shared<Bytes>();
+           size_t found = 0;
+           for (const auto& d : docs) {
+             const uint64_t n = d ? d->size() : 0;
+             for (int i = 0; i < 8; ++i) body->push_back(static_cast<uint8_t>(n >> (8 * i)));
+             if (d) body->insert(body->end(), d->begin(), d->end());
+             found += d ? 1 : 0;
+           }
+           res.set_header("X-Kvtier-Found", std::to_string(found));
+           send_bytes(res, std::move(body), "application/x-kvtier-blocks");
+         }));
+}
+
+std::string HttpApi::stats_json() {
+  CacheStack& stack = service_.stack();
+  json tiers = json::array();
+  for (const auto& t : stack.cache().tiers()) {
+    tiers.push_back({{"name", t->name()},
+                     {"blocks", t->block_count()},
+                     {"used_bytes", t->used_bytes()},
+                     {"capacity_bytes", t->capacity_bytes()}});
+  }
+  JsonMetricsWriter w;
+  stack.cache().visit_metrics(w);
+  service_.visit_metrics(w);
+  visit_metrics(w);
+  return json{{"layout", stack.layout().name},
+              {"block_bytes", stack.layout().dense_block_bytes()},
+              {"tiers", tiers},
+              {"metrics", w.json()}}
+      .dump();
+}
+
+void HttpApi::visit_metrics(MetricVisitor& v) const {
+  for (const auto& [route, h] : latency_) {
+    v.histogram("kvtier_http_request_seconds", "Time spent in a route's handler", {{"route", route}},
+                h->snapshot());
+  }
+  {
+    std::lock_guard lock(counts_mu_);
+    for (const auto& [key, n] : counts_) {
+      v.counter("kvtier_http_requests_total", "Requests answered, by route and status",
+                {{"route", key.first}, {"code", std::to_string(key.second)}}, n);
+    }
+  }
+  v.counter("kvtier_http_handler_exceptions_total", "Handlers that threw (answered 500)", {},
+            handler_exceptions_.value());
+}
+
+Result<int> HttpApi::bind(const std::string& host, int port) {
+  int bound = port;
+  if (port == 0) {
+    bound = server_->bind_to_any_port(host);
+    if (bound <= 0) return io_error("cannot listen on " + host + " (any port)");
+  } else if (!server_->bind_to_port(host, port)) {
+    return io_error("cannot listen on " + host + ":" + std::to_string(port) +
+                    " (in use, or not an address of this machine)");
+  }
+  // listen() again on a listening socket only changes its backlog (capped by somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, 4096) != 0) {
+    spdlog::warn("http: could not raise the listen backlog: {}", std::strerror(errno));
+  }
+  return bound;
+}
+
+void HttpApi::run() { server_->listen_after_bind(); }
+
+void HttpApi::stop() { server_->stop(); }
+
+}  // namespace kvtier

@@ -1,0 +1,66 @@
+// HttpApi: kvtierd's HTTP face (cpp-httplib). JSON for control, raw block documents for data;
+// every error is a JSON body {"error": {"code", "message"}} with a status that says whose fault
+// it is. Auth (Bearer key, compared in constant time), body limits, per-route latency histograms
+// and status counters live here; what a route does lives in BlockService.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/metrics.h"
+#include "server/block_service.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvtier {
+
+struct HttpApiOptions {
+  std::string api_key;  // empty: no auth
+  int threads = 64;
+  uint64_t max_body_bytes = 0;  // 0: a block document of the layout plus 16 MiB
+};
+
+class HttpApi {
+ public:
+  HttpApi(BlockService& service, HttpApiOptions options);
+  ~HttpApi();
+
+  // Binds the socket (port 0 picks a free one); returns the port.
+  Result<int> bind(const std::string& host, int port);
+  // Serves until stop(); in-flight requests finish before it returns.
+  void run();
+  // Thread-safe; async-signal-unsafe (call it from a normal thread).
+  void stop();
+
+  void visit_metrics(MetricVisitor& visitor) const;
+
+ private:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  void add_routes();
+  Handler timed(const char* route, Handler handler);
+  bool authorized(const httplib::Request& req) const;
+  void count(const httplib::Request& req, int status);
+  std::string stats_json();
+
+  BlockService& service_;
+  HttpApiOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  int listen_fd_ = -1;
+  std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes
+  mutable std::mutex counts_mu_;
+  std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests
+  Counter handler_exceptions_;
+  LogThrottle error_log_;
+};
+
+// The route a request names, for metrics ("lookup", "put_block", ..., "unknown").
+std::string route_of(const std::string& method, const std::string& path);
+
+}  // namespace kvtier

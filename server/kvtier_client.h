@@ -1,0 +1,68 @@
+// KvtierClient: a C++ client of kvtierd's HTTP API, used by the `kvtier` CLI, the server tests
+// and server_bench. Blocks travel as raw documents without extra copies; an HTTP error comes back
+// as the Status whose code the server's status names (404 kNotFound, 409 kConflict, ...), with
+// the server's message.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "serialize/block_hash.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace kvtier {
+
+// One HTTP exchange as it happened, for tests that check statuses and bodies themselves.
+struct HttpReply {
+  int status = 0;  // 0: no response (connection refused, reset, timeout)
+  std::string body;
+  std::string error;  // transport error when status == 0
+};
+
+// Not thread-safe (one connection); one per thread.
+class KvtierClient {
+ public:
+  KvtierClient(const std::string& host, int port, std::string api_key = "");
+  ~KvtierClient();
+
+  Status healthz();
+  Result<nlohmann::json> layout();
+  // {"matched_tokens", "blocks": [{"hash", "tier"}], "missing": [{"hash", "parent_hash"}]}
+  Result<nlohmann::json> lookup(const std::string& ns, std::span<const uint32_t> tokens,
+                                const std::vector<std::string>& extra_keys = {});
+  // true: stored (201); false: already held (200).
+  Result<bool> put(const BlockHash& hash, std::span<const uint8_t> document, const std::string& ns = "");
+  Result<Bytes> get(const BlockHash& hash, const std::string& ns = "");
+  Result<std::vector<std::optional<Bytes>>> batch_get(std::span<const BlockHash> hashes,
+                                                      const std::string& ns = "");
+  Status erase(const BlockHash& hash);
+  Result<nlohmann::json> prefetch(const std::string& ns, std::span<const uint32_t> tokens,
+                                  const std::vector<std::string>& extra_keys = {});
+  Result<nlohmann::json> stats();
+  Result<std::string> metrics();
+
+  HttpReply raw(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::string& content_type = "application/json",
+                const std::optional<std::string>& authorization = std::nullopt);
+
+ private:
+  Result<nlohmann::json> post_json(const std::string& path, const nlohmann::json& body);
+
+  std::unique_ptr<httplib::Client> http_;
+  std::string api_key_;
+};
+
+// The Status an HTTP error reply stands for.
+Status status_from_http(int status, const std::string& body);
+
+}  // namespace kvtier

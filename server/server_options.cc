@@ -1,0 +1,233 @@
+#include "server/server_options.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+
+// The flags as strings: sizes and enums are parsed after CLI11 so that each error names its flag
+// and says what would have been accepted.
+struct RawFlags {
+  std::string host = "127.0.0.1";
+  int port = 8417;
+  std::string layout = "llama-3-8b";
+  std::string ram_capacity = "4G";
+  std::string ssd_cache_dir;
+  std::string ssd_capacity = "64G";
+  std::string ssd_segment_size = "256M";
+  bool ssd_reset = false;
+  std::string gpu_memory = "0";
+  std::string hash = "sha256";
+  std::string compression = "none";
+  std::string kv_cache_quantization = "off";
+  std::string api_key;
+  std::string log_level = "info";
+  int threads = 64;
+  double shutdown_timeout_s = 30;
+  bool persist_on_shutdown = true;
+  std::string config;
+};
+
+void add_flags(CLI::App& app, RawFlags& f) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--host", f.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", f.port, "TCP port (0 picks a free one)")->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--layout", f.layout,
+                 "KV layout: a preset (llama-3-8b, qwen3-0.6b, tiny) or a layout JSON file")
+      ->capture_default_str();
+  app.add_option("--ram-capacity", f.ram_capacity, "Host RAM tier size, e.g. 512M, 8G")
+      ->capture_default_str();
+  app.add_option("--ssd-cache-dir", f.ssd_cache_dir,
+                 "Directory of the SSD tier; turns the SSD tier on (without it there is none)");
+  app.add_option("--ssd-capacity", f.ssd_capacity, "SSD tier size")->capture_default_str();
+  app.add_option("--ssd-segment-size", f.ssd_segment_size,
+                 "Segment file size of a new SSD directory")->capture_default_str();
+  app.add_flag("--ssd-reset", f.ssd_reset, "Wipe the SSD tier's cache on start (on purpose)");
+  app.add_option("--gpu-memory", f.gpu_memory, "GPU tier size (0 = no GPU tier)")
+      ->capture_default_str();
+  app.add_option("--hash", f.hash, "Prefix hash: sha256 or xxh3")->capture_default_str();
+  app.add_option("--compression", f.compression, "SSD record codec: none, lz4 or lz4-shuffle")
+      ->capture_default_str();
+  app.add_option("--kv-cache-quantization", f.kv_cache_quantization,
+                 "Quantize blocks held in RAM: off, 8 or 4 (bits; group size 64)")
+      ->capture_default_str();
+  app.add_option("--api-key", f.api_key,
+                 "Require 'Authorization: Bearer KEY' on every route but /healthz "
+                 "(default: $KVTIER_API_KEY)");
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--threads", f.threads, "HTTP worker threads (one per open connection)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
+                 "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  app.add_flag("--persist-on-shutdown,!--no-persist-on-shutdown", f.persist_on_shutdown,
+               "At shutdown, write blocks only RAM holds to the SSD so a restart serves them");
+  app.add_option("--config", f.config, "JSON file with the same keys as the long flags");
+}
+
+// `--config FILE` or `--config=FILE` anywhere on the command line.
+std::string find_config_path(const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--config" && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind("--config=", 0) == 0) return args[i].substr(9);
+  }
+  return "";
+}
+
+// The config file as flags, to be parsed before the command line's (which then win).
+Result<std::vector<std::string>> config_as_flags(const std::string& path, CLI::App& app) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("--config: cannot read " + path);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return invalid_argument("--config: " + path + " is not a JSON object");
+  }
+  std::vector<std::string> flags;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string key = it.key();
+    for (char& c : key) c = c == '_' ? '-' : c;
+    const CLI::Option* opt = key == "config" ? nullptr : app.get_option_no_throw("--" + key);
+    if (!opt) return invalid_argument("--config: unknown key '" + it.key() + "' in " + path);
+    const json& v = it.value();
+    if (v.is_boolean()) {
+      flags.push_back("--" + key + "=" + (v.get<bool>() ? "true" : "false"));
+    } else if (v.is_string() || v.is_number()) {
+      flags.push_back("--" + key);
+      flags.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+    } else {
+      return invalid_argument("--config: key '" + it.key() + "' must be a string, number or boolean");
+    }
+  }
+  return flags;
+}
+
+Result<uint64_t> size_flag(const char* flag, const std::string& text) {
+  auto v = parse_byte_size(text);
+  if (!v.ok()) return invalid_argument(std::string(flag) + ": " + v.status().message());
+  return *v;
+}
+
+Result<ServerOptions> resolve(const RawFlags& f) {
+  ServerOptions o;
+  o.host = f.host;
+  o.port = f.port;
+  o.layout = f.layout;
+  auto layout = resolve_layout(f.layout);
+  if (!layout.ok()) return invalid_argument("--layout: " + layout.status().message());
+  o.resolved_layout = std::make_shared<const KvLayout>(std::move(layout).value());
+  KVTIER_ASSIGN_OR_RETURN(o.ram_capacity, size_flag("--ram-capacity", f.ram_capacity));
+  KVTIER_ASSIGN_OR_RETURN(o.ssd_capacity, size_flag("--ssd-capacity", f.ssd_capacity));
+  KVTIER_ASSIGN_OR_RETURN(o.ssd_segment_size, size_flag("--ssd-segment-size", f.ssd_segment_size));
+  KVTIER_ASSIGN_OR_RETURN(o.gpu_memory, size_flag("--gpu-memory", f.gpu_memory));
+  const uint64_t block = o.resolved_layout->dense_block_bytes();
+  if (o.ram_capacity < 2 * block) {
+    return invalid_argument("--ram-capacity: " + format_byte_size(o.ram_capacity) +
+                            " holds fewer than two blocks of this layout (" + format_byte_size(block) +
+                            " each)");
+  }
+  o.ssd_cache_dir = f.ssd_cache_dir;
+  if (!o.ssd_cache_dir.empty() && o.ssd_capacity < 2 * o.ssd_segment_size) {
+    return invalid_argument("--ssd-capacity: must hold at least two segments of " +
+                            format_byte_size(o.ssd_segment_size));
+  }
+  if (!o.ssd_cache_dir.empty() && o.ssd_segment_size < 2 * block + (1 << 20)) {
+    return invalid_argument("--ssd-segment-size: too small for blocks of " + format_byte_size(block));
+  }
+  o.ssd_reset = f.ssd_reset;
+  auto hash = parse_hash_algorithm(f.hash);
+  if (!hash.ok()) return invalid_argument("--hash: " + hash.status().message());
+  o.hash = *hash;
+  auto codec = parse_frame_codec(f.compression);
+  if (!codec.ok()) return invalid_argument("--compression: " + codec.status().message());
+  o.compression = *codec;
+  if (f.kv_cache_quantization == "8" || f.kv_cache_quantization == "4") {
+    o.kv_cache_quantization = std::stoi(f.kv_cache_quantization);
+  } else if (f.kv_cache_quantization != "off") {
+    return invalid_argument("--kv-cache-quantization: '" + f.kv_cache_quantization +
+                            "' is not off, 8 or 4");
+  }
+  o.api_key = f.api_key;
+  if (o.api_key.empty()) {
+    if (const char* env = std::getenv("KVTIER_API_KEY")) o.api_key = env;
+  }
+  o.log_level = f.log_level;
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), o.log_level) == std::end(kLevels)) {
+    return invalid_argument("--log-level: '" + o.log_level +
+                            "' is not trace, debug, info, warn, error or off");
+  }
+  o.threads = f.threads;
+  o.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1000));
+  o.persist_on_shutdown = f.persist_on_shutdown;
+  return o;
+}
+
+}  // namespace
+
+ParsedCommandLine parse_server_command_line(int argc, const char* const* argv, std::ostream& out,
+                                            std::ostream& err) {
+  CLI::App app{"kvtierd: a tiered KV cache (GPU, RAM, SSD) for LLM inference servers"};
+  app.set_version_flag("--version", "kvtierd 0.1");
+  RawFlags flags;
+  add_flags(app, flags);
+
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> merged{args.empty() ? "kvtierd" : args[0]};
+  if (const std::string config = find_config_path(args); !config.empty()) {
+    auto from_config = config_as_flags(config, app);
+    if (!from_config.ok()) {
+      err << "kvtierd: " << from_config.status().message() << "\n";
+      return {std::nullopt, 2};
+    }
+    merged.insert(merged.end(), from_config->begin(), from_config->end());
+  }
+  merged.insert(merged.end(), args.begin() + (args.empty() ? 0 : 1), args.end());
+  std::vector<const char*> cargv;
+  for (const std::string& a : merged) cargv.push_back(a.c_str());
+
+  try {
+    app.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    return {std::nullopt, code == 0 ? 0 : 2};
+  }
+  auto resolved = resolve(flags);
+  if (!resolved.ok()) {
+    err << "kvtierd: " << resolved.status().message() << "\n";
+    return {std::nullopt, 2};
+  }
+  return {std::move(resolved).value(), 0};
+}
+
+CacheStackOptions cache_stack_options(const ServerOptions& o) {
+  CacheStackOptions c;
+  c.layout = o.resolved_layout;
+  c.gpu_pool.byte_budget = o.gpu_memory;
+  c.ram.capacity_bytes = o.ram_capacity;
+  if (o.kv_cache_quantization) c.ram.quantization = Quantization{*o.kv_cache_quantization, 64};
+  if (!o.ssd_cache_dir.empty()) {
+    SsdTierOptions s;
+    s.dir = o.ssd_cache_dir;
+    s.capacity_bytes = o.ssd_capacity;
+    s.segment_size = o.ssd_segment_size;
+    s.codec = o.compression;
+    s.reset = o.ssd_reset;
+    s.drain_timeout = o.shutdown_timeout;
+    c.ssd = s;
+  }
+  return c;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,56 @@
+// kvtierd's settings: every command-line flag, the same keys in a --config JSON file, and their
+// checks. Parsing happens before anything starts, so a bad size or an unknown preset is one clear
+// message and exit status 2, never a half-started server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/cache_stack.h"
+#include "cache/prefix_hasher.h"
+
+namespace kvtier {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8417;
+  std::string layout = "llama-3-8b";  // a preset name or a KvLayout JSON file
+  uint64_t ram_capacity = 4ull << 30;
+  std::string ssd_cache_dir;          // empty: no SSD tier
+  uint64_t ssd_capacity = 64ull << 30;
+  uint64_t ssd_segment_size = 256ull << 20;
+  bool ssd_reset = false;
+  uint64_t gpu_memory = 0;            // 0: no GPU tier
+  HashAlgorithm hash = HashAlgorithm::kSha256;
+  FrameCodec compression = FrameCodec::kNone;
+  std::optional<int> kv_cache_quantization;  // bits; group size 64
+  std::string api_key;
+  std::string log_level = "info";
+  int threads = 64;                   // HTTP worker threads (one per open connection)
+  std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
+  bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
+
+  std::shared_ptr<const KvLayout> resolved_layout;  // --layout, loaded and validated
+};
+
+// Either settings to run with, or an exit code (0 after --help/--version, 2 for an error, with
+// the message already written to `err`).
+struct ParsedCommandLine {
+  std::optional<ServerOptions> options;
+  int exit_code = 0;
+};
+
+// Reads flags, then `--config FILE.json` (its keys are the long flag names without dashes;
+// flags given on the command line win), then KVTIER_API_KEY when --api-key is absent.
+ParsedCommandLine parse_server_command_line(int argc, const char* const* argv, std::ostream& out,
+                                            std::ostream& err);
+
+// The tier stack the settings describe (the Vulkan context is the caller's, for --gpu-memory).
+CacheStackOptions cache_stack_options(const ServerOptions& o);
+
+}  // namespace kvtier

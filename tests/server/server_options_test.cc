@@ -1,0 +1,108 @@
+// kvtierd's settings: flags, a --config file under them, and every bad value refused with a
+// message that names the flag, before anything starts.
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "server/server_options.h"
+#include "tests/support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+struct Parsed {
+  ParsedCommandLine cl;
+  std::string out, err;
+};
+
+Parsed parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "kvtierd");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  Parsed p{parse_server_command_line(static_cast<int>(argv.size()), argv.data(), out, err), "", ""};
+  p.out = out.str();
+  p.err = err.str();
+  return p;
+}
+
+TEST(ServerOptions, DefaultsListenOnLoopbackWithoutAnSsdTier) {
+  auto p = parse({});
+  ASSERT_TRUE(p.cl.options) << p.err;
+  EXPECT_EQ(p.cl.options->host, "127.0.0.1");
+  EXPECT_EQ(p.cl.options->port, 8417);
+  EXPECT_TRUE(p.cl.options->ssd_cache_dir.empty());
+  EXPECT_FALSE(cache_stack_options(*p.cl.options).ssd.has_value());
+  EXPECT_EQ(p.cl.options->resolved_layout->name, "llama-3-8b");
+}
+
+TEST(ServerOptions, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
+  auto p = parse({"--ssd-cache-dir", "/tmp/x", "--ssd-capacity", "8G", "--ram-capacity", "512M",
+                  "--compression", "lz4", "--kv-cache-quantization", "4", "--hash", "xxh3"});
+  ASSERT_TRUE(p.cl.options) << p.err;
+  const CacheStackOptions c = cache_stack_options(*p.cl.options);
+  ASSERT_TRUE(c.ssd.has_value());
+  EXPECT_EQ(c.ssd->dir, "/tmp/x");
+  EXPECT_EQ(c.ssd->capacity_bytes, 8ull << 30);
+  EXPECT_EQ(c.ssd->codec, FrameCodec::kLz4);
+  EXPECT_EQ(c.ram.capacity_bytes, 512ull << 20);
+  ASSERT_TRUE(c.ram.quantization.has_value());
+  EXPECT_EQ(c.ram.quantization->bits, 4);
+  EXPECT_EQ(p.cl.options->hash, HashAlgorithm::kXxh3);
+}
+
+TEST(ServerOptions, ConfigFileSetsTheSameKeysAndFlagsWin) {
+  testing::TempDir dir;
+  const std::string path = (dir / "kvtierd.json").string();
+  std::ofstream(path) << R"({"port": 9000, "ram_capacity": "2G", "ssd-cache-dir": "/data/kv", "ssd-reset": true,
+                            "log-level": "debug"})";
+  auto p = parse({"--config", path, "--port", "9001"});
+  ASSERT_TRUE(p.cl.options) << p.err;
+  EXPECT_EQ(p.cl.options->port, 9001);
+  EXPECT_EQ(p.cl.options->ram_capacity, 2ull << 30);
+  EXPECT_EQ(p.cl.options->ssd_cache_dir, "/data/kv");
+  EXPECT_TRUE(p.cl.options->ssd_reset);
+  EXPECT_EQ(p.cl.options->log_level, "debug");
+
+  std::ofstream(path) << R"({"prot": 9000})";
+  auto typo = parse({"--config", path});
+  EXPECT_FALSE(typo.cl.options);
+  EXPECT_EQ(typo.cl.exit_code, 2);
+  EXPECT_NE(typo.err.find("unknown key 'prot'"), std::string::npos) << typo.err;
+  EXPECT_EQ(parse({"--config", (dir / "missing.json").string()}).cl.exit_code, 2);
+}
+
+TEST(ServerOptions, BadValuesNameTheirFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--ram-capacity", "lots"}, "--ram-capacity"},
+      {{"--ram-capacity", "1K"}, "--ram-capacity"},  // fewer than two blocks
+      {{"--ssd-capacity", "1X", "--ssd-cache-dir", "d"}, "--ssd-capacity"},
+      {{"--ssd-capacity", "300M", "--ssd-cache-dir", "d"}, "--ssd-capacity"},  // < 2 segments
+      {{"--gpu-memory", "-1"}, "--gpu-memory"},
+      {{"--hash", "md5"}, "--hash"},
+      {{"--compression", "zstd"}, "--compression"},
+      {{"--kv-cache-quantization", "3"}, "--kv-cache-quantization"},
+      {{"--log-level", "loud"}, "--log-level"},
+      {{"--layout", "gpt-9"}, "--layout"},
+      {{"--port", "70000"}, "--port"},
+      {{"--threads", "0"}, "--threads"},
+  };
+  for (const auto& [args, flag] : cases) {
+    auto p = parse(args);
+    EXPECT_FALSE(p.cl.options) << args[0] << " " << args[1];
+    EXPECT_EQ(p.cl.exit_code, 2);
+    EXPECT_NE(p.err.find(flag), std::string::npos) << p.err;
+  }
+}
+
+TEST(ServerOptions, HelpListsTheFlagsAndExitsZero) {
+  auto p = parse({"--help"});
+  EXPECT_FALSE(p.cl.options);
+  EXPECT_EQ(p.cl.exit_code, 0);
+  EXPECT_NE(p.out.find("--ssd-cache-dir"), std::string::npos);
+  EXPECT_NE(p.out.find("--api-key"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,43 @@
+// ServerProcess: the real kvtierd binary started on a free port for a test (fork + exec, output
+// to a log file in the test's directory), stopped with a signal and waited for, so tests see
+// exactly what an operator would: exit statuses, the log, and the directory left behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace kvtier::testing {
+
+class ServerProcess {
+ public:
+  // Starts `kvtierd --port 0 args...` and waits (up to 30 s) for it to listen. On failure
+  // port() is 0 and log() says why.
+  ServerProcess(const std::string& log_path, std::vector<std::string> args);
+  ~ServerProcess();  // SIGKILL if still running
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and waits; the exit status, or -1 if killed by a signal.
+  int stop(int sig = 15);
+  std::string log() const;
+  // Resident memory of the process, from /proc.
+  size_t rss_bytes() const;
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// The exit status and output of a program run to completion (for the CLI and the Python client).
+struct ProgramRun {
+  int exit_code = -1;
+  std::string output;
+};
+ProgramRun run_program(const std::vector<std::string>& argv, const std::string& log_path);
+
+}  // namespace kvtier::testing
