@@ -62,7 +62,16 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
 
 Result<InsertOutcome> BlockService::put(const BlockHash& hash, std::span<const uint8_t> document,
                                         std::string_view ns) {
-  auto decoded = decode_block_document(document, *layouts_);
+  return store(hash, decode_block_document(document, *layouts_), ns);
+}
+
+Result<InsertOutcome> BlockService::put(const BlockHash& hash, AlignedBuffer buffer, size_t length,
+                                        std::string_view ns) {
+  if (length > buffer.size()) return invalid_argument("document length past its buffer");
+  return store(hash, decode_block_document_adopting(std::move(buffer), 0, length, *layouts_), ns);
+}
+
+Result<InsertOutcome> BlockService::store(const BlockHash& hash, Result<Block> decoded, std::string_view ns) {
   if (!decoded.ok()) {
     // An unknown layout fingerprint is a well-formed document for another model.
     if (decoded.status().code() == StatusCode::kInvalidArgument) {

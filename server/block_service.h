@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -74,6 +75,9 @@ class BlockService {
   // `document` is one block document (serialize/block_document.h) stored under `hash`; a
   // non-empty `ns` must be the document's namespace. kInserted (201) or kAlreadyPresent (200).
   Result<InsertOutcome> put(const BlockHash& hash, std::span<const uint8_t> document, std::string_view ns);
+  // The same for a document that starts `buffer` and is `length` bytes long: the block keeps the
+  // buffer as its storage (no copy of the KV).
+  Result<InsertOutcome> put(const BlockHash& hash, AlignedBuffer buffer, size_t length, std::string_view ns);
   // The block's document, promoted to the top tier. With `ns` non-empty, a block of another
   // namespace is a miss: a tenant only ever sees its own blocks.
   Result<Bytes> get(const BlockHash& hash, std::string_view ns);
@@ -88,6 +92,7 @@ class BlockService {
   void visit_metrics(MetricVisitor& visitor) const;
 
  private:
+  Result<InsertOutcome> store(const BlockHash& hash, Result<Block> decoded, std::string_view ns);
   PrefixHasher hasher_for(const std::string& ns) const;
   Status check_prompt(const PromptRequest& request) const;
   Status reject(Counter& counter, Status status);

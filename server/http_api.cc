@@ -211,15 +211,15 @@ void HttpApi::add_routes() {
            if (!reply.ok()) return send_error(res, reply.status());
            send_json(res, 200, to_json(*reply));
          }));
-  s.Put(kHashRoute, timed("put_block", [this](const httplib::Request& req, httplib::Response& res) {
-          auto hash = path_hash(req);
-          if (!hash.ok()) return send_error(res, hash.status());
-          const auto* data = reinterpret_cast<const uint8_t*>(req.body.data());
-          auto outcome = service_.put(*hash, {data, req.body.size()}, req.get_param_value("namespace"));
-          if (!outcome.ok()) return send_error(res, outcome.status());
-          const bool stored = *outcome == InsertOutcome::kInserted;
-          send_json(res, stored ? 201 : 200, {{"hash", hash->hex()}, {"stored", stored}});
-        }));
+  // PUT reads the body straight into the buffer the stored block will keep (no string growth,
+  // no copy of the KV on the way in).
+  Histogram* put_latency = latency_.emplace("put_block", std::make_unique<Histogram>()).first->second.get();
+  s.Put(kHashRoute, [this, put_latency](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& read) {
+    const auto t0 = std::chrono::steady_clock::now();
+    put_block(req, res, read);
+    put_latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
   s.Get(kHashRoute, timed("get_block", [this](const httplib::Request& req, httplib::Response& res) {
           auto hash = path_hash(req);
           if (!hash.ok()) return send_error(res, hash.status());
@@ -250,6 +250,41 @@ void HttpApi::add_routes() {
            res.set_header("X-Kvtier-Found", std::to_string(found));
            send_bytes(res, std::move(body), "application/x-kvtier-blocks");
          }));
+}
+
+void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+  // The body is only read below; on every early answer the connection must close, or its unread
+  // bytes would be taken for the next request.
+  auto refuse = [&](int status, const char* code, const std::string& message) {
+    res.set_header("Connection", "close");
+    send_json(res, status, error_json(code, message));
+  };
+  if (!req.has_header("Content-Length")) {
+    return refuse(411, "length_required", "PUT a block with a Content-Length (no chunked bodies)");
+  }
+  const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+  if (length > options_.max_body_bytes) {
+    return refuse(413, "payload_too_large", "the body is " + std::to_string(length) + " bytes; at most " +
+                                                std::to_string(options_.max_body_bytes) + " are accepted");
+  }
+  auto hash = path_hash(req);
+  if (!hash.ok()) return refuse(400, "invalid_argument", hash.status().message());
+  AlignedBuffer body(std::max<uint64_t>(length, 1), 64, /*zeroed=*/false);
+  size_t got = 0;
+  const bool complete = read([&](const char* data, size_t n) {
+    if (n > length - got) return false;
+    std::memcpy(body.data() + got, data, n);
+    got += n;
+    return true;
+  });
+  if (!complete || got != length) {
+    return refuse(400, "invalid_argument", "the body ended after " + std::to_string(got) + " of " +
+                                               std::to_string(length) + " bytes");
+  }
+  auto outcome = service_.put(*hash, std::move(body), got, req.get_param_value("namespace"));
+  if (!outcome.ok()) return send_error(res, outcome.status());
+  const bool stored = *outcome == InsertOutcome::kInserted;
+  send_json(res, stored ? 201 : 200, {{"hash", hash->hex()}, {"stored", stored}});
 }
 
 std::string HttpApi::stats_json() {

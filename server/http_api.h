@@ -15,6 +15,7 @@
 
 namespace httplib {
 class Server;
+class ContentReader;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -45,6 +46,7 @@ class HttpApi {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void add_routes();
   Handler timed(const char* route, Handler handler);
+  void put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read);
   bool authorized(const httplib::Request& req) const;
   void count(const httplib::Request& req, int status);
   std::string stats_json();

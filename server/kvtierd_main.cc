@@ -7,10 +7,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "base/byte_size.h"
+#include "base/memory_policy.h"
 #include "base/log.h"
 #include "engine/vulkan_context.h"
 #include "server/block_service.h"
@@ -52,6 +54,16 @@ int serve(const ServerOptions& o) {
     }
     vulkan = std::move(ctx).value();
     stack_options.vulkan = vulkan.get();
+  }
+  if (!o.ssd_cache_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.ssd_cache_dir, ec);
+    const auto space = std::filesystem::space(o.ssd_cache_dir, ec);
+    if (!ec && space.available < o.ssd_capacity) {
+      spdlog::warn("--ssd-capacity {} is more than the {} free on {}: writes will fail (counted) when "
+                   "the disk fills before the tier does",
+                   format_byte_size(o.ssd_capacity), format_byte_size(space.available), o.ssd_cache_dir);
+    }
   }
   auto stack = CacheStack::open(stack_options);
   if (!stack.ok()) {
@@ -103,6 +115,7 @@ int serve(const ServerOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_block_memory();
   ParsedCommandLine cl = parse_server_command_line(argc, argv, std::cout, std::cerr);
   if (!cl.options) return cl.exit_code;
   init_logging(cl.options->log_level);

@@ -61,6 +61,23 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
   EXPECT_EQ(f.tier->metrics().uploads.value(), 5u);
 }
 
+// Batches of 16 MiB and more are copied to and from the staging buffer by several threads, each
+// taking every n-th block: every block must still land in its own slot.
+TEST(GpuTier, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
+  Fixture f(600);
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 1; s <= 520; ++s) blocks.push_back(f.block(s, testing::Values::kRandom));
+  ASSERT_GE(blocks.size() * f.layout->dense_block_bytes(), 16u << 20);
+  for (auto& o : f.tier->insert_many(blocks)) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
+  std::vector<BlockRequest> reqs;
+  for (auto& b : blocks) reqs.push_back(request_for(b));
+  auto got = f.tier->read_many(reqs);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
+    ASSERT_TRUE(testing::same_bytes(**got[i], *blocks[i])) << "block " << i;
+  }
+}
+
 TEST(GpuTier, EvictionHandsTheExactBytesDownLeastRecentlyUsedFirst) {
   Fixture f(3);
   std::vector<BlockRef> blocks;

@@ -1,0 +1,237 @@
+// server_bench: kvtierd's HTTP path on loopback, in one process (the server's code, a real
+// socket, cpp-httplib on both ends).
+//  1. POST /v1/lookup of a fully cached 4096-token prompt: requests/s and p50/p99 latency with
+//     1 and 8 connections.
+//  2. PUT and GET of Llama-3-8B blocks (2 MiB documents) in GB/s with 1 and 4 connections,
+//     against the same bytes pushed through a plain loopback TCP socket in the same run.
+// Medians of --reps repetitions.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "base/byte_size.h"
+#include "base/memory_policy.h"
+#include "bench/harness/bench_report.h"
+#include "server/block_service.h"
+#include "server/http_api.h"
+#include "server/kvtier_client.h"
+#include "server/synthetic_block.h"
+#include "serialize/block_codec.h"
+
+using namespace kvtier;
+using namespace kvtier::bench;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void die(const Status& st) {
+  std::fprintf(stderr, "server_bench: %s\n", st.to_string().c_str());
+  std::exit(1);
+}
+template <typename T>
+T must(Result<T> r) {
+  if (!r.ok()) die(r.status());
+  return std::move(r).value();
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Doc {
+  BlockHash hash;
+  Bytes bytes;
+};
+
+// The documents of a prompt's blocks, as a client would build them.
+std::vector<Doc> prompt_documents(KvtierClient& c, std::shared_ptr<const KvLayout> layout, const std::string& ns,
+                                  const std::vector<uint32_t>& tokens) {
+  nlohmann::json found = must(c.lookup(ns, tokens));
+  std::vector<Doc> docs;
+  for (size_t i = 0; i < found["missing"].size(); ++i) {
+    BlockIdentity id;
+    id.hash = must(BlockHash::from_hex(found["missing"][i]["hash"].get<std::string>()));
+    id.parent_hash = must(BlockHash::from_hex(found["missing"][i]["parent_hash"].get<std::string>()));
+    id.token_ids.assign(tokens.begin() + i * layout->block_size, tokens.begin() + (i + 1) * layout->block_size);
+    id.namespace_id = ns;
+    Doc d{id.hash, {}};
+    if (Status st = BlockCodec::encode_document(synthetic_block(layout, id, i), d.bytes); !st.ok()) die(st);
+    docs.push_back(std::move(d));
+  }
+  return docs;
+}
+
+std::vector<uint32_t> tokens_for(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = (seed * 7919u + static_cast<uint32_t>(i) * 104729u) % 128256u;
+  return t;
+}
+
+// GB/s of `bytes_per_conn` pushed through each of `conns` loopback TCP connections at once, in
+// 2 MiB writes: what the kernel's socket path gives with no HTTP and no cache.
+double socket_copy_gbps(size_t bytes_per_conn, int conns) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::listen(lfd, 64);
+  socklen_t len = sizeof(addr);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  const auto t0 = Clock::now();
+  for (int c = 0; c < conns; ++c) {
+    threads.emplace_back([&] {  // reader
+      const int fd = ::accept(lfd, nullptr, nullptr);
+      std::vector<char> buf(2 << 20);
+      size_t got = 0;
+      while (got < bytes_per_conn) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      ::close(fd);
+    });
+    threads.emplace_back([&] {  // writer
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      std::vector<char> buf(2 << 20, 1);
+      size_t sent = 0;
+      while (sent < bytes_per_conn) {
+        const ssize_t n = ::write(fd, buf.data(), std::min(buf.size(), bytes_per_conn - sent));
+        if (n <= 0) break;
+        sent += static_cast<size_t>(n);
+      }
+      ::close(fd);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double s = seconds_since(t0);
+  ::close(lfd);
+  return static_cast<double>(bytes_per_conn) * conns / s / 1e9;
+}
+
+// Runs `op(client, i)` for items [0, n) split over `conns` connections; returns seconds.
+double run_parallel(int port, int conns, size_t n, const std::function<void(KvtierClient&, size_t)>& op) {
+  std::vector<std::unique_ptr<KvtierClient>> clients;
+  for (int c = 0; c < conns; ++c) {
+    clients.push_back(std::make_unique<KvtierClient>("127.0.0.1", port));
+    if (Status st = clients.back()->healthz(); !st.ok()) die(st);  // connect outside the timing
+  }
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  for (int c = 0; c < conns; ++c) {
+    threads.emplace_back([&, c] {
+      for (size_t i = static_cast<size_t>(c); i < n; i += static_cast<size_t>(conns)) op(*clients[c], i);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return seconds_since(t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  keep_freed_block_memory();
+  CLI::App app{"server_bench: kvtierd's HTTP path on loopback"};
+  int reps = 5, blocks = 64;
+  double lookup_seconds = 1.0;
+  app.add_option("--reps", reps)->capture_default_str();
+  app.add_option("--blocks", blocks, "2 MiB blocks per PUT/GET repetition")->capture_default_str();
+  app.add_option("--lookup-seconds", lookup_seconds, "Length of one lookup repetition")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  init_logging("warn");
+
+  auto layout = std::make_shared<const KvLayout>(must(layout_preset("llama-3-8b")));
+  CacheStackOptions so;
+  so.layout = layout;
+  so.ram.capacity_bytes = (static_cast<uint64_t>(blocks) + 256 + 16) * (layout->dense_block_bytes() + 4096);
+  auto stack = must(CacheStack::open(so));
+  BlockService service(*stack, HashAlgorithm::kSha256);
+  HttpApi api(service, {"", 64, 0});
+  const int port = must(api.bind("127.0.0.1", 0));
+  std::thread server([&] { api.run(); });
+  KvtierClient setup("127.0.0.1", port);
+  while (!setup.healthz().ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+  // 1. Lookups of a 4096-token prompt whose 256 blocks are all in RAM.
+  const auto prompt = tokens_for(4096, 1);
+  for (const Doc& d : prompt_documents(setup, layout, "bench", prompt)) must(setup.put(d.hash, d.bytes));
+  Report lookups("server_bench: POST /v1/lookup, 4096-token prompt fully cached (256 blocks)",
+                 {"connections", "requests/s", "p50 us", "p99 us", "matched tokens"});
+  lookups.set_meta("machine", machine_description());
+  for (int conns : {1, 8}) {
+    std::vector<double> rates, p50s, p99s;
+    for (int r = 0; r < reps; ++r) {
+      std::vector<std::vector<double>> lat(conns);
+      std::atomic<size_t> matched{0};
+      std::vector<std::thread> threads;
+      const auto end = Clock::now() + std::chrono::duration<double>(lookup_seconds);
+      for (int c = 0; c < conns; ++c) {
+        threads.emplace_back([&, c] {
+          KvtierClient client("127.0.0.1", port);
+          while (Clock::now() < end) {
+            const auto t0 = Clock::now();
+            auto reply = must(client.lookup("bench", prompt));
+            lat[c].push_back(seconds_since(t0));
+            matched = reply["matched_tokens"].get<size_t>();
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      std::vector<double> all;
+      for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
+      if (matched.load() != 4096) die(internal_error("lookup matched " + std::to_string(matched.load())));
+      rates.push_back(all.size() / lookup_seconds);
+      p50s.push_back(percentile(all, 0.5));
+      p99s.push_back(percentile(all, 0.99));
+    }
+    lookups.add_row({std::to_string(conns), fmt_double(percentile(rates, 0.5), 0),
+                     fmt_double(percentile(p50s, 0.5) * 1e6, 0), fmt_double(percentile(p99s, 0.5) * 1e6, 0), "4096"});
+  }
+  lookups.add_note("latency is client-side: JSON of 4096 tokens out, 256 hashes back, hashing and lookup in between");
+  lookups.print();
+  lookups.write_json(output_path("server_bench_lookup.json"));
+
+  // 2. PUT and GET throughput of 2 MiB blocks.
+  Report transfer("server_bench: PUT / GET of Llama-3-8B blocks (2 MiB documents) vs a plain loopback socket",
+                  {"connections", "PUT GB/s", "GET GB/s", "socket GB/s", "PUT / socket", "GET / socket"});
+  transfer.set_meta("machine", machine_description());
+  for (int conns : {1, 4}) {
+    std::vector<double> puts, gets, sockets;
+    for (int r = 0; r < reps; ++r) {
+      const auto docs = prompt_documents(setup, layout, "bench", tokens_for(blocks * 16, 1000 + r * 10 + conns));
+      size_t bytes = 0;
+      for (const Doc& d : docs) bytes += d.bytes.size();
+      const double put_s = run_parallel(port, conns, docs.size(), [&](KvtierClient& c, size_t i) {
+        if (!must(c.put(docs[i].hash, docs[i].bytes))) die(internal_error("a fresh block was already held"));
+      });
+      const double get_s = run_parallel(port, conns, docs.size(), [&](KvtierClient& c, size_t i) {
+        Bytes got = must(c.get(docs[i].hash));
+        if (got.size() != docs[i].bytes.size()) die(internal_error("GET returned another size"));
+      });
+      for (const Doc& d : docs) service.erase(d.hash);
+      puts.push_back(bytes / put_s / 1e9);
+      gets.push_back(bytes / get_s / 1e9);
+      sockets.push_back(socket_copy_gbps(bytes / conns, conns));
+    }
+    const double put = percentile(puts, 0.5), get = percentile(gets, 0.5), sock = percentile(sockets, 0.5);
+    transfer.add_row({std::to_string(conns), fmt_double(put), fmt_double(get), fmt_double(sock),
+                      fmt_double(put / sock), fmt_double(get / sock)});
+  }
+  transfer.add_note("PUT includes decoding and checking the document (hash, layout) and storing it in RAM; "
+                    "GET includes encoding it from RAM. Socket: the same bytes per connection, one write/read "
+                    "loop each, no HTTP.");
+  transfer.print();
+  transfer.write_json(output_path("server_bench_transfer.json"));
+
+  api.stop();
+  server.join();
+  return 0;
+}
