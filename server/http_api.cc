@@ -103,7 +103,7 @@ HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
   server_->set_keep_alive_max_count(100000);
   // An idle keep-alive connection holds its worker until this runs out, and shutdown waits for
   // every worker: keep it short (clients reconnect transparently).
-  server_->set_keep_alive_timeout(2);
+  server_->set_keep_alive_timeout(5);
   server_->set_read_timeout(30);
   server_->set_write_timeout(30);
   server_->set_tcp_nodelay(true);

@@ -19,6 +19,19 @@ Status transport_error(const httplib::Error e) {
   return unavailable("kvtierd did not answer: " + httplib::to_string(e));
 }
 
+// Every request kvtierd serves is idempotent (blocks are content-addressed), so one that failed
+// on the wire is sent once more on a fresh connection: a keep-alive connection the server closed
+// while idle looks alive to the client until its request is half written.
+template <typename Send>
+httplib::Result send_with_retry(Send&& send) {
+  httplib::Result r = send();
+  if (!r && (r.error() == httplib::Error::Read || r.error() == httplib::Error::Write ||
+             r.error() == httplib::Error::Connection)) {
+    r = send();
+  }
+  return r;
+}
+
 Result<json> parse_reply(const std::string& path, const std::string& body) {
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return internal_error("kvtierd answered " + path + " with invalid JSON");
@@ -65,26 +78,26 @@ HttpReply KvtierClient::raw(const std::string& method, const std::string& path, 
   if (!body.empty() || method == "POST" || method == "PUT") req.set_header("Content-Type", content_type);
   if (authorization) req.set_header("Authorization", *authorization);
   else if (!api_key_.empty()) req.set_header("Authorization", "Bearer " + api_key_);
-  auto res = http_->send(req);
+  auto res = send_with_retry([&] { return http_->send(req); });
   if (!res) return {0, "", httplib::to_string(res.error())};
   return {res->status, res->body, ""};
 }
 
 Result<json> KvtierClient::post_json(const std::string& path, const json& body) {
-  auto res = http_->Post(path, body.dump(), "application/json");
+  auto res = send_with_retry([&] { return http_->Post(path, body.dump(), "application/json"); });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, res->body);
   return parse_reply(path, res->body);
 }
 
 Status KvtierClient::healthz() {
-  auto res = http_->Get("/healthz");
+  auto res = send_with_retry([&] { return http_->Get("/healthz"); });
   if (!res) return transport_error(res.error());
   return res->status == 200 ? ok_status() : status_from_http(res->status, res->body);
 }
 
 Result<json> KvtierClient::layout() {
-  auto res = http_->Get("/v1/layout");
+  auto res = send_with_retry([&] { return http_->Get("/v1/layout"); });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, res->body);
   return parse_reply("/v1/layout", res->body);
@@ -101,8 +114,8 @@ Result<json> KvtierClient::prefetch(const std::string& ns, std::span<const uint3
 }
 
 Result<bool> KvtierClient::put(const BlockHash& hash, std::span<const uint8_t> document, const std::string& ns) {
-  auto res = http_->Put(hash_path(hash, ns), reinterpret_cast<const char*>(document.data()), document.size(),
-                        "application/octet-stream");
+  auto res = send_with_retry([&] { return http_->Put(hash_path(hash, ns), reinterpret_cast<const char*>(document.data()), document.size(),
+                        "application/octet-stream"); });
   if (!res) return transport_error(res.error());
   if (res->status == 201 || res->status == 200) return res->status == 201;
   return status_from_http(res->status, res->body);
@@ -110,16 +123,19 @@ Result<bool> KvtierClient::put(const BlockHash& hash, std::span<const uint8_t> d
 
 Result<Bytes> KvtierClient::get(const BlockHash& hash, const std::string& ns) {
   Bytes out;
-  auto res = http_->Get(
-      hash_path(hash, ns),
-      [&](const httplib::Response& r) {
-        if (r.has_header("Content-Length")) out.reserve(std::stoull(r.get_header_value("Content-Length")));
-        return true;
-      },
-      [&](const char* data, size_t n) {
-        out.insert(out.end(), data, data + n);
-        return true;
-      });
+  auto res = send_with_retry([&] {
+    out.clear();
+    return http_->Get(
+        hash_path(hash, ns),
+        [&](const httplib::Response& r) {
+          if (r.has_header("Content-Length")) out.reserve(std::stoull(r.get_header_value("Content-Length")));
+          return true;
+        },
+        [&](const char* data, size_t n) {
+          out.insert(out.end(), data, data + n);
+          return true;
+        });
+  });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, std::string(out.begin(), out.end()));
   return out;
@@ -130,7 +146,7 @@ Result<std::vector<std::optional<Bytes>>> KvtierClient::batch_get(std::span<cons
   json body{{"hashes", json::array()}};
   for (const BlockHash& h : hashes) body["hashes"].push_back(h.hex());
   if (!ns.empty()) body["namespace"] = ns;
-  auto res = http_->Post("/v1/blocks:batchGet", body.dump(), "application/json");
+  auto res = send_with_retry([&] { return http_->Post("/v1/blocks:batchGet", body.dump(), "application/json"); });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, res->body);
   std::vector<std::optional<Bytes>> out;
@@ -151,20 +167,20 @@ Result<std::vector<std::optional<Bytes>>> KvtierClient::batch_get(std::span<cons
 }
 
 Status KvtierClient::erase(const BlockHash& hash) {
-  auto res = http_->Delete(hash_path(hash, ""));
+  auto res = send_with_retry([&] { return http_->Delete(hash_path(hash, "")); });
   if (!res) return transport_error(res.error());
   return res->status == 204 ? ok_status() : status_from_http(res->status, res->body);
 }
 
 Result<json> KvtierClient::stats() {
-  auto res = http_->Get("/v1/stats");
+  auto res = send_with_retry([&] { return http_->Get("/v1/stats"); });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, res->body);
   return parse_reply("/v1/stats", res->body);
 }
 
 Result<std::string> KvtierClient::metrics() {
-  auto res = http_->Get("/metrics");
+  auto res = send_with_retry([&] { return http_->Get("/metrics"); });
   if (!res) return transport_error(res.error());
   if (res->status != 200) return status_from_http(res->status, res->body);
   return res->body;

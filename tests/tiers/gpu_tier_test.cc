@@ -38,23 +38,26 @@ struct Fixture {
 
 BlockRequest request_for(const BlockRef& b) { return {b->hash(), b->identity().token_ids}; }
 
-TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
-  Fixture f(8);
-  std::vector<BlockRef> blocks;
-  for (uint64_t s = 1; s <= 5; ++s) blocks.push_back(f.block(s));
-  auto outcomes = f.tier->insert_many(blocks);
-  for (auto& o : outcomes) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
-  EXPECT_EQ(f.tier->metrics().uploads.value(), 5u);
-  EXPECT_EQ(f.tier->block_count(), 5u);
-
+// Uploads `blocks` in one batch, reads them back in one batch, compares every byte and token.
+void expect_batch_round_trip(Fixture& f, const std::vector<BlockRef>& blocks) {
+  for (auto& o : f.tier->insert_many(blocks)) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
   std::vector<BlockRequest> reqs;
   for (auto& b : blocks) reqs.push_back(request_for(b));
   auto got = f.tier->read_many(reqs);
   for (size_t i = 0; i < blocks.size(); ++i) {
     ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
-    EXPECT_TRUE(testing::same_bytes(**got[i], *blocks[i])) << "block " << i;
-    EXPECT_EQ((*got[i])->identity().token_ids, blocks[i]->identity().token_ids);
+    ASSERT_TRUE(testing::same_bytes(**got[i], *blocks[i])) << "block " << i;
+    ASSERT_EQ((*got[i])->identity().token_ids, blocks[i]->identity().token_ids);
   }
+}
+
+TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
+  Fixture f(8);
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 1; s <= 5; ++s) blocks.push_back(f.block(s));
+  expect_batch_round_trip(f, blocks);
+  EXPECT_EQ(f.tier->metrics().uploads.value(), 5u);
+  EXPECT_EQ(f.tier->block_count(), 5u);
   EXPECT_EQ(f.tier->metrics().downloads.value(), 5u);
   // Again: already present, nothing uploaded.
   EXPECT_EQ(*f.tier->insert(blocks[0]), InsertOutcome::kAlreadyPresent);
@@ -68,14 +71,7 @@ TEST(GpuTier, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 520; ++s) blocks.push_back(f.block(s, testing::Values::kRandom));
   ASSERT_GE(blocks.size() * f.layout->dense_block_bytes(), 16u << 20);
-  for (auto& o : f.tier->insert_many(blocks)) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
-  std::vector<BlockRequest> reqs;
-  for (auto& b : blocks) reqs.push_back(request_for(b));
-  auto got = f.tier->read_many(reqs);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
-    ASSERT_TRUE(testing::same_bytes(**got[i], *blocks[i])) << "block " << i;
-  }
+  expect_batch_round_trip(f, blocks);
 }
 
 TEST(GpuTier, EvictionHandsTheExactBytesDownLeastRecentlyUsedFirst) {
