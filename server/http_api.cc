@@ -147,6 +147,9 @@ void HttpApi::add_routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/healthz" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
+    // Refused before the body was read: the connection must close, or the unread body would be
+    // parsed as the next request.
+    res.set_header("Connection", "close");
     send_json(res, 401, error_json("unauthenticated", "missing or wrong 'Authorization: Bearer <api key>'"));
     return httplib::Server::HandlerResponse::Handled;
   });
