@@ -34,11 +34,10 @@ Status BlockService::check_prompt(const PromptRequest& r) const {
   return ok_status();
 }
 
+// Counted here; logged (once per interval, with this message) by the HTTP layer, which logs every
+// refused request whatever refused it.
 Status BlockService::reject(Counter& counter, Status status) {
   counter.inc();
-  if (auto n = reject_log_.admit()) {
-    spdlog::warn("rejected: {} ({} similar suppressed)", status.message(), *n);
-  }
   return status;
 }
 
@@ -124,7 +123,14 @@ std::optional<Bytes> BlockService::document_of(const PinnedBlocks::Entry& e, std
   }
   if (!block || (!ns.empty() && block->identity().namespace_id != ns)) return std::nullopt;
   Bytes out;
-  if (!BlockCodec::encode_document(*block, out).ok()) return std::nullopt;
+  if (Status st = BlockCodec::encode_document(*block, out); !st.ok()) {
+    metrics_.encode_failures.inc();
+    if (auto n = encode_log_.admit()) {
+      spdlog::error("GET {}: cannot encode the stored block: {} ({} similar suppressed)", e.hash.hex(),
+                    st.to_string(), *n);
+    }
+    return std::nullopt;
+  }
   return out;
 }
 
@@ -192,6 +198,8 @@ void BlockService::visit_metrics(MetricVisitor& v) const {
             metrics_.puts_rejected_no_room.value());
   v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "hit"}}, metrics_.gets_hit.value());
   v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "miss"}}, metrics_.gets_miss.value());
+  v.counter("kvtier_server_encode_failures_total", "Stored blocks that could not be encoded for a GET (served as misses)",
+            {}, metrics_.encode_failures.value());
   v.counter("kvtier_server_deletes_total", "Blocks deleted", {}, metrics_.deletes.value());
   v.counter("kvtier_server_prefetched_blocks_total", "Blocks read from SSD into RAM by prefetch", {},
             metrics_.prefetched_blocks.value());

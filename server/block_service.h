@@ -60,6 +60,7 @@ struct BlockServiceMetrics {
   Counter gets_miss;
   Counter deletes;
   Counter prefetched_blocks;
+  Counter encode_failures;
 };
 
 // Thread-safe.
@@ -103,7 +104,7 @@ class BlockService {
   const HashAlgorithm hash_;
   std::shared_ptr<LayoutRegistry> layouts_;
   BlockServiceMetrics metrics_;
-  LogThrottle reject_log_;
+  LogThrottle encode_log_;
 };
 
 }  // namespace kvtier

@@ -172,12 +172,18 @@ void HttpApi::add_routes() {
       what = e.what();
     } catch (...) {
     }
-    if (auto n = error_log_.admit()) {
-      spdlog::error("http: {} {} threw: {} ({} similar suppressed)", req.method, req.path, what, *n);
-    }
-    send_json(res, 500, error_json("internal", what));
+    send_json(res, 500, error_json("internal", req.method + " " + req.path + " threw: " + what));  // logged below
   });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count(req, res.status); });
+  // Every answer is counted by route and status; every refusal (a miss is not one) is logged with
+  // the reason its JSON body gives, at most once a second plus a count of the ones folded in.
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    count(req, res.status);
+    if (res.status >= 400 && res.status != 404) {
+      if (auto n = reject_log_.admit()) {
+        spdlog::warn("{} {} -> {}: {} ({} similar suppressed)", req.method, req.path, res.status, res.body, *n);
+      }
+    }
+  });
 
   s.Get("/healthz", timed("healthz", [](const httplib::Request&, httplib::Response& res) {
           send_json(res, 200, {{"status", "ok"}});

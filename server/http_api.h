@@ -59,7 +59,7 @@ class HttpApi {
   mutable std::mutex counts_mu_;
   std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests
   Counter handler_exceptions_;
-  LogThrottle error_log_;
+  LogThrottle reject_log_;
 };
 
 // The route a request names, for metrics ("lookup", "put_block", ..., "unknown").
