@@ -95,8 +95,7 @@ double parallel_reads(const std::vector<std::vector<size_t>>& prefixes, int thre
 
 Throughput bench_kvtier(const std::string& dir, const std::vector<BlockRef>& blocks,
                         std::shared_ptr<LayoutRegistry> layouts, size_t prefix_len, int threads,
-                        uint64_t seed) {
-  SsdTierOptions o;
+                        uint64_t seed, SsdTierOptions o) {
   o.dir = dir;
   o.reset = true;
   o.capacity_bytes = (blocks.size() + 512) * (blocks[0]->data().size() + (64 << 10)) ;
@@ -242,6 +241,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Concurrent restore requests");
   app.add_flag("!--no-baselines", baselines, "Skip file-per-block and rocksdb-blobdb");
   app.add_option("--fio", fio, "fio executable");
+  SsdTierOptions tuning;
+  app.add_option("--writer-groups", tuning.writer_groups_in_flight, "SsdTierOptions::writer_groups_in_flight")
+      ->capture_default_str();
+  app.add_option("--max-batch-items", tuning.max_batch_items)->capture_default_str();
+  app.add_option("--max-batch-bytes", tuning.max_batch_bytes)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   keep_freed_block_memory();
   init_logging("warn");
@@ -271,7 +275,7 @@ int main(int argc, char** argv) {
     fs::remove(dir + "/fio.dat");
     fio_wd.push_back(run_fio(fio, dir + "/fio.dat", "write", total, "--fdatasync=32"));
     fs::remove(dir + "/fio.dat");
-    runs["kvtier"].push_back(bench_kvtier(dir + "/kvtier", blocks, layouts, prefix_len, threads, r));
+    runs["kvtier"].push_back(bench_kvtier(dir + "/kvtier", blocks, layouts, prefix_len, threads, r, tuning));
     if (baselines) {
       runs["file-per-block"].push_back(bench_file_per_block(dir + "/files", blocks, prefix_len, threads, r));
       fs::remove_all(dir + "/files");

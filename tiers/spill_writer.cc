@@ -13,10 +13,6 @@ namespace kvtier {
 
 namespace {
 uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
-// Groups whose writes or syncs may be in flight at once. Measured on an ext4 VM disk (1024
-// Llama-3-8B blocks): 2 -> 1.10-1.39 GB/s, 4 -> 1.27, 8 -> 1.43; beyond the depth the disk keeps
-// busy, more groups only delay commits.
-constexpr size_t kMaxGroupsInFlight = 4;
 }  // namespace
 
 SpillWriter::SpillWriter(SsdState& state, SpillQueue& queue, StillWanted still_wanted, Done done)
@@ -98,12 +94,14 @@ void SpillWriter::run() {
   const uint64_t budget = std::max<uint64_t>(state_.options.max_batch_bytes, 8 << 20);
   const size_t max_items = std::max<size_t>(1, std::min<size_t>(state_.options.max_batch_items,
                                                                 ring_->depth() / 2));
+  // Groups whose writes or syncs may be in flight at once (SsdTierOptions says what was measured).
+  const size_t max_groups = std::max<size_t>(1, state_.options.writer_groups_in_flight);
   while (true) {
     const auto deadline = deadline_.load();
     const bool stopping =
         deadline != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > deadline;
     bool took = false;
-    if (!stopping && inflight_bytes_ < budget && groups_.size() < kMaxGroupsInFlight) {
+    if (!stopping && inflight_bytes_ < budget && groups_.size() < max_groups) {
       std::vector<SpillItemPtr> items;
       while (!reinserts_.empty() && items.size() < max_items) {
         items.push_back(std::move(reinserts_.front()));
@@ -125,7 +123,7 @@ void SpillWriter::run() {
     }
     // Wait for completions unless there is more to start right away.
     advance();
-    reap(/*wait=*/!took || inflight_bytes_ >= budget || groups_.size() >= kMaxGroupsInFlight);
+    reap(/*wait=*/!took || inflight_bytes_ >= budget || groups_.size() >= max_groups);
     advance();
   }
   drain();

@@ -23,7 +23,10 @@ struct SsdTierOptions {
   unsigned writer_queue_depth = 64;         // io_uring depth of the writer (>= 32)
   unsigned reader_queue_depth = 64;
   size_t max_batch_items = 64;              // blocks per write batch (one submit, one fdatasync)
-  uint64_t max_batch_bytes = 128ull << 20;
+  uint64_t max_batch_bytes = 128ull << 20;  // also the bytes the writer keeps in flight
+  // Batches whose writes or syncs may overlap. Measured on this project's ext4 VM disk (1024
+  // Llama-3-8B blocks): 2 -> 1.10-1.39 GB/s, 4 -> 1.27, 8 -> 1.43.
+  unsigned writer_groups_in_flight = 4;
   std::chrono::milliseconds drain_timeout{10000};  // close(): how long to keep writing the queue
 };
 
