@@ -24,7 +24,7 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
     KVTIER_ASSIGN_OR_RETURN(auto ssd, SsdTier::open(*o.ssd, registry));
     s->ssd_ = std::move(ssd);
-    s->ssd_options_spill_bytes_ = o.ssd->spill_queue_bytes;
+    s->ssd_spill_queue_bytes_ = o.ssd->spill_queue_bytes;
     tiers.push_back(s->ssd_);
   }
   s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
@@ -67,7 +67,7 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
     }
     ++p.written;
     queued += layout_->dense_block_bytes();
-    if (queued >= ssd_options_spill_bytes_ / 2) {
+    if (queued >= ssd_spill_queue_bytes_ / 2) {
       ssd_->flush();
       queued = 0;
     }

@@ -65,7 +65,7 @@ class CacheStack {
   std::shared_ptr<RamTier> ram_;
   std::shared_ptr<SsdTier> ssd_;
   std::unique_ptr<TieredCache> cache_;
-  uint64_t ssd_options_spill_bytes_ = 0;
+  uint64_t ssd_spill_queue_bytes_ = 0;
   bool closed_ = false;
 };
 

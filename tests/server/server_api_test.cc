@@ -123,6 +123,26 @@ TEST_F(ServerApiTest, RestartServesTheSameBlocksFromSsd) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+// With --gpu-memory the GPU is the top tier (lavapipe here): PUT uploads, GET downloads, and the
+// bytes are the same.
+TEST_F(ServerApiTest, GpuTierServesThroughTheApi) {
+  auto server = start({"--layout", "tiny", "--gpu-memory", "1M", "--ssd-cache-dir", ssd()});
+  KvtierClient c("127.0.0.1", server->port());
+  const auto tokens = testing::prompt(7, 3 * 16);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
+  put_all(c, blocks, true);
+  auto found = c.lookup("m", tokens);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ((*found)["matched_tokens"], 48);
+  for (const auto& b : (*found)["blocks"]) EXPECT_EQ(b["tier"], "gpu");
+  expect_served(c, blocks);
+  auto stats = c.stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)["tiers"][0]["name"], "gpu");
+  EXPECT_EQ((*stats)["tiers"][0]["blocks"], 3);
+  EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
+}
+
 // Every bad request gets its status and a JSON error, and the one good block stays as it was.
 TEST_F(ServerApiTest, BadRequestsAreRefusedAndChangeNothing) {
   auto server = start({"--layout", "tiny", "--ssd-cache-dir", ssd(), "--api-key", "s3cret"});
