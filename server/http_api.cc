@@ -5,6 +5,7 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -21,7 +22,10 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kHashRoute = R"(/v1/blocks/([^/:]+))";
+// A batchGet reply is built in memory: bound it by count and by bytes (256 MiB is 128 Llama-3-8B
+// blocks), so one request cannot make the server allocate gigabytes.
 constexpr size_t kMaxBatchHashes = 4096;
+constexpr uint64_t kMaxBatchBytes = 256ull << 20;
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -245,7 +249,9 @@ void HttpApi::add_routes() {
   // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
   // of block document; length 0 is a miss (a document is never empty).
   s.Post("/v1/blocks:batchGet", timed("batch_get", [this](const httplib::Request& req, httplib::Response& res) {
-           auto r = parse_batch_get_request(req.body, kMaxBatchHashes);
+           const size_t max_hashes = static_cast<size_t>(std::clamp<uint64_t>(
+               kMaxBatchBytes / service_.layout().dense_block_bytes(), 1, kMaxBatchHashes));
+           auto r = parse_batch_get_request(req.body, max_hashes);
            if (!r.ok()) return send_error(res, r.status());
            auto docs = service_.batch_get(r->hashes, r->ns);
            auto body = std::make_shared<Bytes>();
