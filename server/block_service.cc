@@ -2,7 +2,6 @@
 
 #include <cstdio>
 
-#include "serialize/block_codec.h"
 #include "serialize/block_document.h"
 
 namespace kvtier {
@@ -59,18 +58,10 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
   return reply;
 }
 
-Result<InsertOutcome> BlockService::put(const BlockHash& hash, std::span<const uint8_t> document,
-                                        std::string_view ns) {
-  return store(hash, decode_block_document(document, *layouts_), ns);
-}
-
 Result<InsertOutcome> BlockService::put(const BlockHash& hash, AlignedBuffer buffer, size_t length,
                                         std::string_view ns) {
   if (length > buffer.size()) return invalid_argument("document length past its buffer");
-  return store(hash, decode_block_document_adopting(std::move(buffer), 0, length, *layouts_), ns);
-}
-
-Result<InsertOutcome> BlockService::store(const BlockHash& hash, Result<Block> decoded, std::string_view ns) {
+  auto decoded = decode_block_document_adopting(std::move(buffer), 0, length, *layouts_);
   if (!decoded.ok()) {
     // An unknown layout fingerprint is a well-formed document for another model.
     if (decoded.status().code() == StatusCode::kInvalidArgument) {
@@ -115,34 +106,39 @@ Result<InsertOutcome> BlockService::store(const BlockHash& hash, Result<Block> d
   return *outcome;
 }
 
-std::optional<Bytes> BlockService::document_of(const PinnedBlocks::Entry& e, std::string_view ns) {
+std::optional<BlockDocumentParts> BlockService::document_of(const PinnedBlocks::Entry& e, std::string_view ns) {
   BlockRef block = e.block;
   if (!block && stack_.gpu()) {  // served in place on the GPU: copy it down for the wire
     auto r = stack_.gpu()->read({e.hash, {}});
     if (r.ok()) block = *r;
   }
   if (!block || (!ns.empty() && block->identity().namespace_id != ns)) return std::nullopt;
-  Bytes out;
-  if (Status st = BlockCodec::encode_document(*block, out); !st.ok()) {
+  if (block->any_quantized()) block = std::make_shared<const Block>(block->dequantized());
+  auto header = block_document_header(*block);
+  if (!header.ok()) {
     metrics_.encode_failures.inc();
     if (auto n = encode_log_.admit()) {
       spdlog::error("GET {}: cannot encode the stored block: {} ({} similar suppressed)", e.hash.hex(),
-                    st.to_string(), *n);
+                    header.status().to_string(), *n);
     }
     return std::nullopt;
   }
-  return out;
+  BlockDocumentParts parts{std::string(8, '\0'), std::move(block)};
+  const uint64_t n = header->size();
+  for (int i = 0; i < 8; ++i) parts.head[i] = static_cast<char>(n >> (8 * i));
+  parts.head += *header;
+  return parts;
 }
 
-Result<Bytes> BlockService::get(const BlockHash& hash, std::string_view ns) {
+Result<BlockDocumentParts> BlockService::get(const BlockHash& hash, std::string_view ns) {
   auto got = batch_get(std::span<const BlockHash>(&hash, 1), ns);
   if (!got.front()) return not_found("block " + hash.hex() + " is not cached");
   return std::move(*got.front());
 }
 
-std::vector<std::optional<Bytes>> BlockService::batch_get(std::span<const BlockHash> hashes,
-                                                          std::string_view ns) {
-  std::vector<std::optional<Bytes>> out(hashes.size());
+std::vector<std::optional<BlockDocumentParts>> BlockService::batch_get(std::span<const BlockHash> hashes,
+                                                                       std::string_view ns) {
+  std::vector<std::optional<BlockDocumentParts>> out(hashes.size());
   std::vector<BlockKey> keys;
   for (const BlockHash& h : hashes) keys.push_back({h, {}});  // no tokens: GET by hash
   // fetch() returns the present prefix of what it is given; restart after each miss.

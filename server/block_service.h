@@ -48,6 +48,15 @@ struct PrefetchReply {
   size_t failed = 0;        // SSD reads that failed their checks (quarantined there)
 };
 
+// A block document as the pieces it is made of, so a GET streams the KV bytes the tier holds
+// instead of copying them into a fresh document: `head` is the 8-byte header length and the JSON
+// header, then come `block`'s bytes (a dense block: a quantized one is dequantized first).
+struct BlockDocumentParts {
+  std::string head;
+  BlockRef block;
+  uint64_t size() const { return head.size() + block->data().size(); }
+};
+
 struct BlockServiceMetrics {
   Counter lookups;
   Counter puts_stored;
@@ -75,16 +84,15 @@ class BlockService {
   Result<LookupReply> lookup(const PromptRequest& request);
   // `document` is one block document (serialize/block_document.h) stored under `hash`; a
   // non-empty `ns` must be the document's namespace. kInserted (201) or kAlreadyPresent (200).
-  Result<InsertOutcome> put(const BlockHash& hash, std::span<const uint8_t> document, std::string_view ns);
-  // The same for a document that starts `buffer` and is `length` bytes long: the block keeps the
-  // buffer as its storage (no copy of the KV).
+  // The document starts `buffer` and is `length` bytes long; the stored block keeps the buffer as
+  // its storage (no copy of the KV).
   Result<InsertOutcome> put(const BlockHash& hash, AlignedBuffer buffer, size_t length, std::string_view ns);
   // The block's document, promoted to the top tier. With `ns` non-empty, a block of another
   // namespace is a miss: a tenant only ever sees its own blocks.
-  Result<Bytes> get(const BlockHash& hash, std::string_view ns);
+  Result<BlockDocumentParts> get(const BlockHash& hash, std::string_view ns);
   // Each hash's document or nullopt for a miss, in request order; runs of present blocks are
   // fetched together (the SSD tier reads them in one batch).
-  std::vector<std::optional<Bytes>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
+  std::vector<std::optional<BlockDocumentParts>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
   bool erase(const BlockHash& hash);
   // Reads the prompt's cached prefix from the SSD into RAM, ahead of a fetch.
   Result<PrefetchReply> prefetch(const PromptRequest& request);
@@ -93,12 +101,11 @@ class BlockService {
   void visit_metrics(MetricVisitor& visitor) const;
 
  private:
-  Result<InsertOutcome> store(const BlockHash& hash, Result<Block> decoded, std::string_view ns);
   PrefixHasher hasher_for(const std::string& ns) const;
   Status check_prompt(const PromptRequest& request) const;
   Status reject(Counter& counter, Status status);
   // The documents of the pinned entries (downloading device-tier blocks), namespace-checked.
-  std::optional<Bytes> document_of(const PinnedBlocks::Entry& entry, std::string_view ns);
+  std::optional<BlockDocumentParts> document_of(const PinnedBlocks::Entry& entry, std::string_view ns);
 
   CacheStack& stack_;
   const HashAlgorithm hash_;

@@ -58,11 +58,43 @@ void send_error(httplib::Response& res, const Status& st) {
   send_json(res, http_status_for(st.code()), error_json(error_code_for(st.code()), st.message()));
 }
 
-// Serves `bytes` without copying them into a std::string first (a block is megabytes).
-void send_bytes(httplib::Response& res, std::shared_ptr<const Bytes> bytes, const char* type) {
-  const size_t n = bytes->size();
-  res.set_content_provider(n, type, [bytes](size_t offset, size_t length, httplib::DataSink& sink) {
-    return sink.write(reinterpret_cast<const char*>(bytes->data()) + offset, length);
+// A response body made of pieces written one after another: small strings it owns and the KV
+// bytes of blocks it keeps alive. Blocks go to the socket from where the tier holds them, never
+// copied into a body first (a block is megabytes).
+class BodyPieces {
+ public:
+  void add(std::string text) {
+    texts_.push_back(std::make_unique<std::string>(std::move(text)));
+    add_span(texts_.back()->data(), texts_.back()->size());
+  }
+  void add(const BlockDocumentParts& doc) {
+    add(doc.head);
+    blocks_.push_back(doc.block);
+    add_span(reinterpret_cast<const char*>(doc.block->data().data()), doc.block->data().size());
+  }
+  uint64_t size() const { return ends_.empty() ? 0 : ends_.back(); }
+  // Writes from `offset` to the end of the piece holding it; the sink calls again for the rest.
+  bool write_from(uint64_t offset, httplib::DataSink& sink) const {
+    const size_t i = std::upper_bound(ends_.begin(), ends_.end(), offset) - ends_.begin();
+    const uint64_t start = ends_[i] - pieces_[i].second;
+    return sink.write(pieces_[i].first + (offset - start), ends_[i] - offset);
+  }
+
+ private:
+  void add_span(const char* p, size_t n) {
+    if (n == 0) return;
+    pieces_.emplace_back(p, n);
+    ends_.push_back(size() + n);
+  }
+  std::vector<std::unique_ptr<std::string>> texts_;  // stable addresses as the vector grows
+  std::vector<BlockRef> blocks_;
+  std::vector<std::pair<const char*, size_t>> pieces_;
+  std::vector<uint64_t> ends_;  // cumulative end offset of each piece
+};
+
+void send_pieces(httplib::Response& res, std::shared_ptr<const BodyPieces> body, const char* type) {
+  res.set_content_provider(body->size(), type, [body](size_t offset, size_t, httplib::DataSink& sink) {
+    return body->write_from(offset, sink);
   });
 }
 
@@ -238,7 +270,9 @@ void HttpApi::add_routes() {
           if (!hash.ok()) return send_error(res, hash.status());
           auto doc = service_.get(*hash, req.get_param_value("namespace"));
           if (!doc.ok()) return send_error(res, doc.status());
-          send_bytes(res, std::make_shared<const Bytes>(std::move(doc).value()), "application/octet-stream");
+          auto body = std::make_shared<BodyPieces>();
+          body->add(*doc);
+          send_pieces(res, std::move(body), "application/octet-stream");
         }));
   s.Delete(kHashRoute, timed("delete_block", [this](const httplib::Request& req, httplib::Response& res) {
              auto hash = path_hash(req);
@@ -254,16 +288,18 @@ void HttpApi::add_routes() {
            auto r = parse_batch_get_request(req.body, max_hashes);
            if (!r.ok()) return send_error(res, r.status());
            auto docs = service_.batch_get(r->hashes, r->ns);
-           auto body = std::make_shared<Bytes>();
+           auto body = std::make_shared<BodyPieces>();
            size_t found = 0;
            for (const auto& d : docs) {
              const uint64_t n = d ? d->size() : 0;
-             for (int i = 0; i < 8; ++i) body->push_back(static_cast<uint8_t>(n >> (8 * i)));
-             if (d) body->insert(body->end(), d->begin(), d->end());
+             std::string length(8, '\0');
+             for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
+             body->add(std::move(length));
+             if (d) body->add(*d);
              found += d ? 1 : 0;
            }
            res.set_header("X-Kvtier-Found", std::to_string(found));
-           send_bytes(res, std::move(body), "application/x-kvtier-blocks");
+           send_pieces(res, std::move(body), "application/x-kvtier-blocks");
          }));
 }
 
