@@ -390,7 +390,7 @@ Result<int> HttpApi::bind(const std::string& host, int port) {
   return bound;
 }
 
-void HttpApi::run() { server_->listen_after_bind(); }
+bool HttpApi::run() { return server_->listen_after_bind(); }
 
 void HttpApi::stop() { server_->stop(); }
 

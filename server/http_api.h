@@ -35,8 +35,9 @@ class HttpApi {
 
   // Binds the socket (port 0 picks a free one); returns the port.
   Result<int> bind(const std::string& host, int port);
-  // Serves until stop(); in-flight requests finish before it returns.
-  void run();
+  // Serves until stop(); in-flight requests finish before it returns. False when the listener
+  // failed rather than being stopped.
+  bool run();
   // Thread-safe; async-signal-unsafe (call it from a normal thread).
   void stop();
 

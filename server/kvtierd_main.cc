@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -87,14 +88,22 @@ int serve(const ServerOptions& o) {
   std::printf("kvtierd: listening on http://%s:%d\n", o.host.c_str(), *port);
   std::fflush(stdout);
 
+  std::atomic<bool> serving{true};
   std::thread waiter([&] {
     name_this_thread("kvtierd-signal");
     int sig = 0;
     sigwait(&signals, &sig);
+    if (!serving) return;  // woken by serve() itself: the listener already stopped
     spdlog::info("{}: no new connections; finishing requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
     api.stop();
   });
-  api.run();
+  const bool served = api.run();
+  if (serving.exchange(false) && !served) {
+    // The listener failed on its own: wake the signal thread (it would wait forever) and still
+    // shut down cleanly, so nothing queued for the SSD is lost.
+    spdlog::error("the HTTP listener stopped unexpectedly; shutting down");
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
   waiter.join();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -108,8 +117,8 @@ int serve(const ServerOptions& o) {
   if (dropped > 0) {
     spdlog::warn("shutdown: {} queued blocks could not be written in time and are lost", dropped);
   }
-  spdlog::info("stopped cleanly in {:.2f} s", s);
-  return 0;
+  spdlog::info("stopped {} in {:.2f} s", served ? "cleanly" : "after a listener failure", s);
+  return served ? 0 : 1;
 }
 
 }  // namespace
