@@ -159,14 +159,15 @@ bool BlockService::erase(const BlockHash& hash) {
 }
 
 Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
-  KVTIER_ASSIGN_OR_RETURN(LookupReply found, lookup(r));
+  KVTIER_RETURN_IF_ERROR(check_prompt(r));
+  const std::vector<BlockKey> keys = hasher_for(r.ns).keys(r.tokens, r.extra_keys);
+  const LookupResult found = stack_.cache().lookup(keys);
   PrefetchReply reply;
   reply.matched_tokens = found.matched_tokens;
-  const PrefixHasher hasher = hasher_for(r.ns);
-  const std::vector<BlockKey> keys = hasher.keys(r.tokens, r.extra_keys);
+  const auto& tiers = stack_.cache().tiers();
   std::vector<BlockRequest> reads;
   for (size_t i = 0; i < found.blocks.size(); ++i) {
-    if (found.blocks[i].tier == "ssd") reads.push_back({keys[i].hash, keys[i].tokens});
+    if (tiers[found.blocks[i].tier].get() == stack_.ssd()) reads.push_back({keys[i].hash, keys[i].tokens});
     else ++reply.already_warm;
   }
   if (reads.empty() || !stack_.ssd()) return reply;

@@ -12,9 +12,9 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Runs copy(i) for every block i, on several threads when the batch is large: one thread's
-// memcpy into (or out of) the mapped staging buffer moved 5-6 GB/s on the H100's host, a third
-// of what the PCIe copy behind it can take (measured with e2e_bench, 1 GiB restores).
+// Runs copy(i) for every block i, on several threads when the batch is large. With the copy into
+// the mapped staging buffer on one thread, whole restores from RAM ran 5-6 GB/s on the H100's
+// host; with up to eight, 15-16 GB/s (e2e_bench, Llama-3-8B layout, 256 MiB and 1 GiB).
 void copy_blocks(size_t n, uint64_t block_bytes, const std::function<void(size_t)>& copy) {
   constexpr uint64_t kParallelFrom = 16ull << 20;
   const size_t threads = std::min<size_t>({n, 8, std::max(1u, std::thread::hardware_concurrency())});
