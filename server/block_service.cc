@@ -177,6 +177,14 @@ Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
     else ++reply.failed;
   }
   metrics_.prefetched_blocks.inc(reply.prefetched);
+  if (reply.failed > 0) {
+    metrics_.prefetch_failures.inc(reply.failed);
+    if (auto n = prefetch_log_.admit()) {
+      spdlog::warn("prefetch in '{}': {} of {} SSD blocks not warmed (failed their checks, or RAM had no "
+                   "room: see the ssd and ram tier metrics) ({} similar suppressed)",
+                   r.ns, reply.failed, reads.size(), *n);
+    }
+  }
   return reply;
 }
 
@@ -197,6 +205,8 @@ void BlockService::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "miss"}}, metrics_.gets_miss.value());
   v.counter("kvtier_server_encode_failures_total", "Stored blocks that could not be encoded for a GET (served as misses)",
             {}, metrics_.encode_failures.value());
+  v.counter("kvtier_server_prefetch_failures_total", "SSD blocks a prefetch could not warm into RAM", {},
+            metrics_.prefetch_failures.value());
   v.counter("kvtier_server_deletes_total", "Blocks deleted", {}, metrics_.deletes.value());
   v.counter("kvtier_server_prefetched_blocks_total", "Blocks read from SSD into RAM by prefetch", {},
             metrics_.prefetched_blocks.value());

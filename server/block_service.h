@@ -69,6 +69,7 @@ struct BlockServiceMetrics {
   Counter gets_miss;
   Counter deletes;
   Counter prefetched_blocks;
+  Counter prefetch_failures;
   Counter encode_failures;
 };
 
@@ -112,6 +113,7 @@ class BlockService {
   std::shared_ptr<LayoutRegistry> layouts_;
   BlockServiceMetrics metrics_;
   LogThrottle encode_log_;
+  LogThrottle prefetch_log_;
 };
 
 }  // namespace kvtier
