@@ -1,6 +1,6 @@
 // Metric primitives (counters, gauges, histograms) and the visitor through which they are
 // exported. Each module owns a metrics struct beside the code that causes the counts; the server
-// only walks them (see server/prometheus_exporter) — there is no global registry.
+// only walks them (base/metrics_exporters.h renders them) — there is no global registry.
 #pragma once
 
 #include <array>

@@ -86,6 +86,14 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
   return out;
 }
 
+Tier::Presence TieredCache::presence(const BlockRequest& request) const {
+  for (const auto& t : tiers_) {
+    const Tier::Presence p = t->probe(request);
+    if (p != Tier::Presence::kAbsent) return p;
+  }
+  return Tier::Presence::kAbsent;
+}
+
 Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {

@@ -69,6 +69,9 @@ class TieredCache {
   LookupResult lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
                       std::span<const std::string> extra_keys);
   LookupResult lookup(std::span<const BlockKey> keys);
+  // Whether any tier holds `request.hash`: what the highest tier holding it says (kSameTokens,
+  // kDifferentTokens, kUnverified), or kAbsent. Lets a caller skip building a block it has.
+  Tier::Presence presence(const BlockRequest& request) const;
 
   // Publishes a computed block into the top tier (or, if it has no room, the first tier below
   // that takes it). A hash already held with the same tokens is a no-op (kAlreadyPresent); with

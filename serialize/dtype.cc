@@ -12,22 +12,25 @@ std::string_view dtype_name(DType d) {
     case DType::kU32: return "U32";
     case DType::kU8: return "U8";
     case DType::kI8: return "I8";
+    case DType::kI32: return "I32";
   }
   return "?";
 }
 
 Result<DType> parse_dtype(std::string_view name) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kU32, DType::kU8, DType::kI8}) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kU32, DType::kU8, DType::kI8,
+                  DType::kI32}) {
     if (dtype_name(d) == name) return d;
   }
   return invalid_argument("unknown dtype '" + std::string(name) +
-                          "' (expected F32, F16, BF16, U32, U8 or I8)");
+                          "' (expected F32, F16, BF16, U32, U8, I8 or I32)");
 }
 
 size_t dtype_size(DType d) {
   switch (d) {
     case DType::kF32:
-    case DType::kU32: return 4;
+    case DType::kU32:
+    case DType::kI32: return 4;
     case DType::kF16:
     case DType::kBF16: return 2;
     case DType::kU8:

@@ -1,5 +1,6 @@
 // Element types of stored tensors and exact conversions between them. KV data is F32, F16 or
-// BF16; quantized payloads use U32 (packed), U8 and I8. bf16 is never routed through f16 (the
+// BF16; quantized payloads use U32 (packed; I32 where a framework has no uint32, as torch), U8
+// and I8. bf16 is never routed through f16 (the
 // lossy cast that once emptied another server's SSD tier): it is kept as its raw 16-bit words.
 #pragma once
 
@@ -12,9 +13,9 @@
 
 namespace kvtier {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kU32 = 3, kU8 = 4, kI8 = 5 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kU32 = 3, kU8 = 4, kI8 = 5, kI32 = 6 };
 
-// Names as safetensors writes them: "F32", "F16", "BF16", "U32", "U8", "I8".
+// Names as safetensors writes them: "F32", "F16", "BF16", "U32", "U8", "I8", "I32".
 std::string_view dtype_name(DType d);
 Result<DType> parse_dtype(std::string_view name);
 size_t dtype_size(DType d);

@@ -13,7 +13,7 @@
 
 #include "serialize/block_codec.h"
 #include "serialize/block_document.h"
-#include "server/metrics_exporters.h"
+#include "base/metrics_exporters.h"
 #include "server/request_json.h"
 
 namespace kvtier {

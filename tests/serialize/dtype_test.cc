@@ -13,7 +13,8 @@ bool is_nan16_f16(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x03ff) !=
 bool is_nan16_bf16(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x007f) != 0; }
 
 TEST(DType, NamesMatchSafetensorsAndRoundTrip) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kU32, DType::kU8, DType::kI8}) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kU32, DType::kU8, DType::kI8,
+                  DType::kI32}) {
     auto parsed = parse_dtype(dtype_name(d));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, d);
@@ -22,6 +23,7 @@ TEST(DType, NamesMatchSafetensorsAndRoundTrip) {
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_EQ(dtype_size(DType::kF32), 4u);
   EXPECT_EQ(dtype_size(DType::kU8), 1u);
+  EXPECT_EQ(dtype_size(DType::kI32), 4u);
   EXPECT_FALSE(parse_dtype("bf16").ok()) << "names are case-sensitive, as in safetensors";
   EXPECT_FALSE(parse_dtype("FP16").ok());
 }

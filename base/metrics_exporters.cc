@@ -1,4 +1,4 @@
-#include "server/metrics_exporters.h"
+#include "base/metrics_exporters.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,0 +1,476 @@
+#include "embed/embedded_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "base/metrics_exporters.h"
+#include "cache/cache_stack.h"
+#include "cache/prefix_hasher.h"
+#include "embed/block_tensors.h"
+#include "engine/vulkan_context.h"
+
+namespace kvtier {
+
+struct EmbeddedCacheMetrics {
+  Counter rejected_calls;  // bad input: shape, dtype, token count, block ids, ...
+  Counter stored_blocks;
+  Counter already_cached;
+  Counter refused_blocks;  // the cache would not take them (no room, collision)
+  Counter loaded_blocks;
+  Counter fetched_blocks;
+  Counter bytes_in;
+  Counter bytes_out;
+};
+
+// Shared by the cache and every FetchedBlocks it handed out, so pins can be given back (and views
+// stay valid) after the EmbeddedCache itself is gone. Members are destroyed bottom-up: the stack
+// before the Vulkan device it uses.
+struct EmbeddedCache::Impl {
+  std::unique_ptr<VulkanContext> vulkan;
+  std::unique_ptr<CacheStack> stack;
+  std::optional<PrefixHasher> hasher;
+  EmbeddedCacheMetrics metrics;
+  LogThrottle reject_log;
+
+  TieredCache& cache() { return stack->cache(); }
+  const KvLayout& layout() const { return stack->layout(); }
+
+  Status reject(Status st);
+  // The host bytes of a fetched entry: device-tier blocks are copied down, quantized ones expanded.
+  Result<BlockRef> host_block(const PinnedBlocks::Entry& e);
+  Result<StoreResult> store(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
+                            std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
+  Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  Result<size_t> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                             std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  // The identity of the block `tokens` after `parent`, in this cache's namespace.
+  BlockIdentity identity(const BlockHash& parent, std::span<const uint32_t> tokens,
+                         std::span<const std::string> extra_keys) const;
+  // Inserts `block` unless the cache holds it; counts the outcome.
+  Result<InsertOutcome> publish(Block block);
+  bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
+  // Block ids must address blocks of the paged arrays.
+  Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
+};
+
+struct FetchedBlocks::State {
+  std::shared_ptr<EmbeddedCache::Impl> impl;  // declared first: outlives the pins below
+  std::mutex mu;                              // guards pinned
+  PinnedBlocks pinned;
+  std::vector<BlockRef> held;  // the bytes the views point into
+  size_t block_size = 0;
+};
+
+FetchedBlocks::FetchedBlocks(std::unique_ptr<State> state, std::vector<FetchedBlock> blocks)
+    : state_(std::move(state)), blocks_(std::move(blocks)) {}
+FetchedBlocks::~FetchedBlocks() = default;
+
+size_t FetchedBlocks::matched_tokens() const { return blocks_.size() * state_->block_size; }
+
+void FetchedBlocks::release_pins() {
+  std::lock_guard lock(state_->mu);
+  state_->pinned.release();
+}
+
+namespace {
+
+Status check_extra_keys(std::span<const std::string> extra_keys) {
+  for (const std::string& k : extra_keys) {
+    if (k.size() > 256) return invalid_argument("an extra key is longer than 256 bytes");
+  }
+  return ok_status();
+}
+
+Result<KvLayout> layout_from(const std::string& text) {
+  if (!text.empty() && text.front() == '{') return KvLayout::from_json_text(text);
+  return resolve_layout(text);
+}
+
+Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
+                                        std::shared_ptr<const KvLayout> layout) {
+  CacheStackOptions c;
+  c.layout = layout;
+  const uint64_t block = layout->dense_block_bytes();
+  if (o.ram_capacity < 2 * block) {
+    return invalid_argument("ram capacity " + format_byte_size(o.ram_capacity) +
+                            " holds fewer than two blocks of layout '" + layout->name + "' (" +
+                            format_byte_size(block) + " each)");
+  }
+  c.ram.capacity_bytes = o.ram_capacity;
+  if (o.kv_cache_quantization) {
+    if (*o.kv_cache_quantization != 8 && *o.kv_cache_quantization != 4) {
+      return invalid_argument("kv_cache_quantization must be 8 or 4 (bits), got " +
+                              std::to_string(*o.kv_cache_quantization));
+    }
+    c.ram.quantization = Quantization{*o.kv_cache_quantization, 64};
+    KVTIER_RETURN_IF_ERROR(validate_quantization(*c.ram.quantization, layout->head_dim)
+                               .with_context("kv_cache_quantization"));
+  }
+  c.gpu_pool.byte_budget = o.gpu_memory;
+  if (!o.ssd_dir.empty()) {
+    if (o.ssd_capacity < 2 * o.ssd_segment_size) {
+      return invalid_argument("ssd capacity must hold at least two segments of " +
+                              format_byte_size(o.ssd_segment_size));
+    }
+    if (o.ssd_segment_size < 2 * block + (1 << 20)) {
+      return invalid_argument("ssd segment size " + format_byte_size(o.ssd_segment_size) +
+                              " is too small for blocks of " + format_byte_size(block));
+    }
+    SsdTierOptions s;
+    s.dir = o.ssd_dir;
+    s.capacity_bytes = o.ssd_capacity;
+    s.segment_size = o.ssd_segment_size;
+    KVTIER_ASSIGN_OR_RETURN(s.codec, parse_frame_codec(o.compression));
+    s.reset = o.ssd_reset;
+    s.drain_timeout = o.close_timeout;
+    c.ssd = s;
+  }
+  return c;
+}
+
+Status closed_status() { return failed_precondition("the cache is closed"); }
+
+}  // namespace
+
+Status EmbeddedCache::Impl::reject(Status st) {
+  metrics.rejected_calls.inc();
+  if (auto n = reject_log.admit()) {
+    spdlog::warn("refused a call: {} ({} similar suppressed)", st.message(), *n);
+  }
+  return st;
+}
+
+Result<BlockRef> EmbeddedCache::Impl::host_block(const PinnedBlocks::Entry& e) {
+  BlockRef b = e.block;
+  if (!b && stack->gpu()) {
+    KVTIER_ASSIGN_OR_RETURN(b, stack->gpu()->read({e.hash, {}}));
+  }
+  if (!b) return internal_error("block " + e.hash.hex() + " has no host copy");
+  if (b->any_quantized()) b = std::make_shared<const Block>(b->dequantized());
+  return b;
+}
+
+BlockIdentity EmbeddedCache::Impl::identity(const BlockHash& parent, std::span<const uint32_t> tokens,
+                                            std::span<const std::string> extra_keys) const {
+  BlockIdentity id;
+  id.parent_hash = parent;
+  id.hash = hasher->hash_block(parent, tokens, extra_keys);
+  id.token_ids.assign(tokens.begin(), tokens.end());
+  id.namespace_id = hasher->ns().model_id;
+  id.extra_keys.assign(extra_keys.begin(), extra_keys.end());
+  return id;
+}
+
+bool EmbeddedCache::Impl::holds(const BlockHash& hash, std::span<const uint32_t> tokens) {
+  const Tier::Presence p = cache().presence({hash, tokens});
+  return p == Tier::Presence::kSameTokens || p == Tier::Presence::kUnverified;
+}
+
+Result<InsertOutcome> EmbeddedCache::Impl::publish(Block block) {
+  metrics.bytes_in.inc(block.data().size());
+  auto outcome = cache().insert(std::make_shared<const Block>(std::move(block)));
+  if (!outcome.ok()) {
+    metrics.refused_blocks.inc();  // logged by TieredCache with its reason
+    return outcome.status();
+  }
+  (*outcome == InsertOutcome::kInserted ? metrics.stored_blocks : metrics.already_cached).inc();
+  return outcome;
+}
+
+Result<StoreResult> EmbeddedCache::Impl::store(std::span<const uint32_t> tokens,
+                                               const std::optional<BlockHash>& parent,
+                                               std::span<const LayerKv> layers,
+                                               std::span<const std::string> extra_keys) {
+  const KvLayout& l = layout();
+  if (static_cast<int>(tokens.size()) != l.block_size) {
+    return reject(invalid_argument("a block holds " + std::to_string(l.block_size) + " tokens, got " +
+                                   std::to_string(tokens.size())));
+  }
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return reject(st);
+  if (auto n = check_layer_tensors(l, layers, BlockAddressing::kOneBlock, TensorAccess::kRead); !n.ok()) {
+    return reject(n.status());
+  }
+  BlockIdentity id = identity(parent.value_or(hasher->root()), tokens, extra_keys);
+  const BlockHash hash = id.hash;
+  if (holds(hash, tokens)) {
+    metrics.already_cached.inc();
+    return StoreResult{hash, false};
+  }
+  KVTIER_ASSIGN_OR_RETURN(Block block, Block::with_forms(stack->layout_ptr(), std::move(id), forms_of(l, layers)));
+  gather_block(layers, 0, block);
+  KVTIER_ASSIGN_OR_RETURN(InsertOutcome outcome, publish(std::move(block)));
+  return StoreResult{hash, outcome == InsertOutcome::kInserted};
+}
+
+Status EmbeddedCache::Impl::check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks) {
+  for (size_t i = 0; i < used; ++i) {
+    if (ids[i] < 0 || ids[i] >= num_blocks) {
+      return invalid_argument("block_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                              " is outside the paged arrays' " + std::to_string(num_blocks) + " blocks");
+    }
+  }
+  return ok_status();
+}
+
+Result<SaveReport> EmbeddedCache::Impl::save_blocks(std::span<const uint32_t> tokens,
+                                                    std::span<const int64_t> block_ids,
+                                                    std::span<const LayerKv> paged,
+                                                    std::span<const std::string> extra_keys) {
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return reject(st);
+  const KvLayout& l = layout();
+  auto num_blocks = check_layer_tensors(l, paged, BlockAddressing::kPaged, TensorAccess::kRead);
+  if (!num_blocks.ok()) return reject(num_blocks.status());
+  const std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  const size_t n = std::min(keys.size(), block_ids.size());
+  if (Status st = check_block_ids(block_ids, n, *num_blocks); !st.ok()) return reject(st);
+  const Block::LayerForms forms = forms_of(l, paged);
+  SaveReport report;
+  for (size_t i = 0; i < n; ++i) {
+    if (holds(keys[i].hash, keys[i].tokens)) {
+      metrics.already_cached.inc();
+      ++report.already_cached;
+      continue;
+    }
+    BlockIdentity id = identity(i == 0 ? hasher->root() : keys[i - 1].hash, keys[i].tokens, extra_keys);
+    KVTIER_ASSIGN_OR_RETURN(Block block, Block::with_forms(stack->layout_ptr(), std::move(id), forms));
+    gather_block(paged, block_ids[i], block);
+    auto outcome = publish(std::move(block));
+    if (!outcome.ok()) ++report.refused;
+    else if (*outcome == InsertOutcome::kInserted) ++report.stored;
+    else ++report.already_cached;
+  }
+  return report;
+}
+
+Result<size_t> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> tokens,
+                                                std::span<const int64_t> block_ids,
+                                                std::span<const LayerKv> paged,
+                                                std::span<const std::string> extra_keys) {
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return reject(st);
+  const KvLayout& l = layout();
+  auto num_blocks = check_layer_tensors(l, paged, BlockAddressing::kPaged, TensorAccess::kWrite);
+  if (!num_blocks.ok()) return reject(num_blocks.status());
+  std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  keys.resize(std::min(keys.size(), block_ids.size()));
+  if (Status st = check_block_ids(block_ids, keys.size(), *num_blocks); !st.ok()) return reject(st);
+  PinnedBlocks pinned = cache().fetch(keys);
+  size_t loaded = 0;
+  for (const PinnedBlocks::Entry& e : pinned.entries()) {
+    auto b = host_block(e);
+    if (!b.ok()) break;  // counted by the tier that failed; the engine computes the rest
+    KVTIER_RETURN_IF_ERROR(scatter_block(**b, paged, block_ids[loaded]));
+    ++loaded;
+  }
+  metrics.loaded_blocks.inc(loaded);
+  metrics.bytes_out.inc(loaded * l.dense_block_bytes());
+  return loaded * static_cast<size_t>(l.block_size);
+}
+
+EmbeddedCache::EmbeddedCache(EmbeddedCacheOptions options)
+    : options_(std::move(options)), impl_(std::make_shared<Impl>()) {}
+
+Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOptions& o) {
+  if (o.ns.empty()) return invalid_argument("namespace is empty");
+  if (o.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
+  auto layout = layout_from(o.layout);
+  if (!layout.ok()) return layout.status().with_context("layout");
+  KVTIER_RETURN_IF_ERROR(layout->validate().with_context("layout"));
+  auto shared_layout = std::make_shared<const KvLayout>(std::move(layout).value());
+  auto hash = parse_hash_algorithm(o.hash);
+  if (!hash.ok()) return hash.status().with_context("hash");
+  KVTIER_ASSIGN_OR_RETURN(CacheStackOptions so, stack_options(o, shared_layout));
+
+  std::unique_ptr<EmbeddedCache> c(new EmbeddedCache(o));
+  Impl& impl = *c->impl_;
+  if (o.gpu_memory > 0) {
+    auto ctx = VulkanContext::create();
+    if (!ctx.ok()) return ctx.status().with_context("a GPU tier needs a Vulkan device");
+    impl.vulkan = std::move(ctx).value();
+    so.vulkan = impl.vulkan.get();
+  }
+  KVTIER_ASSIGN_OR_RETURN(impl.stack, CacheStack::open(std::move(so)));
+  impl.hasher.emplace(*hash, Namespace{o.ns, shared_layout->fingerprint(), ""},
+                      shared_layout->block_size);
+  return c;
+}
+
+EmbeddedCache::~EmbeddedCache() { close(); }
+
+const KvLayout& EmbeddedCache::layout() const { return impl_->layout(); }
+size_t EmbeddedCache::block_bytes() const { return layout().dense_block_bytes(); }
+
+std::shared_lock<std::shared_mutex> EmbeddedCache::enter() const {
+  return std::shared_lock<std::shared_mutex>(state_mu_);
+}
+
+Result<std::vector<BlockHash>> EmbeddedCache::block_hashes(std::span<const uint32_t> tokens,
+                                                           std::span<const std::string> extra_keys) const {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  return impl_->hasher->hash_prefix(tokens, extra_keys);
+}
+
+Result<PrefixMatch> EmbeddedCache::lookup(std::span<const uint32_t> tokens,
+                                          std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  const LookupResult found = impl_->cache().lookup(*impl_->hasher, tokens, extra_keys);
+  PrefixMatch out;
+  out.matched_tokens = found.matched_tokens;
+  const auto& tiers = impl_->cache().tiers();
+  for (const LookupResult::Hit& h : found.blocks) out.blocks.push_back({h.hash, std::string(tiers[h.tier]->name())});
+  return out;
+}
+
+Result<StoreResult> EmbeddedCache::store(std::span<const uint32_t> tokens,
+                                         const std::optional<BlockHash>& parent,
+                                         std::span<const LayerKv> layers,
+                                         std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  return impl_->store(tokens, parent, layers, extra_keys);
+}
+
+Result<StoreResult> EmbeddedCache::store_bytes(std::span<const uint32_t> tokens,
+                                               const std::optional<BlockHash>& parent,
+                                               std::span<const uint8_t> bytes,
+                                               std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (bytes.size() != block_bytes()) {
+    return impl_->reject(invalid_argument("a block of layout '" + layout().name + "' is " +
+                                          std::to_string(block_bytes()) + " bytes, got " +
+                                          std::to_string(bytes.size())));
+  }
+  const std::vector<LayerKv> views = dense_block_views(layout(), bytes.data(), /*read_only=*/true);
+  return impl_->store(tokens, parent, views, extra_keys);
+}
+
+Result<SaveReport> EmbeddedCache::save_blocks(std::span<const uint32_t> tokens,
+                                              std::span<const int64_t> block_ids,
+                                              std::span<const LayerKv> paged,
+                                              std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  return impl_->save_blocks(tokens, block_ids, paged, extra_keys);
+}
+
+Result<size_t> EmbeddedCache::load_blocks(std::span<const uint32_t> tokens,
+                                          std::span<const int64_t> block_ids,
+                                          std::span<const LayerKv> paged,
+                                          std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  return impl_->load_blocks(tokens, block_ids, paged, extra_keys);
+}
+
+Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(std::span<const uint32_t> tokens,
+                                                            std::span<const std::string> extra_keys,
+                                                            size_t max_blocks) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  if (keys.size() > max_blocks) keys.resize(max_blocks);
+  auto state = std::make_unique<FetchedBlocks::State>();
+  state->impl = impl_;
+  state->block_size = static_cast<size_t>(layout().block_size);
+  state->pinned = impl_->cache().fetch(keys);
+  std::vector<FetchedBlock> blocks;
+  for (const PinnedBlocks::Entry& e : state->pinned.entries()) {
+    auto b = impl_->host_block(e);
+    if (!b.ok()) break;  // counted by the GPU tier; the prefix ends here
+    const Block& block = **b;
+    FetchedBlock f;
+    f.hash = e.hash;
+    f.tier = std::string(impl_->cache().tiers()[e.source_tier]->name());
+    f.tokens = block.identity().token_ids;
+    f.layers = dense_block_views(block.layout(), block.data().data(), /*read_only=*/true);
+    for (int l = 0; l < block.layout().num_layers; ++l) f.dequantized_from.push_back(block.dequantized_from(l));
+    state->held.push_back(std::move(b).value());
+    blocks.push_back(std::move(f));
+  }
+  impl_->metrics.fetched_blocks.inc(blocks.size());
+  return std::make_shared<FetchedBlocks>(std::move(state), std::move(blocks));
+}
+
+Result<bool> EmbeddedCache::load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,
+                                             std::span<uint8_t> dst) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (dst.size() != block_bytes()) {
+    return impl_->reject(invalid_argument("a block of layout '" + layout().name + "' is " +
+                                          std::to_string(block_bytes()) + " bytes, the buffer " +
+                                          std::to_string(dst.size())));
+  }
+  if (!tokens.empty() && static_cast<int>(tokens.size()) != layout().block_size) {
+    return impl_->reject(invalid_argument("a block holds " + std::to_string(layout().block_size) +
+                                          " tokens, got " + std::to_string(tokens.size())));
+  }
+  const BlockKey key{hash, tokens};
+  PinnedBlocks pinned = impl_->cache().fetch(std::span(&key, 1));
+  if (pinned.size() == 0) return false;
+  KVTIER_ASSIGN_OR_RETURN(BlockRef b, impl_->host_block(pinned.entries().front()));
+  const std::vector<LayerKv> views = dense_block_views(layout(), dst.data(), /*read_only=*/false);
+  KVTIER_RETURN_IF_ERROR(scatter_block(*b, views, 0));
+  impl_->metrics.loaded_blocks.inc();
+  impl_->metrics.bytes_out.inc(dst.size());
+  return true;
+}
+
+void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
+  const EmbeddedCacheMetrics& m = impl_->metrics;
+  v.counter("kvtier_embedded_rejected_calls_total", "Calls refused for bad input (shape, dtype, tokens, ids)",
+            {}, m.rejected_calls.value());
+  v.counter("kvtier_embedded_blocks_total", "Blocks offered by the engine, by outcome", {{"outcome", "stored"}},
+            m.stored_blocks.value());
+  v.counter("kvtier_embedded_blocks_total", "Blocks offered by the engine, by outcome",
+            {{"outcome", "already_cached"}}, m.already_cached.value());
+  v.counter("kvtier_embedded_blocks_total", "Blocks offered by the engine, by outcome", {{"outcome", "refused"}},
+            m.refused_blocks.value());
+  v.counter("kvtier_embedded_loaded_blocks_total", "Blocks copied into the engine's tensors", {},
+            m.loaded_blocks.value());
+  v.counter("kvtier_embedded_fetched_blocks_total", "Blocks handed out as views", {}, m.fetched_blocks.value());
+  v.counter("kvtier_embedded_bytes_in_total", "KV bytes copied in from the engine", {}, m.bytes_in.value());
+  v.counter("kvtier_embedded_bytes_out_total", "KV bytes copied out to the engine", {}, m.bytes_out.value());
+  impl_->cache().visit_metrics(v);
+}
+
+Result<std::string> EmbeddedCache::stats_json() const {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  JsonMetricsWriter w;
+  visit_metrics(w);
+  return w.json().dump();
+}
+
+Result<std::string> EmbeddedCache::metrics_text() const {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  PrometheusTextWriter w;
+  visit_metrics(w);
+  return w.text();
+}
+
+size_t EmbeddedCache::close() {
+  std::unique_lock lock(state_mu_);  // waits for calls in flight
+  if (closed_) return 0;
+  closed_ = true;
+  CacheStack& stack = *impl_->stack;
+  size_t lost = 0;
+  const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;
+  if (options_.persist_on_close && stack.ssd()) {
+    const CacheStack::Persisted p = stack.persist_to_ssd(deadline);
+    lost += p.left;
+    spdlog::info("close: wrote {} blocks that only RAM held to the SSD; {} left unwritten", p.written, p.left);
+  }
+  const size_t dropped = stack.close();
+  if (dropped > 0) spdlog::warn("close: {} queued blocks could not be written in time and are lost", dropped);
+  return lost + dropped;
+}
+
+}  // namespace kvtier

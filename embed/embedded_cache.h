@@ -1,0 +1,163 @@
+// EmbeddedCache: kvtier inside an inference engine's own process — the door that the Python
+// module (`import kvtier`) and the C ABI (capi/kvtier.h) stand on. One cache serves one model (its
+// KV layout) in one namespace, over the same CacheStack kvtierd runs, and hashes prompts exactly
+// as kvtierd does: a block stored here is a hit over HTTP on the same directory, and back.
+//
+// Tensors come in as borrowed views (embed/tensor_view.h) and their bytes are copied unchanged:
+// bf16 stays bf16. Blocks handed out by fetch() are views into the cached blocks themselves.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/metrics.h"
+#include "base/status.h"
+#include "embed/tensor_view.h"
+#include "serialize/block_hash.h"
+#include "serialize/kv_layout.h"
+
+namespace kvtier {
+
+struct EmbeddedCacheOptions {
+  std::string layout = "llama-3-8b";  // a preset, a layout JSON file, or layout JSON text ("{...")
+  std::string ns = "default";         // the namespace, as kvtierd's API names it (the model id)
+  std::string hash = "sha256";        // or "xxh3"; must match the server's to share blocks
+  uint64_t ram_capacity = 1ull << 30;
+  std::optional<int> kv_cache_quantization;  // 8 or 4: keep blocks quantized in RAM (group 64)
+  std::string ssd_dir;                       // empty: no SSD tier
+  uint64_t ssd_capacity = 64ull << 30;
+  uint64_t ssd_segment_size = 256ull << 20;
+  std::string compression = "none";          // SSD record codec: none, lz4, lz4-shuffle
+  bool ssd_reset = false;
+  uint64_t gpu_memory = 0;                   // > 0: a GPU tier (Vulkan) of this many bytes on top
+  bool persist_on_close = true;  // close() writes what only RAM holds to the SSD, as kvtierd does
+  std::chrono::milliseconds close_timeout{30000};
+};
+
+struct PrefixMatch {
+  size_t matched_tokens = 0;
+  struct Cached {
+    BlockHash hash;
+    std::string tier;  // "gpu", "ram", "ssd"
+  };
+  std::vector<Cached> blocks;  // the cached prefix, in order
+};
+
+struct StoreResult {
+  BlockHash hash;
+  bool inserted = false;  // false: the cache already held this block
+};
+
+struct SaveReport {
+  size_t stored = 0;          // new blocks
+  size_t already_cached = 0;  // skipped without copying
+  size_t refused = 0;         // no tier had room, or a collision (counted and logged by the cache)
+};
+
+// One block handed out by fetch(): read-only views into the block the cache holds.
+struct FetchedBlock {
+  BlockHash hash;
+  std::string tier;  // where it was found
+  std::vector<uint32_t> tokens;
+  std::vector<LayerKv> layers;  // dense [block_size, kv_heads, head_dim] views, read_only
+  // Per layer: the quantization the block was held in before it was dequantized (RAM or SSD).
+  std::vector<std::optional<Quantization>> dequantized_from;
+};
+
+// The result of fetch(). While it lives every view stays valid and its blocks stay pinned in the
+// top tier; release_pins() lets them be evicted early (the views stay valid: the bytes are kept).
+// Thread-safe.
+class FetchedBlocks {
+ public:
+  struct State;
+  FetchedBlocks(std::unique_ptr<State> state, std::vector<FetchedBlock> blocks);
+  ~FetchedBlocks();
+  const std::vector<FetchedBlock>& blocks() const { return blocks_; }
+  size_t matched_tokens() const;
+  void release_pins();
+
+ private:
+  std::unique_ptr<State> state_;
+  std::vector<FetchedBlock> blocks_;
+};
+
+// Thread-safe: every method may be called from several threads at once. close() waits for calls
+// in flight; afterwards every call fails with kFailedPrecondition ("the cache is closed").
+class EmbeddedCache {
+ public:
+  static Result<std::unique_ptr<EmbeddedCache>> open(const EmbeddedCacheOptions& options);
+  ~EmbeddedCache();  // close()
+  EmbeddedCache(const EmbeddedCache&) = delete;
+  EmbeddedCache& operator=(const EmbeddedCache&) = delete;
+
+  const KvLayout& layout() const;
+  const EmbeddedCacheOptions& options() const { return options_; }
+  // Bytes of one dense block: every layer's K then V, [block_size, kv_heads, head_dim] each.
+  size_t block_bytes() const;
+
+  // The hashes of every full block of `tokens` (a partial last block has none).
+  Result<std::vector<BlockHash>> block_hashes(std::span<const uint32_t> tokens,
+                                              std::span<const std::string> extra_keys) const;
+  // The longest cached prefix of `tokens`, block by block.
+  Result<PrefixMatch> lookup(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys);
+
+  // Stores one block: `tokens` (exactly block_size) whose parent is `parent` (nullopt for a
+  // prompt's first block), from per-layer [block_size, kv_heads, head_dim] tensors or quantized
+  // triples. Nothing is stored when any check fails.
+  Result<StoreResult> store(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
+                            std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
+  // The same from one dense block's bytes in block order (layer 0 K, layer 0 V, layer 1 K, ...).
+  Result<StoreResult> store_bytes(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
+                                  std::span<const uint8_t> bytes, std::span<const std::string> extra_keys);
+
+  // Gathers the full blocks of `tokens` out of an engine's paged arrays: block i of the prompt is
+  // in block id block_ids[i] of every layer's [num_blocks, block_size, kv_heads, head_dim] K and V
+  // (or quantized triples). Blocks the cache holds already are skipped without a copy. Saves
+  // min(full blocks, block_ids.size()) blocks.
+  Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  // Scatters the cached prefix of `tokens` into the engine's block ids (dense arrays; quantized
+  // layers arrive dequantized). Returns the tokens loaded: a multiple of block_size, at most
+  // block_ids.size() blocks. Blocks past the first that cannot be served intact are not loaded.
+  Result<size_t> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                             std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+
+  // The cached prefix of `tokens` (at most `max_blocks`), promoted to the top tier and pinned.
+  Result<std::shared_ptr<FetchedBlocks>> fetch(std::span<const uint32_t> tokens,
+                                               std::span<const std::string> extra_keys,
+                                               size_t max_blocks = SIZE_MAX);
+  // One block by hash into `dst` (block_bytes(), dense). With `tokens`, the held block's tokens
+  // must equal them. False on a miss.
+  Result<bool> load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,
+                                std::span<uint8_t> dst);
+
+  // Every metric (this door's, the cache's, every tier's) as JSON ({"name": [{labels, value}]})
+  // and as Prometheus text.
+  Result<std::string> stats_json() const;
+  Result<std::string> metrics_text() const;
+
+  // Writes what only RAM holds to the SSD (persist_on_close) and drains the spill queue, bounded
+  // by close_timeout; returns the number of blocks that could not be written. Idempotent.
+  size_t close();
+
+  struct Impl;
+
+ private:
+  explicit EmbeddedCache(EmbeddedCacheOptions options);
+  void visit_metrics(MetricVisitor& visitor) const;
+  // Held shared while a call runs; close() takes it exclusively.
+  std::shared_lock<std::shared_mutex> enter() const;
+
+  EmbeddedCacheOptions options_;
+  std::shared_ptr<Impl> impl_;
+  mutable std::shared_mutex state_mu_;  // guards closed_ against calls in flight
+  bool closed_ = false;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,282 @@
+"""The Python face of kvtier: names, defaults and docstrings over the C extension _kvtier."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _kvtier
+
+Size = Union[int, str]
+Tokens = Any  # a sequence of ints, or a 1-D int32/int64/uint32 tensor or array
+Tensor = Any  # anything with __dlpack__ or the buffer protocol
+KvTensor = Union[Tensor, Tuple[Tensor, Tensor, Tensor]]  # dense, or (packed, scales, biases)
+
+
+def parse_size(size: Size) -> int:
+    """Bytes from an int or a size string such as "512M" or "8G"."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise TypeError(f"a size is an int or a string such as '8G', got {type(size).__name__}")
+    if isinstance(size, int):
+        if size < 0:
+            raise ValueError(f"a size cannot be negative, got {size}")
+        return size
+    return _kvtier.parse_size(size)
+
+
+def set_log_level(level: str) -> None:
+    """kvtier's own log (stderr): trace, debug, info, warn, error or off."""
+    if not _kvtier.set_log_level(level):
+        raise ValueError(f"log level '{level}' is not trace, debug, info, warn, error or off")
+
+
+def _words_are_bf16(dtype: Optional[str]) -> bool:
+    if dtype is None:
+        return False
+    if dtype in ("bf16", "bfloat16"):
+        return True
+    raise ValueError(f"dtype='{dtype}': the only override is 'bf16' (uint16 arrays holding bf16 words)")
+
+
+@dataclass(frozen=True)
+class CachedBlock:
+    hash: str  # 64 hex digits, as kvtierd's API writes it
+    tier: str  # "gpu", "ram" or "ssd"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    matched_tokens: int
+    blocks: List[CachedBlock]
+
+
+@dataclass(frozen=True)
+class SaveReport:
+    stored: int  # new blocks
+    already_cached: int  # skipped without a copy
+    refused: int  # no tier had room (counted and logged by the cache)
+
+
+@dataclass(frozen=True)
+class FetchedBlock:
+    hash: str
+    tier: str  # where it was found
+    tokens: List[int]
+    layers: List[Tuple[_kvtier.BlockTensor, _kvtier.BlockTensor]]  # (k, v), read-only views
+    dequantized_from: Dict[int, Tuple[int, int]] = field(default_factory=dict)  # layer: (bits, group)
+
+
+class FetchedBlocks(Sequence[FetchedBlock]):
+    """A cached prefix handed out without copies. Each tensor is a read-only view into the block
+    the cache holds; the blocks stay pinned in the top tier until this object and every tensor
+    taken from it are gone, or until the ``with`` block ends (the views stay valid after that)."""
+
+    def __init__(self, fetched: _kvtier.Fetched, num_layers: int) -> None:
+        self._fetched = fetched
+        self._blocks = []
+        for i in range(len(fetched)):
+            hash_, tier, tokens, dq = fetched.info(i)
+            layers = [(fetched.tensor(i, l, 0), fetched.tensor(i, l, 1)) for l in range(num_layers)]
+            self._blocks.append(FetchedBlock(hash_, tier, tokens, layers, dict(dq)))
+
+    @property
+    def matched_tokens(self) -> int:
+        return self._fetched.matched_tokens
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._blocks[i]
+
+    def __iter__(self) -> Iterator[FetchedBlock]:
+        return iter(self._blocks)
+
+    def release(self) -> None:
+        """Unpins the blocks now (they may be evicted); the tensors stay readable."""
+        self._fetched.release_pins()
+
+    def __enter__(self) -> "FetchedBlocks":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Cache:
+    """A tiered KV cache for one model (its KV layout) in one namespace.
+
+    layout: a preset ("llama-3-8b", "qwen3-0.6b", "tiny"), a layout JSON file, or a dict such as
+        {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": "BF16"}
+        (per-layer "layers": [{"dtype": ..., "quantization": {"bits": 4, "group_size": 64}}, ...]).
+    ram: the RAM tier's size. ssd_dir: turns the SSD tier on (kvtierd's --ssd-cache-dir).
+    gpu_memory: a GPU tier (Vulkan) of this size on top. namespace and hash must match kvtierd's
+        to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
+    persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
+
+    Every method may be called from several threads; the GIL is released while kvtier hashes,
+    reads, writes and copies. Closing (or leaving ``with``) drains the SSD writer.
+    """
+
+    def __init__(
+        self,
+        layout: Union[str, Dict[str, Any]] = "llama-3-8b",
+        *,
+        ram: Size = "1G",
+        ssd_dir: Optional[str] = None,
+        ssd_capacity: Size = "64G",
+        ssd_segment_size: Size = "256M",
+        gpu_memory: Optional[Size] = None,
+        namespace: str = "default",
+        hash: str = "sha256",
+        kv_cache_quantization: Optional[int] = None,
+        compression: str = "none",
+        ssd_reset: bool = False,
+        persist_on_close: bool = True,
+        close_timeout: float = 30.0,
+    ) -> None:
+        if isinstance(layout, dict):
+            layout = json.dumps(layout)
+        elif not isinstance(layout, str):
+            raise TypeError(f"layout is a preset name, a JSON file path or a dict, not {type(layout).__name__}")
+        options: Dict[str, Any] = {
+            "layout": layout,
+            "namespace": namespace,
+            "hash": hash,
+            "ram_capacity": parse_size(ram),
+            "ssd_capacity": parse_size(ssd_capacity),
+            "ssd_segment_size": parse_size(ssd_segment_size),
+            "compression": compression,
+            "ssd_reset": bool(ssd_reset),
+            "persist_on_close": bool(persist_on_close),
+            "close_timeout": float(close_timeout),
+        }
+        if ssd_dir is not None:
+            options["ssd_dir"] = str(ssd_dir)
+        if gpu_memory is not None:
+            options["gpu_memory"] = parse_size(gpu_memory)
+        if kv_cache_quantization is not None:
+            options["kv_cache_quantization"] = int(kv_cache_quantization)
+        self._c = _kvtier.Cache(options)
+        self._layout = json.loads(self._c.layout_json)
+        self._namespace = namespace
+        self._closed = False
+
+    @property
+    def layout(self) -> Dict[str, Any]:
+        """The KV layout, as a dict (the JSON form kvtierd's /v1/layout shows)."""
+        return dict(self._layout)
+
+    @property
+    def block_size(self) -> int:
+        return self._layout["block_size"]
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one dense block: every layer's K then V."""
+        return self._c.block_bytes
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def block_hashes(self, tokens: Tokens, extra_keys: Sequence[str] = ()) -> List[str]:
+        """The hash of every full block of ``tokens`` (a partial last block has none)."""
+        return self._c.block_hashes(tokens, list(extra_keys))
+
+    def lookup(self, tokens: Tokens, extra_keys: Sequence[str] = ()) -> Lookup:
+        """The longest cached prefix of ``tokens``: a miss is ``matched_tokens == 0``."""
+        matched, blocks = self._c.lookup(tokens, list(extra_keys))
+        return Lookup(matched, [CachedBlock(h, t) for h, t in blocks])
+
+    def store(
+        self,
+        tokens: Tokens,
+        parent: Optional[Union[str, bytes]],
+        layers: Sequence[Tuple[KvTensor, KvTensor]],
+        *,
+        extra_keys: Sequence[str] = (),
+        dtype: Optional[str] = None,
+    ) -> str:
+        """Stores one block and returns its hash (the ``parent`` of the next block).
+
+        tokens: exactly ``block_size`` token ids. parent: the previous block's hash, or None for a
+        prompt's first block. layers: one (k, v) per layer, each [block_size, kv_heads, head_dim]
+        in the layer's dtype, or a (packed uint32, scales, biases) triple for a layer the layout
+        keeps quantized. dtype="bf16": uint16 arrays hold bf16 words (numpy has no bf16).
+        Raises ValueError (nothing stored) for a wrong shape, dtype, layout or token count.
+        """
+        hash_, _ = self._c.store(tokens, parent, layers, list(extra_keys), _words_are_bf16(dtype))
+        return hash_
+
+    def save_blocks(
+        self,
+        tokens: Tokens,
+        block_ids: Sequence[int],
+        k_cache: Any,
+        v_cache: Any,
+        *,
+        extra_keys: Sequence[str] = (),
+        dtype: Optional[str] = None,
+    ) -> SaveReport:
+        """Saves the full blocks of ``tokens`` from an engine's paged KV arrays.
+
+        Block i of the prompt lives in block id ``block_ids[i]``. k_cache and v_cache hold one
+        array per layer, [num_blocks, block_size, kv_heads, head_dim] (or a quantized triple of
+        such arrays), or one array with a leading layer dimension. Blocks already cached are
+        skipped without a copy. What a vLLM KV connector does when a request finishes.
+        """
+        stored, already, refused = self._c.save_blocks(
+            tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
+        return SaveReport(stored, already, refused)
+
+    def load_blocks(
+        self,
+        tokens: Tokens,
+        block_ids: Sequence[int],
+        k_cache: Any,
+        v_cache: Any,
+        *,
+        extra_keys: Sequence[str] = (),
+        dtype: Optional[str] = None,
+    ) -> int:
+        """Copies the cached prefix of ``tokens`` into the engine's free block ids; returns the
+        number of tokens loaded (a multiple of block_size; 0 on a miss). Loads at most
+        ``len(block_ids)`` blocks: pass ``tokens[:-1]`` when the last token must be computed.
+        Quantized layers arrive dequantized. What a vLLM KV connector does before prefill.
+        """
+        return self._c.load_blocks(tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
+
+    def fetch(self, tokens: Tokens, *, extra_keys: Sequence[str] = (), max_blocks: Optional[int] = None) -> FetchedBlocks:
+        """The cached prefix of ``tokens`` as read-only tensors, without copies (see FetchedBlocks).
+        ``torch.from_dlpack(block.layers[0][0])`` adopts a block's K of layer 0."""
+        limit = (1 << 63) - 1 if max_blocks is None else int(max_blocks)
+        return FetchedBlocks(self._c.fetch(tokens, list(extra_keys), limit), self._layout["num_layers"])
+
+    def stats(self) -> Dict[str, Any]:
+        """Every counter of the cache and its tiers: {"name": [{"labels": {...}, "value": v}]}."""
+        return json.loads(self._c.stats_json())
+
+    def metrics_text(self) -> str:
+        """The same metrics as Prometheus text, for an engine that exports its own /metrics."""
+        return self._c.metrics_text()
+
+    def close(self) -> int:
+        """Writes what only RAM holds to the SSD, drains the writer and closes the cache; returns
+        the number of blocks that could not be written in time. Idempotent."""
+        self._closed = True
+        return self._c.close()
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<kvtier.Cache {self._layout.get('name', '')!r} namespace={self._namespace!r} {state}>"

@@ -1,0 +1,265 @@
+// _kvtier: the thin C extension under `import kvtier`. It converts arguments, releases the GIL
+// around every call into the cache (hashing, I/O, copies) and turns a Status into the exception a
+// Python user expects. Names, defaults and docstrings live in the pure-Python layer (kvtier/).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "embed/embedded_cache.h"
+#include "python/src/tensor_export.h"
+#include "python/src/tensor_import.h"
+
+namespace py = pybind11;
+
+namespace kvtier::python {
+namespace {
+
+PyObject* g_cache_full_error = nullptr;
+PyObject* g_collision_error = nullptr;
+
+// kInvalidArgument and kFailedPrecondition (bad input, a closed cache) are ValueError; a hash
+// collision is HashCollisionError (a ValueError); no room anywhere is CacheFullError; disk and
+// data faults are OSError; a missing device is RuntimeError.
+[[noreturn]] void raise(const Status& st) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition: type = PyExc_ValueError; break;
+    case StatusCode::kConflict: type = g_collision_error; break;
+    case StatusCode::kResourceExhausted: type = g_cache_full_error; break;
+    case StatusCode::kNotFound:
+    case StatusCode::kIoError:
+    case StatusCode::kNoSpace:
+    case StatusCode::kCorruption:
+    case StatusCode::kAlreadyExists: type = PyExc_OSError; break;
+    default: break;
+  }
+  PyErr_SetString(type, st.message().c_str());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T value_or_raise(Result<T> r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+std::optional<BlockHash> parse_parent(const py::object& parent) {
+  if (parent.is_none()) return std::nullopt;
+  if (py::isinstance<py::bytes>(parent)) {
+    const std::string b = parent.cast<std::string>();
+    if (b.size() != BlockHash::kSize) throw py::value_error("parent: a hash is 32 bytes");
+    BlockHash h;
+    std::memcpy(h.bytes.data(), b.data(), b.size());
+    return h;
+  }
+  auto h = BlockHash::from_hex(parent.cast<std::string>());
+  if (!h.ok()) throw py::value_error("parent: " + h.status().message());
+  return *h;
+}
+
+// Runs `f` without the GIL; raises its error with the GIL back.
+template <typename F>
+auto call(F&& f) {
+  auto r = [&] {
+    py::gil_scoped_release nogil;
+    return f();
+  }();
+  return value_or_raise(std::move(r));
+}
+
+std::vector<int64_t> import_ids(py::handle obj) {
+  const std::vector<uint32_t> ids = import_tokens(obj, "block_ids");
+  return {ids.begin(), ids.end()};
+}
+
+// The fetched blocks, as the Python layer reads them.
+class Fetched {
+ public:
+  explicit Fetched(std::shared_ptr<FetchedBlocks> f) : f_(std::move(f)) {}
+  size_t size() const { return f_->blocks().size(); }
+  size_t matched_tokens() const { return f_->matched_tokens(); }
+  py::tuple info(size_t i) const {
+    const FetchedBlock& b = at(i);
+    py::dict dq;
+    for (size_t l = 0; l < b.dequantized_from.size(); ++l) {
+      if (b.dequantized_from[l]) dq[py::int_(l)] = py::make_tuple(b.dequantized_from[l]->bits, b.dequantized_from[l]->group_size);
+    }
+    return py::make_tuple(b.hash.hex(), b.tier, b.tokens, dq);
+  }
+  BlockTensor tensor(size_t i, size_t layer, int part) const {
+    const FetchedBlock& b = at(i);
+    if (layer >= b.layers.size()) throw py::index_error("layer out of range");
+    const LayerKv& kv = b.layers[layer];
+    return BlockTensor(f_, &(part == 0 ? kv.k : kv.v).parts[0]);
+  }
+  void release_pins() { f_->release_pins(); }
+
+ private:
+  const FetchedBlock& at(size_t i) const {
+    if (i >= size()) throw py::index_error("block index out of range");
+    return f_->blocks()[i];
+  }
+  std::shared_ptr<FetchedBlocks> f_;
+};
+
+class PyCache {
+ public:
+  explicit PyCache(const EmbeddedCacheOptions& o) {
+    Result<std::unique_ptr<EmbeddedCache>> c = [&] {
+      py::gil_scoped_release nogil;  // opening recovers an SSD directory: real I/O
+      return EmbeddedCache::open(o);
+    }();
+    cache_ = value_or_raise(std::move(c));
+  }
+
+  std::string layout_json() const { return cache_->layout().to_json().dump(); }
+  size_t block_bytes() const { return cache_->block_bytes(); }
+
+  std::vector<std::string> block_hashes(py::handle tokens, const std::vector<std::string>& extra) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    std::vector<BlockHash> hashes = call([&] { return cache_->block_hashes(t, extra); });
+    std::vector<std::string> out;
+    for (const BlockHash& h : hashes) out.push_back(h.hex());
+    return out;
+  }
+
+  py::tuple lookup(py::handle tokens, const std::vector<std::string>& extra) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    PrefixMatch m = call([&] { return cache_->lookup(t, extra); });
+    py::list blocks;
+    for (const auto& b : m.blocks) blocks.append(py::make_tuple(b.hash.hex(), b.tier));
+    return py::make_tuple(m.matched_tokens, blocks);
+  }
+
+  py::tuple store(py::handle tokens, const py::object& parent, py::handle layers,
+                  const std::vector<std::string>& extra, bool bf16_words) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const std::optional<BlockHash> p = parse_parent(parent);
+    std::vector<ImportedTensor> keep;
+    const std::vector<LayerKv> views = import_block_layers(layers, {bf16_words}, keep);
+    StoreResult r = call([&] { return cache_->store(t, p, views, extra); });
+    return py::make_tuple(r.hash.hex(), r.inserted);
+  }
+
+  py::tuple save_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
+                        const std::vector<std::string>& extra, bool bf16_words) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const std::vector<int64_t> block_ids = import_ids(ids);
+    ImportedLayers ks = import_layers(k, {bf16_words}, "k_cache");
+    ImportedLayers vs = import_layers(v, {bf16_words}, "v_cache");
+    const std::vector<LayerKv> paged = pair_layers(ks, vs);
+    SaveReport r = call([&] { return cache_->save_blocks(t, block_ids, paged, extra); });
+    return py::make_tuple(r.stored, r.already_cached, r.refused);
+  }
+
+  size_t load_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
+                     const std::vector<std::string>& extra, bool bf16_words) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const std::vector<int64_t> block_ids = import_ids(ids);
+    ImportedLayers ks = import_layers(k, {bf16_words}, "k_cache");
+    ImportedLayers vs = import_layers(v, {bf16_words}, "v_cache");
+    const std::vector<LayerKv> paged = pair_layers(ks, vs);
+    return call([&] { return cache_->load_blocks(t, block_ids, paged, extra); });
+  }
+
+  Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    return Fetched(call([&] { return cache_->fetch(t, extra, max_blocks); }));
+  }
+
+  std::string stats_json() { return call([&] { return cache_->stats_json(); }); }
+  std::string metrics_text() { return call([&] { return cache_->metrics_text(); }); }
+
+  size_t close() {
+    py::gil_scoped_release nogil;
+    return cache_->close();
+  }
+
+ private:
+  static std::vector<LayerKv> pair_layers(const ImportedLayers& k, const ImportedLayers& v) {
+    if (k.layers.size() != v.layers.size()) {
+      throw py::value_error("k_cache has " + std::to_string(k.layers.size()) + " layers, v_cache " +
+                            std::to_string(v.layers.size()));
+    }
+    std::vector<LayerKv> out(k.layers.size());
+    for (size_t l = 0; l < out.size(); ++l) out[l] = {k.layers[l], v.layers[l]};
+    return out;
+  }
+
+  std::unique_ptr<EmbeddedCache> cache_;
+};
+
+EmbeddedCacheOptions options_from(const py::dict& d) {
+  EmbeddedCacheOptions o;
+  static const char* kKeys[] = {"layout", "namespace", "hash", "ram_capacity", "kv_cache_quantization",
+                                "ssd_dir", "ssd_capacity", "ssd_segment_size", "compression",
+                                "ssd_reset", "gpu_memory", "persist_on_close", "close_timeout"};
+  for (auto item : d) {
+    const std::string key = item.first.cast<std::string>();
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      throw py::type_error("unknown option '" + key + "'");
+    }
+  }
+  auto get = [&](const char* k) -> py::object { return d.contains(k) ? py::object(d[k]) : py::none(); };
+  if (auto v = get("layout"); !v.is_none()) o.layout = v.cast<std::string>();
+  if (auto v = get("namespace"); !v.is_none()) o.ns = v.cast<std::string>();
+  if (auto v = get("hash"); !v.is_none()) o.hash = v.cast<std::string>();
+  if (auto v = get("ram_capacity"); !v.is_none()) o.ram_capacity = v.cast<uint64_t>();
+  if (auto v = get("kv_cache_quantization"); !v.is_none()) o.kv_cache_quantization = v.cast<int>();
+  if (auto v = get("ssd_dir"); !v.is_none()) o.ssd_dir = v.cast<std::string>();
+  if (auto v = get("ssd_capacity"); !v.is_none()) o.ssd_capacity = v.cast<uint64_t>();
+  if (auto v = get("ssd_segment_size"); !v.is_none()) o.ssd_segment_size = v.cast<uint64_t>();
+  if (auto v = get("compression"); !v.is_none()) o.compression = v.cast<std::string>();
+  if (auto v = get("ssd_reset"); !v.is_none()) o.ssd_reset = v.cast<bool>();
+  if (auto v = get("gpu_memory"); !v.is_none()) o.gpu_memory = v.cast<uint64_t>();
+  if (auto v = get("persist_on_close"); !v.is_none()) o.persist_on_close = v.cast<bool>();
+  if (auto v = get("close_timeout"); !v.is_none()) {
+    o.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(v.cast<double>() * 1000));
+  }
+  return o;
+}
+
+}  // namespace
+}  // namespace kvtier::python
+
+PYBIND11_MODULE(_kvtier, m) {
+  using namespace kvtier;
+  using namespace kvtier::python;
+  m.doc() = "kvtier's C extension; use the `kvtier` package.";
+  g_cache_full_error = PyErr_NewExceptionWithDoc("kvtier.CacheFullError",
+                                                 "No tier had room for a block (everything pinned).",
+                                                 PyExc_RuntimeError, nullptr);
+  g_collision_error = PyErr_NewExceptionWithDoc("kvtier.HashCollisionError",
+                                                "A block with other tokens is stored under this hash.",
+                                                PyExc_ValueError, nullptr);
+  m.attr("CacheFullError") = py::handle(g_cache_full_error);
+  m.attr("HashCollisionError") = py::handle(g_collision_error);
+
+  m.def("parse_size", [](const std::string& text) { return value_or_raise(parse_byte_size(text)); });
+  m.def("set_log_level", [](const std::string& level) { return init_logging(level); });
+
+  bind_block_tensor(m);
+  py::class_<Fetched>(m, "Fetched")
+      .def("__len__", &Fetched::size)
+      .def_property_readonly("matched_tokens", &Fetched::matched_tokens)
+      .def("info", &Fetched::info)
+      .def("tensor", &Fetched::tensor)
+      .def("release_pins", &Fetched::release_pins);
+  py::class_<PyCache>(m, "Cache")
+      .def(py::init([](const py::dict& options) { return new PyCache(options_from(options)); }))
+      .def_property_readonly("layout_json", &PyCache::layout_json)
+      .def_property_readonly("block_bytes", &PyCache::block_bytes)
+      .def("block_hashes", &PyCache::block_hashes)
+      .def("lookup", &PyCache::lookup)
+      .def("store", &PyCache::store)
+      .def("save_blocks", &PyCache::save_blocks)
+      .def("load_blocks", &PyCache::load_blocks)
+      .def("fetch", &PyCache::fetch)
+      .def("stats_json", &PyCache::stats_json)
+      .def("metrics_text", &PyCache::metrics_text)
+      .def("close", &PyCache::close);
+}
