@@ -1,6 +1,6 @@
 # The two entry points: `make run` and `make test`. Both install what is missing (scripts/deps.sh),
 # configure with CMake and build before doing their job.
-#   BUILD_TYPE=Release|Debug|RelWithDebInfo   SANITIZE=address|thread   JOBS=N
+#   BUILD_TYPE=Release|Debug|RelWithDebInfo   SANITIZE=address|thread   JOBS=N   PREFIX=DIR (install)
 BUILD_TYPE ?= Release
 SANITIZE   ?=
 JOBS       ?= $(shell nproc)
@@ -10,7 +10,7 @@ BUILD_DIR  ?= build$(if $(SANITIZE),-$(SANITIZE))
 CTEST_ARGS ?= $(if $(filter thread,$(SANITIZE)),-L concurrency)
 RUN_ARGS   ?= --ssd-cache-dir ./kvtier-data
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench install package clean
 all: build
 
 deps:
@@ -29,6 +29,14 @@ test: build
 
 run: build
 	@$(BUILD_DIR)/server/kvtierd $(RUN_ARGS)
+
+# PREFIX=/opt/kvtier to install elsewhere than CMake's default (/usr/local).
+install: build
+	@cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
+
+# One .deb in $(BUILD_DIR) (CPack); its dependencies are the Debian packages the programs load.
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
 
 bench: build
 	@scripts/run_benches.sh $(BUILD_DIR)

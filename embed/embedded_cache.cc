@@ -275,7 +275,12 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
   if (o.ns.empty()) return invalid_argument("namespace is empty");
   if (o.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
   auto layout = layout_from(o.layout);
-  if (!layout.ok()) return layout.status().with_context("layout");
+  if (!layout.ok()) {
+    // An unknown preset or a malformed layout is the caller's argument; only a file that exists
+    // but cannot be read is an I/O error.
+    if (layout.status().code() == StatusCode::kIoError) return layout.status().with_context("layout");
+    return invalid_argument("layout: " + layout.status().message());
+  }
   KVTIER_RETURN_IF_ERROR(layout->validate().with_context("layout"));
   auto shared_layout = std::make_shared<const KvLayout>(std::move(layout).value());
   auto hash = parse_hash_algorithm(o.hash);
@@ -460,6 +465,7 @@ size_t EmbeddedCache::close() {
   std::unique_lock lock(state_mu_);  // waits for calls in flight
   if (closed_) return 0;
   closed_ = true;
+  if (!impl_->stack) return 0;  // open() failed before the tiers were up
   CacheStack& stack = *impl_->stack;
   size_t lost = 0;
   const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;

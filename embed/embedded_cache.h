@@ -16,13 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "base/metrics.h"
 #include "base/status.h"
 #include "embed/tensor_view.h"
 #include "serialize/block_hash.h"
 #include "serialize/kv_layout.h"
 
 namespace kvtier {
+
+class MetricVisitor;
 
 struct EmbeddedCacheOptions {
   std::string layout = "llama-3-8b";  // a preset, a layout JSON file, or layout JSON text ("{...")

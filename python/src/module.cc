@@ -22,12 +22,13 @@ PyObject* g_collision_error = nullptr;
 
 // kInvalidArgument and kFailedPrecondition (bad input, a closed cache) are ValueError; a hash
 // collision is HashCollisionError (a ValueError); no room anywhere is CacheFullError; disk and
-// data faults are OSError; a missing device is RuntimeError.
-[[noreturn]] void raise(const Status& st) {
+// data faults are OSError; a missing device is RuntimeError. While opening, a failed precondition
+// is a directory another process holds: OSError.
+[[noreturn]] void raise(const Status& st, bool opening = false) {
   PyObject* type = PyExc_RuntimeError;
   switch (st.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition: type = PyExc_ValueError; break;
+    case StatusCode::kInvalidArgument: type = PyExc_ValueError; break;
+    case StatusCode::kFailedPrecondition: type = opening ? PyExc_OSError : PyExc_ValueError; break;
     case StatusCode::kConflict: type = g_collision_error; break;
     case StatusCode::kResourceExhausted: type = g_cache_full_error; break;
     case StatusCode::kNotFound:
@@ -113,7 +114,8 @@ class PyCache {
       py::gil_scoped_release nogil;  // opening recovers an SSD directory: real I/O
       return EmbeddedCache::open(o);
     }();
-    cache_ = value_or_raise(std::move(c));
+    if (!c.ok()) raise(c.status(), /*opening=*/true);
+    cache_ = std::move(c).value();
   }
 
   std::string layout_json() const { return cache_->layout().to_json().dump(); }

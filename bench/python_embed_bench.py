@@ -1,0 +1,211 @@
+"""python_embed_bench: `import kvtier` moving Llama-3-8B-shaped bf16 blocks (2 MiB) between torch
+paged arrays and the cache, against references measured in the same run:
+  - a plain in-process copy of the same bytes (torch copy_ between the same kinds of arrays),
+  - the HTTP client (clients/python/kvtier_client.py) against kvtierd on this machine,
+  - ssd_bench's restore figure on the same disk (the SSD tier read by C++ directly).
+
+    PYTHONPATH=build/python python3 bench/python_embed_bench.py --build build
+
+Prints a table of medians and writes python_embed_bench.json to $KVTIER_BENCH_OUT (default
+bench-results/).
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import kvtier
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "clients", "python"))
+from kvtier_client import KvtierClient, block_document  # noqa: E402
+
+LAYOUT = "llama-3-8b"
+
+
+def median_rate(samples_s, nbytes):
+    return nbytes / statistics.median(samples_s) / 1e9
+
+
+def paged(num_blocks, fill):
+    shape = (num_blocks, 16, 8, 128)
+    make = (lambda: torch.randn(shape).to(torch.bfloat16)) if fill else (lambda: torch.ones(shape, dtype=torch.bfloat16))
+    return [make() for _ in range(32)], [make() for _ in range(32)]
+
+
+def prompt(rep, n_blocks):
+    return [(rep * 1_000_003 + i * 7919) % 128_000 for i in range(16 * n_blocks)]
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def bench_in_process(blocks, reps, workdir):
+    """store (save_blocks) and load_blocks from RAM, fetch views, and the plain copy reference."""
+    k, v = paged(blocks, fill=True)
+    dk, dv = paged(blocks, fill=False)  # touched: no page faults inside the timed loads
+    ids = list(range(blocks))
+    nbytes = None
+    copy_s, store_s, load_s, fetch_s = [], [], [], []
+    with kvtier.Cache(LAYOUT, ram=f"{(reps + 1) * blocks * 2 + 64}M") as c:
+        nbytes = blocks * c.block_bytes
+        for rep in range(reps):
+            s, _ = timed(lambda: [d.copy_(x) for d, x in zip(dk + dv, k + v)])
+            copy_s.append(s)
+            tokens = prompt(rep, blocks)
+            s, report = timed(lambda: c.save_blocks(tokens, ids, k, v))
+            assert report.stored == blocks, report
+            store_s.append(s)
+            s, n = timed(lambda: c.load_blocks(tokens, ids, dk, dv))
+            assert n == 16 * blocks
+            load_s.append(s)
+            def views():
+                with c.fetch(tokens) as f:
+                    return [torch.from_dlpack(t) for b in f for kv in b.layers for t in kv]
+            s, got = timed(views)
+            assert len(got) == blocks * 64
+            fetch_s.append(s)
+        assert all(torch.equal(a, b) for a, b in zip(dk + dv, k + v))
+    return nbytes, {"copy": copy_s, "store": store_s, "load_ram": load_s, "fetch_ram": fetch_s}
+
+
+def bench_ssd(blocks, reps, workdir):
+    """load_blocks whose every block comes off the SSD (written, then the cache reopened)."""
+    ssd = os.path.join(workdir, "embed-ssd")
+    k, v = paged(blocks, fill=True)
+    dk, dv = paged(blocks, fill=False)
+    ids = list(range(blocks))
+    opts = dict(ram=f"{blocks * 2 + 64}M", ssd_dir=ssd, ssd_capacity=f"{(reps + 2) * blocks * 2 + 1024}M")
+    spill_s = []
+    with kvtier.Cache(LAYOUT, **opts) as c:
+        for rep in range(reps):
+            tokens = prompt(100 + rep, blocks)
+            s, _ = timed(lambda: (c.save_blocks(tokens, ids, k, v)))
+            spill_s.append(s)
+    load_s = []
+    with kvtier.Cache(LAYOUT, **opts) as c:
+        for rep in range(reps):
+            tokens = prompt(100 + rep, blocks)
+            assert {b.tier for b in c.lookup(tokens).blocks} == {"ssd"}
+            s, n = timed(lambda: c.load_blocks(tokens, ids, dk, dv))
+            assert n == 16 * blocks, n
+            load_s.append(s)
+    shutil.rmtree(ssd)
+    return {"load_ssd": load_s}
+
+
+def bench_http(build, blocks, reps, workdir):
+    """PUT and GET of the same blocks through kvtierd's HTTP API with the Python client."""
+    kvtierd = os.path.join(build, "server", "kvtierd")
+    proc = subprocess.Popen([kvtierd, "--port", "0", "--layout", LAYOUT, "--ram-capacity",
+                             f"{(reps + 1) * blocks * 2 + 64}M", "--log-level", "warn"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[-1]
+        client = KvtierClient(url)
+        info = client.layout()
+        k, v = paged(blocks, fill=True)
+        raw = [{l: (k[l][i].view(torch.int16).numpy().tobytes(), v[l][i].view(torch.int16).numpy().tobytes())
+                for l in range(32)} for i in range(blocks)]
+        put_s, get_s = [], []
+        for rep in range(reps):
+            tokens = prompt(200 + rep, blocks)
+            missing = client.lookup("bench", tokens)["missing"]
+            docs = [block_document(info, m["hash"], m["parent_hash"], tokens[16 * i:16 * (i + 1)], "bench", raw[i])
+                    for i, m in enumerate(missing)]
+            s, _ = timed(lambda: [client.put_block(m["hash"], d) for m, d in zip(missing, docs)])
+            put_s.append(s)
+            # GET each block and put its KV bytes into the engine's arrays, as an engine would.
+            dk, dv = paged(blocks, fill=False)
+            def get_all():
+                for i, m in enumerate(missing):
+                    doc = client.get_block(m["hash"])
+                    (n,) = __import__("struct").unpack_from("<Q", doc, 0)
+                    data = memoryview(doc)[8 + n:]
+                    per = 16 * 8 * 128 * 2
+                    for l in range(32):
+                        dk[l][i].view(torch.int16).view(-1).copy_(torch.frombuffer(data[2 * l * per:(2 * l + 1) * per], dtype=torch.int16))
+                        dv[l][i].view(torch.int16).view(-1).copy_(torch.frombuffer(data[(2 * l + 1) * per:(2 * l + 2) * per], dtype=torch.int16))
+            s, _ = timed(get_all)
+            get_s.append(s)
+            assert torch.equal(dk[3][5], k[3][5])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return {"http_put": put_s, "http_get": get_s}
+
+
+def ssd_bench_read(build, blocks, workdir):
+    """ssd_bench's kvtier restore GB/s on the same disk, in this run."""
+    out = os.path.join(workdir, "ssd-bench-out")
+    os.makedirs(out, exist_ok=True)
+    env = dict(os.environ, KVTIER_BENCH_OUT=out)
+    subprocess.run([os.path.join(build, "bench", "ssd_bench"), "--dir", os.path.join(workdir, "ssd-bench"),
+                    "--blocks", str(blocks * 4), "--reps", "3", "--no-baselines"],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "ssd_bench.json")) as f:
+        report = json.load(f)
+    for row in report["rows"]:
+        if row[0] == "kvtier":
+            return float(row[report["columns"].index("read GB/s")]), float(row[report["columns"].index("write GB/s")])
+    raise RuntimeError("ssd_bench printed no kvtier row")
+
+
+def main():
+    p = argparse.ArgumentParser(description="import kvtier vs a plain copy, HTTP and ssd_bench")
+    p.add_argument("--build", default="build")
+    p.add_argument("--blocks", type=int, default=64, help="blocks per operation (2 MiB each)")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--dir", default=None, help="scratch directory on the disk to measure (default: ./python-bench-data)")
+    a = p.parse_args()
+    workdir = a.dir or os.path.abspath("python-bench-data")
+    os.makedirs(workdir, exist_ok=True)
+    kvtier.set_log_level("warn")
+    nbytes, times = bench_in_process(a.blocks, a.reps, workdir)
+    times.update(bench_ssd(a.blocks, a.reps, workdir))
+    times.update(bench_http(a.build, a.blocks, a.reps, workdir))
+    ssd_read, ssd_write = ssd_bench_read(a.build, a.blocks, workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    rate = {name: median_rate(s, nbytes) for name, s in times.items()}
+    copy = rate["copy"]
+    rows = [
+        ["plain copy (torch copy_, same arrays)", rate["copy"], 1.0, ""],
+        ["store: save_blocks into RAM", rate["store"], rate["store"] / copy, ""],
+        ["load: load_blocks, RAM hit", rate["load_ram"], rate["load_ram"] / copy, "goal >= 0.8 of the copy"],
+        ["fetch: zero-copy views, RAM hit", rate["fetch_ram"], rate["fetch_ram"] / copy, "no bytes move"],
+        ["load: load_blocks, SSD hit", rate["load_ssd"], rate["load_ssd"] / copy,
+         f"{rate['load_ssd'] / ssd_read:.2f} of ssd_bench restore {ssd_read:.2f} GB/s (goal >= 0.9)"],
+        ["HTTP client PUT (kvtierd, loopback)", rate["http_put"], rate["http_put"] / copy,
+         f"store is {rate['store'] / rate['http_put']:.1f}x this"],
+        ["HTTP client GET into the arrays", rate["http_get"], rate["http_get"] / copy,
+         f"RAM-hit load is {rate['load_ram'] / rate['http_get']:.1f}x this (goal >= 5x)"],
+    ]
+    title = (f"python_embed_bench: {a.blocks} Llama-3-8B bf16 blocks ({nbytes / 2**20:.0f} MiB) per operation, "
+             f"median of {a.reps}")
+    print(title)
+    print(f"{'path':44} {'GB/s':>8} {'vs copy':>8}  note")
+    for name, gbs, ratio, note in rows:
+        print(f"{name:44} {gbs:8.2f} {ratio:8.2f}  {note}")
+    out_dir = os.environ.get("KVTIER_BENCH_OUT", "bench-results")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "python_embed_bench.json"), "w") as f:
+        json.dump({"title": title, "machine": f"{platform.node()} {platform.processor()} {os.cpu_count()} cpus",
+                   "columns": ["path", "GB/s", "vs copy", "note"], "rows": rows,
+                   "ssd_bench": {"read_gbs": ssd_read, "write_gbs": ssd_write},
+                   "samples_s": times, "bytes": nbytes, "torch_threads": torch.get_num_threads()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

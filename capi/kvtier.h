@@ -1,0 +1,134 @@
+/* kvtier.h: the C ABI of kvtier, a tiered (GPU -> RAM -> SSD) KV cache for LLM inference, for
+ * engines written in C, Rust, Swift or Go. One cache serves one model (its KV layout) in one
+ * namespace and hashes prompts exactly as kvtierd does, so blocks stored here are hits over
+ * kvtierd's HTTP API on the same SSD directory, and back.
+ *
+ * Conventions: every name starts with kvtier_; handles are opaque; every call that can fail
+ * returns a kvtier_status, and kvtier_last_error() gives its message; lengths are explicit; a
+ * miss is not an error (an out-parameter says found or not). A kvtier_cache may be used from
+ * several threads at once; a kvtier_options may not. Link with -lkvtier (pkg-config kvtier).
+ */
+#ifndef KVTIER_H_
+#define KVTIER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVTIER_VERSION_MAJOR 0
+#define KVTIER_VERSION_MINOR 1
+#define KVTIER_VERSION_PATCH 0
+#define KVTIER_VERSION (KVTIER_VERSION_MAJOR * 10000 + KVTIER_VERSION_MINOR * 100 + KVTIER_VERSION_PATCH)
+
+/* The library's KVTIER_VERSION, to catch a header that does not match the library at run time. */
+int kvtier_version(void);
+
+/* A block hash: SHA-256 (or xxh3-128 in the first 16 bytes, the rest zero). */
+#define KVTIER_HASH_BYTES 32
+
+typedef enum kvtier_status {
+  KVTIER_OK = 0,
+  KVTIER_INVALID_ARGUMENT = 1,    /* malformed input: sizes, token counts, a bad option */
+  KVTIER_NOT_FOUND = 2,           /* a file or preset named in the options does not exist */
+  KVTIER_CORRUPTION = 3,          /* stored bytes failed a check */
+  KVTIER_IO_ERROR = 4,
+  KVTIER_NO_SPACE = 5,
+  KVTIER_RESOURCE_EXHAUSTED = 6,  /* no tier had room (everything pinned) */
+  KVTIER_FAILED_PRECONDITION = 7, /* the cache is closed; a directory locked by another process */
+  KVTIER_UNAVAILABLE = 8,         /* no Vulkan device for a GPU tier */
+  KVTIER_CONFLICT = 9,            /* another block with other tokens holds this hash */
+  KVTIER_INTERNAL = 10
+} kvtier_status;
+
+/* The message of the last call on this thread that failed ("" if none). Valid until the next
+ * kvtier call on the same thread; the library owns it. */
+const char* kvtier_last_error(void);
+/* "OK", "INVALID_ARGUMENT", ...; static storage. */
+const char* kvtier_status_name(kvtier_status status);
+
+/* Releases memory the library handed out (kvtier_stats_json). NULL is a no-op. */
+void kvtier_free(void* p);
+
+/* ---- Options: created, set, passed to kvtier_open, destroyed by the caller. ---- */
+typedef struct kvtier_options kvtier_options;
+
+/* Defaults: layout "llama-3-8b", namespace "default", hash "sha256", 1 GiB of RAM, no SSD tier,
+ * no GPU tier, blocks only RAM holds written to the SSD on close. NULL when out of memory. */
+kvtier_options* kvtier_options_create(void);
+void kvtier_options_destroy(kvtier_options* options);
+/* A preset ("llama-3-8b", "qwen3-0.6b", "tiny"), a layout JSON file, or layout JSON text. */
+kvtier_status kvtier_options_set_layout(kvtier_options* options, const char* layout);
+kvtier_status kvtier_options_set_namespace(kvtier_options* options, const char* ns);
+/* "sha256" or "xxh3". */
+kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash);
+kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes);
+/* Turns the SSD tier on. */
+kvtier_status kvtier_options_set_ssd_dir(kvtier_options* options, const char* dir);
+kvtier_status kvtier_options_set_ssd_capacity(kvtier_options* options, uint64_t bytes);
+/* Segment files of a new SSD directory (default 256 MiB; capacity must hold two). */
+kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint64_t bytes);
+/* 0 = off (default), 8 or 4: keep blocks quantized in RAM (lossy; group size 64). */
+kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, int bits);
+/* Bytes of a GPU tier (a Vulkan device) on top; 0 = none (default). */
+kvtier_status kvtier_options_set_gpu_memory(kvtier_options* options, uint64_t bytes);
+/* Nonzero (default): kvtier_close writes blocks only RAM holds to the SSD. */
+kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist);
+
+/* ---- The cache. ---- */
+typedef struct kvtier_cache kvtier_cache;
+
+/* Opens the tiers the options describe (recovering an SSD directory). On success *cache is a
+ * handle to close with kvtier_close; on failure it is NULL. */
+kvtier_status kvtier_open(const kvtier_options* options, kvtier_cache** cache);
+/* Writes what only RAM holds to the SSD (unless turned off), drains the SSD writer and frees the
+ * handle. *blocks_lost (may be NULL) receives the number of blocks that could not be written in
+ * time. Waits for calls in flight on other threads; NULL is a no-op. */
+void kvtier_close(kvtier_cache* cache, size_t* blocks_lost);
+
+/* Tokens per block, and bytes of one dense block: every layer's K then V, each
+ * [block_size, kv_heads, head_dim] row-major in the layer's dtype (bf16 as its raw words). */
+size_t kvtier_block_size(const kvtier_cache* cache);
+size_t kvtier_block_bytes(const kvtier_cache* cache);
+
+typedef enum kvtier_tier { KVTIER_TIER_GPU = 0, KVTIER_TIER_RAM = 1, KVTIER_TIER_SSD = 2 } kvtier_tier;
+
+typedef struct kvtier_cached_block {
+  uint8_t hash[KVTIER_HASH_BYTES];
+  kvtier_tier tier;
+} kvtier_cached_block;
+
+/* The longest cached prefix of `tokens` (full blocks only). Writes the first `capacity` cached
+ * blocks to `blocks` (NULL when capacity is 0) and the number of cached blocks to *n_blocks (which
+ * may exceed capacity). `extra_keys` (n_extra_keys strings, NULL when 0) take part in the hash,
+ * e.g. a LoRA id. */
+kvtier_status kvtier_lookup(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                            const char* const* extra_keys, size_t n_extra_keys,
+                            kvtier_cached_block* blocks, size_t capacity, size_t* n_blocks);
+
+/* Stores one block: `n_tokens` (= block size) token ids following the block `parent_hash`
+ * (KVTIER_HASH_BYTES bytes, or NULL for a prompt's first block), and its dense bytes (`data_len`
+ * = kvtier_block_bytes). Writes the block's hash to `hash_out` (may be NULL) and to *inserted
+ * (may be NULL) 1 for a new block, 0 for one already cached. Nothing is stored on failure. */
+kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const uint8_t* parent_hash, const char* const* extra_keys,
+                                 size_t n_extra_keys, const void* data, size_t data_len,
+                                 uint8_t* hash_out, int* inserted);
+
+/* Copies the block `hash` into `dst` (`dst_len` = kvtier_block_bytes), dequantized if it was
+ * held quantized. With `tokens` (NULL when n_tokens is 0) the block's token ids must equal them.
+ * *found is 1 on a hit, 0 on a miss; `dst` is unchanged on a miss. */
+kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const uint32_t* tokens,
+                                size_t n_tokens, void* dst, size_t dst_len, int* found);
+
+/* Every metric of the cache and its tiers as JSON ({"name": [{"labels": {...}, "value": v}]}).
+ * *json is NUL-terminated; the caller frees it with kvtier_free. */
+kvtier_status kvtier_stats_json(kvtier_cache* cache, char** json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_H_ */

@@ -1,0 +1,283 @@
+// The C ABI over EmbeddedCache: argument checks for what C cannot express (NULL pointers, lengths),
+// Status codes as kvtier_status, messages kept per thread, and no exception ever crossing into C.
+#include "capi/kvtier.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "embed/embedded_cache.h"
+
+struct kvtier_options {
+  kvtier::EmbeddedCacheOptions o;
+};
+
+struct kvtier_cache {
+  std::unique_ptr<kvtier::EmbeddedCache> c;
+};
+
+namespace {
+
+using kvtier::Status;
+using kvtier::StatusCode;
+
+thread_local std::string g_last_error;
+
+kvtier_status code_of(StatusCode c) {
+  switch (c) {
+    case StatusCode::kOk: return KVTIER_OK;
+    case StatusCode::kInvalidArgument: return KVTIER_INVALID_ARGUMENT;
+    case StatusCode::kNotFound: return KVTIER_NOT_FOUND;
+    case StatusCode::kAlreadyExists: return KVTIER_FAILED_PRECONDITION;
+    case StatusCode::kCorruption: return KVTIER_CORRUPTION;
+    case StatusCode::kIoError: return KVTIER_IO_ERROR;
+    case StatusCode::kNoSpace: return KVTIER_NO_SPACE;
+    case StatusCode::kResourceExhausted: return KVTIER_RESOURCE_EXHAUSTED;
+    case StatusCode::kFailedPrecondition: return KVTIER_FAILED_PRECONDITION;
+    case StatusCode::kUnavailable: return KVTIER_UNAVAILABLE;
+    case StatusCode::kConflict: return KVTIER_CONFLICT;
+    case StatusCode::kInternal: return KVTIER_INTERNAL;
+  }
+  return KVTIER_INTERNAL;
+}
+
+kvtier_status fail(kvtier_status code, std::string message) {
+  g_last_error = std::move(message);
+  return code;
+}
+
+kvtier_status report(const Status& st) {
+  if (st.ok()) {
+    g_last_error.clear();
+    return KVTIER_OK;
+  }
+  return fail(code_of(st.code()), st.message());
+}
+
+// Runs `f` (returning kvtier_status) with every exception turned into a status: nothing may unwind
+// into a C caller.
+template <typename F>
+kvtier_status guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(KVTIER_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(KVTIER_INTERNAL, e.what());
+  }
+}
+
+#define KVTIER_REQUIRE(cond, what) \
+  if (!(cond)) return fail(KVTIER_INVALID_ARGUMENT, what)
+
+std::vector<std::string> extra_keys_of(const char* const* keys, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.emplace_back(keys[i] ? keys[i] : "");
+  return out;
+}
+
+kvtier::BlockHash hash_of(const uint8_t* bytes) {
+  kvtier::BlockHash h;
+  std::memcpy(h.bytes.data(), bytes, KVTIER_HASH_BYTES);
+  return h;
+}
+
+kvtier_tier tier_of(const std::string& name) {
+  if (name == "gpu") return KVTIER_TIER_GPU;
+  if (name == "ram") return KVTIER_TIER_RAM;
+  return KVTIER_TIER_SSD;
+}
+
+template <typename Setter>
+kvtier_status set_option(kvtier_options* options, Setter&& set) {
+  return guarded([&] {
+    KVTIER_REQUIRE(options, "options is NULL");
+    return set(options->o);
+  });
+}
+
+kvtier_status set_string(kvtier_options* options, const char* value, std::string kvtier::EmbeddedCacheOptions::*field,
+                         const char* name) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    KVTIER_REQUIRE(value, std::string(name) + " is NULL");
+    o.*field = value;
+    return report(kvtier::ok_status());
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+int kvtier_version(void) { return KVTIER_VERSION; }
+
+const char* kvtier_last_error(void) { return g_last_error.c_str(); }
+
+const char* kvtier_status_name(kvtier_status s) {
+  switch (s) {
+    case KVTIER_OK: return "OK";
+    case KVTIER_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case KVTIER_NOT_FOUND: return "NOT_FOUND";
+    case KVTIER_CORRUPTION: return "CORRUPTION";
+    case KVTIER_IO_ERROR: return "IO_ERROR";
+    case KVTIER_NO_SPACE: return "NO_SPACE";
+    case KVTIER_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case KVTIER_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case KVTIER_UNAVAILABLE: return "UNAVAILABLE";
+    case KVTIER_CONFLICT: return "CONFLICT";
+    case KVTIER_INTERNAL: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+void kvtier_free(void* p) { std::free(p); }
+
+kvtier_options* kvtier_options_create(void) { return new (std::nothrow) kvtier_options(); }
+void kvtier_options_destroy(kvtier_options* options) { delete options; }
+
+kvtier_status kvtier_options_set_layout(kvtier_options* options, const char* layout) {
+  return set_string(options, layout, &kvtier::EmbeddedCacheOptions::layout, "layout");
+}
+kvtier_status kvtier_options_set_namespace(kvtier_options* options, const char* ns) {
+  return set_string(options, ns, &kvtier::EmbeddedCacheOptions::ns, "namespace");
+}
+kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash) {
+  return set_string(options, hash, &kvtier::EmbeddedCacheOptions::hash, "hash");
+}
+kvtier_status kvtier_options_set_ssd_dir(kvtier_options* options, const char* dir) {
+  return set_string(options, dir, &kvtier::EmbeddedCacheOptions::ssd_dir, "ssd dir");
+}
+kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.ram_capacity = bytes;
+    return KVTIER_OK;
+  });
+}
+kvtier_status kvtier_options_set_ssd_capacity(kvtier_options* options, uint64_t bytes) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.ssd_capacity = bytes;
+    return KVTIER_OK;
+  });
+}
+kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint64_t bytes) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.ssd_segment_size = bytes;
+    return KVTIER_OK;
+  });
+}
+kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, int bits) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    KVTIER_REQUIRE(bits == 0 || bits == 4 || bits == 8,
+                   "kv cache quantization is 0 (off), 8 or 4 bits, not " + std::to_string(bits));
+    o.kv_cache_quantization = bits == 0 ? std::nullopt : std::optional<int>(bits);
+    return KVTIER_OK;
+  });
+}
+kvtier_status kvtier_options_set_gpu_memory(kvtier_options* options, uint64_t bytes) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.gpu_memory = bytes;
+    return KVTIER_OK;
+  });
+}
+kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.persist_on_close = persist != 0;
+    return KVTIER_OK;
+  });
+}
+
+kvtier_status kvtier_open(const kvtier_options* options, kvtier_cache** cache) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache, "cache is NULL");
+    *cache = nullptr;
+    KVTIER_REQUIRE(options, "options is NULL");
+    auto c = kvtier::EmbeddedCache::open(options->o);
+    if (!c.ok()) return report(c.status());
+    *cache = new kvtier_cache{std::move(c).value()};
+    return report(kvtier::ok_status());
+  });
+}
+
+void kvtier_close(kvtier_cache* cache, size_t* blocks_lost) {
+  if (blocks_lost) *blocks_lost = 0;
+  if (!cache) return;
+  const size_t lost = cache->c->close();
+  if (blocks_lost) *blocks_lost = lost;
+  delete cache;
+}
+
+size_t kvtier_block_size(const kvtier_cache* cache) {
+  return cache ? static_cast<size_t>(cache->c->layout().block_size) : 0;
+}
+size_t kvtier_block_bytes(const kvtier_cache* cache) { return cache ? cache->c->block_bytes() : 0; }
+
+kvtier_status kvtier_lookup(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                            const char* const* extra_keys, size_t n_extra_keys,
+                            kvtier_cached_block* blocks, size_t capacity, size_t* n_blocks) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && n_blocks, "cache or n_blocks is NULL");
+    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
+    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    KVTIER_REQUIRE(blocks || capacity == 0, "blocks is NULL");
+    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    auto m = cache->c->lookup({tokens, n_tokens}, extra);
+    if (!m.ok()) return report(m.status());
+    *n_blocks = m->blocks.size();
+    for (size_t i = 0; i < m->blocks.size() && i < capacity; ++i) {
+      std::memcpy(blocks[i].hash, m->blocks[i].hash.bytes.data(), KVTIER_HASH_BYTES);
+      blocks[i].tier = tier_of(m->blocks[i].tier);
+    }
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const uint8_t* parent_hash, const char* const* extra_keys,
+                                 size_t n_extra_keys, const void* data, size_t data_len,
+                                 uint8_t* hash_out, int* inserted) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && tokens && data, "cache, tokens or data is NULL");
+    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    std::optional<kvtier::BlockHash> parent;
+    if (parent_hash) parent = hash_of(parent_hash);
+    auto r = cache->c->store_bytes({tokens, n_tokens}, parent,
+                                   {static_cast<const uint8_t*>(data), data_len}, extra);
+    if (!r.ok()) return report(r.status());
+    if (hash_out) std::memcpy(hash_out, r->hash.bytes.data(), KVTIER_HASH_BYTES);
+    if (inserted) *inserted = r->inserted ? 1 : 0;
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const uint32_t* tokens,
+                                size_t n_tokens, void* dst, size_t dst_len, int* found) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && hash && dst && found, "cache, hash, dst or found is NULL");
+    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
+    *found = 0;
+    auto r = cache->c->load_block_bytes(hash_of(hash), {tokens, n_tokens},
+                                        {static_cast<uint8_t*>(dst), dst_len});
+    if (!r.ok()) return report(r.status());
+    *found = *r ? 1 : 0;
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_stats_json(kvtier_cache* cache, char** json) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && json, "cache or json is NULL");
+    *json = nullptr;
+    auto text = cache->c->stats_json();
+    if (!text.ok()) return report(text.status());
+    char* out = static_cast<char*>(std::malloc(text->size() + 1));
+    if (!out) return fail(KVTIER_RESOURCE_EXHAUSTED, "out of memory");
+    std::memcpy(out, text->c_str(), text->size() + 1);
+    *json = out;
+    return report(kvtier::ok_status());
+  });
+}
+
+}  // extern "C"

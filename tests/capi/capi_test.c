@@ -1,0 +1,176 @@
+/* The C ABI from C11: a block stored through kvtier.h comes back byte for byte from RAM and, after
+ * close and reopen, from the SSD; misses, bad arguments and wrong sizes are status codes with a
+ * message, and a refused store leaves nothing behind. Built with -std=c11 -pedantic -Werror. */
+#define _POSIX_C_SOURCE 200809L
+#include <kvtier.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, \
+              __LINE__, #cond, kvtier_last_error());                         \
+      ++failures;                                                            \
+    }                                                                        \
+  } while (0)
+
+#define REQUIRE_OK(call)                                                                        \
+  do {                                                                                          \
+    kvtier_status s_ = (call);                                                                  \
+    if (s_ != KVTIER_OK) {                                                                      \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvtier_status_name(s_), \
+              kvtier_last_error());                                                             \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+/* Every bit pattern a serializer might mangle, bf16 NaN payloads and subnormals included. */
+static void fill(unsigned char* p, size_t n, unsigned seed) {
+  unsigned x = seed * 2654435761u + 1u;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    p[i] = (unsigned char)(x >> 24);
+  }
+}
+
+static kvtier_cache* open_cache(const char* dir) {
+  kvtier_options* o = kvtier_options_create();
+  kvtier_cache* c = NULL;
+  CHECK(o != NULL);
+  REQUIRE_OK(kvtier_options_set_layout(o, "tiny"));
+  REQUIRE_OK(kvtier_options_set_namespace(o, "capi-test"));
+  REQUIRE_OK(kvtier_options_set_ram_capacity(o, 16u << 20));
+  REQUIRE_OK(kvtier_options_set_ssd_dir(o, dir));
+  REQUIRE_OK(kvtier_options_set_ssd_capacity(o, 64u << 20));
+  REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
+  REQUIRE_OK(kvtier_open(o, &c));
+  kvtier_options_destroy(o);
+  return c;
+}
+
+int main(void) {
+  char dir[] = "/tmp/kvtier-capi-XXXXXX";
+  uint32_t tokens[40];
+  uint8_t hash0[KVTIER_HASH_BYTES], hash1[KVTIER_HASH_BYTES], missing[KVTIER_HASH_BYTES];
+  kvtier_cached_block found_blocks[4];
+  size_t n_blocks = 0, lost = 99, bytes, i;
+  int inserted = -1, found = -1;
+  unsigned char *block0, *block1, *out;
+  char* json = NULL;
+  kvtier_cache* c;
+  char cmd[128];
+
+  CHECK(kvtier_version() == KVTIER_VERSION);
+  CHECK(mkdtemp(dir) != NULL);
+  for (i = 0; i < 40; ++i) tokens[i] = (uint32_t)(1000 + i * 7);
+
+  c = open_cache(dir);
+  CHECK(kvtier_block_size(c) == 16);
+  bytes = kvtier_block_bytes(c);
+  CHECK(bytes == 16384); /* tiny: 2 layers x K,V x 16 tokens x 2 heads x 64 dims x 2 bytes */
+  block0 = malloc(bytes);
+  block1 = malloc(bytes);
+  out = malloc(bytes);
+  fill(block0, bytes, 1);
+  fill(block1, bytes, 2);
+
+  REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, hash0, &inserted));
+  CHECK(inserted == 1);
+  REQUIRE_OK(kvtier_store_block(c, tokens + 16, 16, hash0, NULL, 0, block1, bytes, hash1, &inserted));
+  CHECK(inserted == 1);
+  REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, NULL, &inserted));
+  CHECK(inserted == 0);
+
+  /* 40 tokens: two full blocks cached, the partial third never hashed. */
+  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, found_blocks, 4, &n_blocks));
+  CHECK(n_blocks == 2);
+  CHECK(memcmp(found_blocks[0].hash, hash0, KVTIER_HASH_BYTES) == 0);
+  CHECK(memcmp(found_blocks[1].hash, hash1, KVTIER_HASH_BYTES) == 0);
+  CHECK(found_blocks[1].tier == KVTIER_TIER_RAM);
+  /* An extra key (a LoRA id) is another prefix. */
+  {
+    const char* lora[] = {"lora-7"};
+    REQUIRE_OK(kvtier_lookup(c, tokens, 40, lora, 1, found_blocks, 4, &n_blocks));
+    CHECK(n_blocks == 0);
+  }
+
+  REQUIRE_OK(kvtier_load_block(c, hash1, tokens + 16, 16, out, bytes, &found));
+  CHECK(found == 1);
+  CHECK(memcmp(out, block1, bytes) == 0);
+
+  /* A miss is not an error, and leaves the buffer alone. */
+  memset(missing, 0xab, sizeof missing);
+  memset(out, 0x5a, bytes);
+  REQUIRE_OK(kvtier_load_block(c, missing, NULL, 0, out, bytes, &found));
+  CHECK(found == 0);
+  CHECK(out[0] == 0x5a && out[bytes - 1] == 0x5a);
+  /* The right hash with other tokens is not served. */
+  REQUIRE_OK(kvtier_load_block(c, hash1, tokens, 16, out, bytes, &found));
+  CHECK(found == 0);
+
+  /* Bad input: a status, a message, and nothing stored. */
+  CHECK(kvtier_store_block(c, tokens + 32, 16, hash1, NULL, 0, block0, bytes - 2, NULL, NULL) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "bytes") != NULL);
+  CHECK(kvtier_store_block(c, tokens + 32, 8, hash1, NULL, 0, block0, bytes, NULL, NULL) ==
+        KVTIER_INVALID_ARGUMENT);
+  CHECK(strstr(kvtier_last_error(), "tokens") != NULL);
+  CHECK(kvtier_store_block(c, NULL, 16, NULL, NULL, 0, block0, bytes, NULL, NULL) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_load_block(c, hash1, NULL, 0, out, bytes + 1, &found) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_lookup(NULL, tokens, 40, NULL, 0, NULL, 0, &n_blocks) == KVTIER_INVALID_ARGUMENT);
+  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, NULL, 0, &n_blocks));
+  CHECK(n_blocks == 2);
+  CHECK(strcmp(kvtier_last_error(), "") == 0);
+
+  REQUIRE_OK(kvtier_stats_json(c, &json));
+  CHECK(json != NULL && strstr(json, "\"kvtier_embedded_rejected_calls_total\"") != NULL);
+  CHECK(json != NULL && strstr(json, "\"kvtier_embedded_blocks_total\"") != NULL);
+  kvtier_free(json);
+
+  kvtier_close(c, &lost);
+  CHECK(lost == 0);
+
+  /* Reopened: the blocks come back from the SSD, byte for byte. */
+  c = open_cache(dir);
+  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, found_blocks, 4, &n_blocks));
+  CHECK(n_blocks == 2);
+  CHECK(found_blocks[0].tier == KVTIER_TIER_SSD);
+  REQUIRE_OK(kvtier_load_block(c, hash0, tokens, 16, out, bytes, &found));
+  CHECK(found == 1);
+  CHECK(memcmp(out, block0, bytes) == 0);
+  REQUIRE_OK(kvtier_load_block(c, hash1, tokens + 16, 16, out, bytes, &found));
+  CHECK(found == 1);
+  CHECK(memcmp(out, block1, bytes) == 0);
+  kvtier_close(c, NULL);
+
+  /* A second open of a directory another cache holds is refused, with the reason. */
+  {
+    kvtier_cache* first = open_cache(dir);
+    kvtier_options* o = kvtier_options_create();
+    kvtier_cache* second = (kvtier_cache*)&o; /* must be reset to NULL on failure */
+    REQUIRE_OK(kvtier_options_set_layout(o, "tiny"));
+    REQUIRE_OK(kvtier_options_set_ssd_dir(o, dir));
+    REQUIRE_OK(kvtier_options_set_ssd_capacity(o, 64u << 20));
+    REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
+    REQUIRE_OK(kvtier_options_set_ram_capacity(o, 16u << 20));
+    CHECK(kvtier_open(o, &second) != KVTIER_OK);
+    CHECK(second == NULL);
+    CHECK(strlen(kvtier_last_error()) > 0);
+    kvtier_options_destroy(o);
+    kvtier_close(first, NULL);
+  }
+  CHECK(kvtier_options_set_kv_cache_quantization(NULL, 8) == KVTIER_INVALID_ARGUMENT);
+
+  free(block0);
+  free(block1);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (failures) fprintf(stderr, "%d checks failed\n", failures);
+  return failures ? 1 : 0;
+}

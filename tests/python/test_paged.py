@@ -1,0 +1,109 @@
+"""save_blocks and load_blocks over an engine's paged KV arrays, in the layouts engines hold."""
+import pytest
+import torch
+
+from conftest import counter, open_cache, paged_arrays, random_words, same_bits, small_layout, tokens_for
+
+
+def test_vllm_style_kv_arrays_save_from_some_ids_and_load_into_others(tmp_path, gen):
+    # vLLM keeps one [2, num_blocks, block_size, heads, head_dim] tensor per layer; K is kv[0].
+    layout = small_layout("BF16")
+    nb = 10
+    engine_a = [random_words((2, nb, 16, 2, 64), "BF16", gen) for _ in range(2)]
+    engine_b = [torch.zeros(2, nb, 16, 2, 64, dtype=torch.bfloat16) for _ in range(2)]
+    tokens = tokens_for(10, 16 * 3 + 7)
+    with open_cache(layout, tmp_path) as c:
+        report = c.save_blocks(tokens, [7, 2, 5], [kv[0] for kv in engine_a], [kv[1] for kv in engine_a])
+        assert (report.stored, report.already_cached, report.refused) == (3, 0, 0)
+        loaded = c.load_blocks(tokens, [1, 4, 0], [kv[0] for kv in engine_b], [kv[1] for kv in engine_b])
+        assert loaded == 48
+    for a, b in zip(engine_a, engine_b):
+        for part in range(2):
+            for src, dst in ((7, 1), (2, 4), (5, 0)):
+                assert same_bits(a[part, src], b[part, dst])
+            untouched = [i for i in range(nb) if i not in (1, 4, 0)]
+            assert torch.count_nonzero(b[part, untouched].view(torch.int16)) == 0
+
+
+def test_one_tensor_with_a_leading_layer_dimension(tmp_path, gen):
+    layout = small_layout("F32")
+    k = random_words((2, 4, 16, 2, 64), "F32", gen)
+    v = random_words((2, 4, 16, 2, 64), "F32", gen)
+    tokens = tokens_for(11, 64)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, [0, 1, 2, 3], k, v).stored == 4
+        k2, v2 = torch.zeros_like(k), torch.zeros_like(v)
+        assert c.load_blocks(tokens, [3, 2, 1, 0], k2, v2) == 64
+    assert same_bits(k2.flip(1), k) and same_bits(v2.flip(1), v)
+
+
+def test_load_stops_at_the_block_ids_given_and_at_the_cached_prefix(tmp_path, gen):
+    layout = small_layout("F16")
+    k, v = paged_arrays(layout, 5, gen)
+    tokens = tokens_for(12, 80)
+    with open_cache(layout, tmp_path) as c:
+        c.save_blocks(tokens, range(5), k, v)
+        k2, v2 = paged_arrays(layout, 5)
+        assert c.load_blocks(tokens, [0, 1, 2], k2, v2) == 48, "three ids, three blocks"
+        # A prompt that is exactly 5 blocks long, minus its last token (so it can be computed).
+        assert c.load_blocks(tokens[:-1], range(5), k2, v2) == 64
+        # The same first two blocks, then other tokens: only the shared prefix loads.
+        other = tokens[:32] + tokens_for(13, 48)
+        k3, v3 = paged_arrays(layout, 5)
+        assert c.load_blocks(other, range(5), k3, v3) == 32
+        assert same_bits(k3[0][:2], k[0][:2])
+        assert torch.count_nonzero(k3[0][2:].view(torch.int16)) == 0
+        assert c.load_blocks(tokens_for(14, 80), range(5), k3, v3) == 0, "a miss is 0, not an error"
+
+
+def test_saving_again_skips_what_is_cached_without_copying(tmp_path, gen):
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 4, gen)
+    tokens = tokens_for(15, 64)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens[:32], [0, 1], k, v).stored == 2
+        report = c.save_blocks(tokens, [0, 1, 2, 3], k, v)
+        assert (report.stored, report.already_cached) == (2, 2)
+        assert counter(c.stats(), "kvtier_embedded_bytes_in_total") == 4 * c.block_bytes
+
+
+def test_extra_keys_and_namespaces_separate_prefixes(tmp_path, gen):
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 2, gen)
+    tokens = tokens_for(16, 32)
+    with open_cache(layout, tmp_path, namespace="model-a") as c:
+        c.save_blocks(tokens, [0, 1], k, v, extra_keys=["lora-1"])
+        assert c.lookup(tokens, extra_keys=["lora-1"]).matched_tokens == 32
+        assert c.lookup(tokens).matched_tokens == 0
+        assert c.lookup(tokens, extra_keys=["lora-2"]).matched_tokens == 0
+        hashes_a = c.block_hashes(tokens)
+    with open_cache(layout, tmp_path, namespace="model-b") as c:
+        assert c.lookup(tokens, extra_keys=["lora-1"]).matched_tokens == 0, "another namespace"
+        assert c.block_hashes(tokens) != hashes_a
+
+
+def test_xxh3_hashes_differ_from_sha256_and_still_round_trip(tmp_path, gen):
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 2, gen)
+    tokens = tokens_for(17, 32)
+    with open_cache(layout, tmp_path, ssd=False) as sha:
+        sha_hashes = sha.block_hashes(tokens)
+    with open_cache(layout, tmp_path, hash="xxh3") as c:
+        hashes = c.block_hashes(tokens)
+        assert hashes != sha_hashes and all(h.endswith("0" * 32) for h in hashes)
+        c.save_blocks(tokens, [0, 1], k, v)
+        k2, v2 = paged_arrays(layout, 2)
+        assert c.load_blocks(tokens, [0, 1], k2, v2) == 32
+        assert all(same_bits(a, b) for a, b in zip(k + v, k2 + v2))
+
+
+@pytest.mark.parametrize("tokens_kind", ["list", "torch", "numpy"])
+def test_tokens_come_as_lists_or_integer_tensors(tmp_path, gen, tokens_kind):
+    import numpy as np
+    layout = small_layout("BF16")
+    tokens = tokens_for(18, 40)
+    given = {"list": tokens, "torch": torch.tensor(tokens, dtype=torch.int64),
+             "numpy": np.array(tokens, dtype=np.int32)}[tokens_kind]
+    with open_cache(layout, tmp_path, ssd=False) as c:
+        assert c.block_hashes(given) == c.block_hashes(tokens)
+        assert len(c.block_hashes(given)) == 2
