@@ -15,15 +15,19 @@ import os
 import platform
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
 
 import kvtier
 
+# torch.frombuffer over the immutable HTTP body: read, never written.
+warnings.filterwarnings("ignore", message="The given buffer is not writable")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python"))
 from kvtier_client import KvtierClient, block_document  # noqa: E402
@@ -52,21 +56,29 @@ def timed(fn):
 
 
 def bench_in_process(blocks, reps, workdir):
-    """store (save_blocks) and load_blocks from RAM, fetch views, and the plain copy reference."""
+    """store (save_blocks) and load_blocks from RAM, fetch views, and the plain copy reference.
+    Measured in steady state: the RAM tier is full and evicting, so stores reuse the memory of
+    the blocks they push out (a fresh process first pays the kernel for new pages; that cold
+    figure is reported too)."""
     k, v = paged(blocks, fill=True)
     dk, dv = paged(blocks, fill=False)  # touched: no page faults inside the timed loads
     ids = list(range(blocks))
     nbytes = None
-    copy_s, store_s, load_s, fetch_s = [], [], [], []
-    with kvtier.Cache(LAYOUT, ram=f"{(reps + 1) * blocks * 2 + 64}M") as c:
+    copy_s, cold_s, store_s, load_s, fetch_s = [], [], [], [], []
+    warmup = 6
+    with kvtier.Cache(LAYOUT, ram=f"{4 * blocks * 2}M") as c:
         nbytes = blocks * c.block_bytes
-        for rep in range(reps):
-            s, _ = timed(lambda: [d.copy_(x) for d, x in zip(dk + dv, k + v)])
-            copy_s.append(s)
+        for rep in range(warmup + reps):
             tokens = prompt(rep, blocks)
             s, report = timed(lambda: c.save_blocks(tokens, ids, k, v))
             assert report.stored == blocks, report
+            if rep < 4:
+                cold_s.append(s)  # the RAM tier is still growing: new pages
+            if rep < warmup:
+                continue
             store_s.append(s)
+            s, _ = timed(lambda: [d.copy_(x) for d, x in zip(dk + dv, k + v)])
+            copy_s.append(s)
             s, n = timed(lambda: c.load_blocks(tokens, ids, dk, dv))
             assert n == 16 * blocks
             load_s.append(s)
@@ -77,7 +89,7 @@ def bench_in_process(blocks, reps, workdir):
             assert len(got) == blocks * 64
             fetch_s.append(s)
         assert all(torch.equal(a, b) for a, b in zip(dk + dv, k + v))
-    return nbytes, {"copy": copy_s, "store": store_s, "load_ram": load_s, "fetch_ram": fetch_s}
+    return nbytes, {"copy": copy_s, "store_cold": cold_s, "store": store_s, "load_ram": load_s, "fetch_ram": fetch_s}
 
 
 def bench_ssd(blocks, reps, workdir):
@@ -86,21 +98,25 @@ def bench_ssd(blocks, reps, workdir):
     k, v = paged(blocks, fill=True)
     dk, dv = paged(blocks, fill=False)
     ids = list(range(blocks))
-    opts = dict(ram=f"{blocks * 2 + 64}M", ssd_dir=ssd, ssd_capacity=f"{(reps + 2) * blocks * 2 + 1024}M")
-    spill_s = []
-    with kvtier.Cache(LAYOUT, **opts) as c:
-        for rep in range(reps):
-            tokens = prompt(100 + rep, blocks)
-            s, _ = timed(lambda: (c.save_blocks(tokens, ids, k, v)))
-            spill_s.append(s)
+    warmup = 2
+    total = warmup + reps
+    opts = dict(ssd_dir=ssd, ssd_capacity=f"{(total + 2) * blocks * 2 + 1024}M")
+    # Everything fits in RAM while it is stored; close() writes it all to the SSD.
+    with kvtier.Cache(LAYOUT, ram=f"{total * blocks * 2 + 64}M", **opts) as c:
+        for rep in range(total):
+            c.save_blocks(prompt(100 + rep, blocks), ids, k, v)
+    # Reopened with RAM for two prefixes: every load reads the SSD and, after the warm-up, reuses
+    # the memory of the blocks its promotions evict.
     load_s = []
-    with kvtier.Cache(LAYOUT, **opts) as c:
-        for rep in range(reps):
+    with kvtier.Cache(LAYOUT, ram=f"{2 * blocks * 2}M", **opts) as c:
+        for rep in range(total):
             tokens = prompt(100 + rep, blocks)
             assert {b.tier for b in c.lookup(tokens).blocks} == {"ssd"}
             s, n = timed(lambda: c.load_blocks(tokens, ids, dk, dv))
             assert n == 16 * blocks, n
-            load_s.append(s)
+            if rep >= warmup:
+                load_s.append(s)
+        assert all(torch.equal(a, b) for a, b in zip(dk + dv, k + v))
     shutil.rmtree(ssd)
     return {"load_ssd": load_s}
 
@@ -131,12 +147,14 @@ def bench_http(build, blocks, reps, workdir):
             def get_all():
                 for i, m in enumerate(missing):
                     doc = client.get_block(m["hash"])
-                    (n,) = __import__("struct").unpack_from("<Q", doc, 0)
+                    (n,) = struct.unpack_from("<Q", doc, 0)
                     data = memoryview(doc)[8 + n:]
                     per = 16 * 8 * 128 * 2
                     for l in range(32):
-                        dk[l][i].view(torch.int16).view(-1).copy_(torch.frombuffer(data[2 * l * per:(2 * l + 1) * per], dtype=torch.int16))
-                        dv[l][i].view(torch.int16).view(-1).copy_(torch.frombuffer(data[(2 * l + 1) * per:(2 * l + 2) * per], dtype=torch.int16))
+                        for part, dst in ((0, dk), (1, dv)):
+                            at = (2 * l + part) * per
+                            src = torch.frombuffer(data[at:at + per], dtype=torch.int16)
+                            dst[l][i].view(torch.int16).view(-1).copy_(src)
             s, _ = timed(get_all)
             get_s.append(s)
             assert torch.equal(dk[3][5], k[3][5])
@@ -182,9 +200,12 @@ def main():
     copy = rate["copy"]
     rows = [
         ["plain copy (torch copy_, same arrays)", rate["copy"], 1.0, ""],
-        ["store: save_blocks into RAM", rate["store"], rate["store"] / copy, ""],
+        ["store: save_blocks into RAM (RAM full)", rate["store"], rate["store"] / copy, ""],
+        ["store, RAM tier still growing (new pages)", rate["store_cold"], rate["store_cold"] / copy,
+         "first touch of memory: the kernel's cost"],
         ["load: load_blocks, RAM hit", rate["load_ram"], rate["load_ram"] / copy, "goal >= 0.8 of the copy"],
-        ["fetch: zero-copy views, RAM hit", rate["fetch_ram"], rate["fetch_ram"] / copy, "no bytes move"],
+        ["fetch: zero-copy views, RAM hit", rate["fetch_ram"], rate["fetch_ram"] / copy,
+         f"no bytes move: {statistics.median(times['fetch_ram']) / a.blocks * 1e6:.0f} us per block for 64 views"],
         ["load: load_blocks, SSD hit", rate["load_ssd"], rate["load_ssd"] / copy,
          f"{rate['load_ssd'] / ssd_read:.2f} of ssd_bench restore {ssd_read:.2f} GB/s (goal >= 0.9)"],
         ["HTTP client PUT (kvtierd, loopback)", rate["http_put"], rate["http_put"] / copy,

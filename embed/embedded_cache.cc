@@ -1,5 +1,9 @@
 #include "embed/embedded_cache.h"
 
+#include <algorithm>
+#include <deque>
+#include <future>
+
 #include <spdlog/spdlog.h>
 
 #include "base/byte_size.h"
@@ -51,6 +55,8 @@ struct EmbeddedCache::Impl {
   // Inserts `block` unless the cache holds it; counts the outcome.
   Result<InsertOutcome> publish(Block block);
   bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
+  // Counts a load of `loaded` blocks; returns its tokens.
+  size_t finish_load(size_t loaded);
   // Block ids must address blocks of the paged arrays.
   Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
 };
@@ -131,6 +137,12 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
 }
 
 Status closed_status() { return failed_precondition("the cache is closed"); }
+
+// load_blocks reads a long prefix in slices of about this many bytes (a whole number of blocks):
+// large enough for the SSD reader to batch, small enough that the copy of one slice overlaps the
+// read of the next.
+constexpr uint64_t kLoadSliceBytes = 32ull << 20;
+constexpr size_t kLoadSlicesInFlight = 2;
 
 }  // namespace
 
@@ -255,17 +267,50 @@ Result<size_t> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> tokens
   std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
   keys.resize(std::min(keys.size(), block_ids.size()));
   if (Status st = check_block_ids(block_ids, keys.size(), *num_blocks); !st.ok()) return reject(st);
-  PinnedBlocks pinned = cache().fetch(keys);
-  size_t loaded = 0;
-  for (const PinnedBlocks::Entry& e : pinned.entries()) {
-    auto b = host_block(e);
-    if (!b.ok()) break;  // counted by the tier that failed; the engine computes the rest
-    KVTIER_RETURN_IF_ERROR(scatter_block(**b, paged, block_ids[loaded]));
-    ++loaded;
+  // Slice by slice, with kLoadSlicesInFlight slices being fetched (read off the SSD and verified,
+  // each on a helper thread) while the one before them is copied into the engine's arrays: the
+  // disk always has a batch queued and the copies hide behind it.
+  // Hits in the top tier need no I/O: one fetch, no helper threads.
+  const Tier& top = *cache().tiers().front();
+  const bool all_on_top = std::all_of(keys.begin(), keys.end(), [&](const BlockKey& k) { return top.contains(k.hash); });
+  const size_t slice = all_on_top ? keys.size() : std::max<size_t>(1, kLoadSliceBytes / l.dense_block_bytes());
+  const size_t slices = keys.empty() ? 0 : (keys.size() + slice - 1) / slice;
+  auto fetch_slice = [this, &keys, slice](size_t s) {
+    return cache().fetch(std::span(keys).subspan(s * slice, std::min(slice, keys.size() - s * slice)));
+  };
+  std::deque<std::future<PinnedBlocks>> in_flight;  // futures wait in their destructors
+  size_t issued = 0;
+  auto issue = [&] {
+    in_flight.push_back(std::async(std::launch::async, [&fetch_slice, s = issued] {
+      name_this_thread("kvtier-load");
+      return fetch_slice(s);
+    }));
+    ++issued;
+  };
+  if (slices > 1) {
+    while (issued < std::min(slices, kLoadSlicesInFlight)) issue();
   }
+  size_t loaded = 0;
+  for (size_t s = 0; s < slices; ++s) {
+    PinnedBlocks current = slices > 1 ? in_flight.front().get() : fetch_slice(0);
+    if (slices > 1) in_flight.pop_front();
+    const bool whole = current.size() == std::min(slice, keys.size() - s * slice);
+    if (whole && issued < slices) issue();
+    for (const PinnedBlocks::Entry& e : current.entries()) {
+      auto b = host_block(e);
+      if (!b.ok()) return finish_load(loaded);  // counted by the tier that failed
+      KVTIER_RETURN_IF_ERROR(scatter_block(**b, paged, block_ids[loaded]));
+      ++loaded;
+    }
+    if (!whole) break;  // the prefix ends here; slices fetched past it are dropped, unpinned
+  }
+  return finish_load(loaded);
+}
+
+size_t EmbeddedCache::Impl::finish_load(size_t loaded) {
   metrics.loaded_blocks.inc(loaded);
-  metrics.bytes_out.inc(loaded * l.dense_block_bytes());
-  return loaded * static_cast<size_t>(l.block_size);
+  metrics.bytes_out.inc(loaded * layout().dense_block_bytes());
+  return loaded * static_cast<size_t>(layout().block_size);
 }
 
 EmbeddedCache::EmbeddedCache(EmbeddedCacheOptions options)
