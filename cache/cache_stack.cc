@@ -25,7 +25,14 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     KVTIER_ASSIGN_OR_RETURN(auto ssd, SsdTier::open(*o.ssd, registry));
     s->ssd_ = std::move(ssd);
     s->ssd_spill_queue_bytes_ = o.ssd->spill_queue_bytes;
+    s->remote_drain_timeout_ = o.ssd->drain_timeout;
     tiers.push_back(s->ssd_);
+  }
+  if (o.remote) {
+    auto registry = std::make_shared<LayoutRegistry>();
+    KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
+    KVTIER_ASSIGN_OR_RETURN(s->remote_, RemoteTier::open(*o.remote, std::move(registry)));
+    tiers.push_back(s->remote_);
   }
   s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
   return s;
@@ -80,7 +87,14 @@ size_t CacheStack::close() {
   if (closed_) return 0;
   closed_ = true;
   // Afterwards the SSD tier answers as an empty one; blocks evicted into it are counted drops.
-  return ssd_ ? ssd_->close() : 0;
+  const size_t ssd_lost = ssd_ ? ssd_->close() : 0;
+  size_t remote_lost = 0;
+  if (remote_) {
+    const uint64_t before = remote_->metrics().dropped_shutdown.value();
+    remote_->close(std::chrono::steady_clock::now() + remote_drain_timeout_);
+    remote_lost = remote_->metrics().dropped_shutdown.value() - before;
+  }
+  return ssd_lost + remote_lost;
 }
 
 }  // namespace kvtier

@@ -1,7 +1,8 @@
 // CacheStack: the tiers one deployment runs, built from options and owned together — GPU (when a
 // Vulkan device and a block budget are given) → RAM → SSD (when a directory is given) — with the
-// TieredCache over them. kvtierd, the benchmarks and the end-to-end tests all build theirs here,
-// so they exercise the same wiring. Closing drains the SSD writer and releases the directory.
+// TieredCache over them, and a remote tier on Redis at the bottom when one is named. kvtierd, the
+// Python module, the benchmarks and the end-to-end tests all build theirs here, so they exercise
+// the same wiring. Closing drains the SSD and remote writers and releases the directory.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "tiers/gpu_tier.h"
 #include "tiers/ram_tier.h"
 #include "tiers/ssd_options.h"
+#include "tiers/remote/remote_tier.h"
 #include "tiers/ssd_tier.h"
 
 namespace kvtier {
@@ -23,7 +25,8 @@ struct CacheStackOptions {
   VulkanContext* vulkan = nullptr;  // with gpu_pool sized: a GPU tier on top
   GpuBlockPoolOptions gpu_pool;     // num_blocks or byte_budget; both 0 = no GPU tier
   RamTierOptions ram;
-  std::optional<SsdTierOptions> ssd;  // set = SSD tier at the bottom
+  std::optional<SsdTierOptions> ssd;  // set = SSD tier below RAM
+  std::optional<RemoteTierOptions> remote;  // set = a tier shared with other hosts, at the bottom
 };
 
 class CacheStack {
@@ -40,6 +43,7 @@ class CacheStack {
   GpuTier* gpu() { return gpu_.get(); }
   RamTier& ram() { return *ram_; }
   SsdTier* ssd() { return ssd_.get(); }
+  RemoteTier* remote() { return remote_.get(); }
 
   // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
   // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
@@ -52,8 +56,8 @@ class CacheStack {
     size_t left = 0;
   };
   Persisted persist_to_ssd(std::chrono::steady_clock::time_point deadline);
-  // Drains the SSD writer (bounded by its drain_timeout) and closes the tiers; returns the number
-  // of queued blocks that could not be written. Idempotent.
+  // Drains the SSD writer (bounded by its drain_timeout) and the remote writer (as long again) and
+  // closes the tiers; returns the number of queued blocks that could not be written. Idempotent.
   size_t close();
 
  private:
@@ -64,8 +68,10 @@ class CacheStack {
   std::shared_ptr<GpuTier> gpu_;
   std::shared_ptr<RamTier> ram_;
   std::shared_ptr<SsdTier> ssd_;
+  std::shared_ptr<RemoteTier> remote_;
   std::unique_ptr<TieredCache> cache_;
   uint64_t ssd_spill_queue_bytes_ = 0;
+  std::chrono::milliseconds remote_drain_timeout_{10000};
   bool closed_ = false;
 };
 

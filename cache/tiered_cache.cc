@@ -39,18 +39,25 @@ TieredCache::~TieredCache() {
 
 void TieredCache::on_evicted(size_t from, BlockRef block) {
   metrics_.evictions[from].inc();
-  if (from + 1 >= tiers_.size()) {
-    metrics_.dropped_evicted_from_last_tier.inc();
-    return;  // the normal end of a block's life; counted, not logged
-  }
-  // The next tier down takes it; one that cannot (a block larger than it, everything pinned)
-  // passes it further down rather than losing it.
+  // The next local tier down takes it; one that cannot (a block larger than it, everything
+  // pinned) passes it further down rather than losing it.
+  bool kept = false, lower_local = false;
   Status last;
-  for (size_t t = from + 1; t < tiers_.size(); ++t) {
+  for (size_t t = from + 1; t < tiers_.size() && !kept; ++t) {
+    if (tiers_[t]->remote()) continue;
+    lower_local = true;
     auto r = tiers_[t]->insert(block);
-    if (r.ok()) return;
-    last = r.status();
+    kept = r.ok();
+    if (!kept) last = r.status();
   }
+  // Shared tiers get it write-behind whatever the local ones did (they count their own drops).
+  const bool shared = offer_to_shared(block, from + 1);
+  if (kept) return;
+  if (!lower_local) {
+    if (!shared) metrics_.dropped_evicted_from_last_tier.inc();  // the normal end of a block's life
+    return;
+  }
+  if (shared) return;
   metrics_.dropped_lower_tier_refused.inc();
   if (auto n = drop_log_.admit()) {
     spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)", block->hash().hex(),
@@ -58,11 +65,50 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
   }
 }
 
+bool TieredCache::offer_to_shared(const BlockRef& block, size_t first_tier) {
+  bool taken = false;
+  for (size_t t = first_tier; t < tiers_.size(); ++t) {
+    if (tiers_[t]->remote()) taken = tiers_[t]->insert(block).ok() || taken;
+  }
+  return taken;
+}
+
 int TieredCache::find_tier(const BlockRequest& request) const {
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (tiers_[t]->contains(request.hash)) return static_cast<int>(t);
+    if (!tiers_[t]->remote() && tiers_[t]->contains(request.hash)) return static_cast<int>(t);
   }
   return -1;
+}
+
+std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
+  std::vector<int> where;
+  size_t i = 0;
+  for (; i < keys.size(); ++i) {
+    const int t = find_tier({keys[i].hash, keys[i].tokens});
+    if (t < 0) break;
+    where.push_back(t);
+  }
+  bool any_shared = false;
+  for (const auto& t : tiers_) any_shared = any_shared || t->remote();
+  if (i == keys.size() || !any_shared) return where;
+  // The rest of the chain from the shared tiers, one batch each; a local copy still wins.
+  std::vector<BlockHash> rest;
+  for (size_t j = i; j < keys.size(); ++j) rest.push_back(keys[j].hash);
+  std::vector<int> shared(rest.size(), -1);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t]->remote()) continue;
+    const std::vector<bool> has = tiers_[t]->contains_many(rest);
+    for (size_t j = 0; j < rest.size(); ++j) {
+      if (has[j] && shared[j] < 0) shared[j] = static_cast<int>(t);
+    }
+  }
+  for (size_t j = 0; j < rest.size(); ++j) {
+    int t = j == 0 ? -1 : find_tier({keys[i + j].hash, keys[i + j].tokens});
+    if (t < 0) t = shared[j];
+    if (t < 0) break;
+    where.push_back(t);
+  }
+  return where;
 }
 
 LookupResult TieredCache::lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
@@ -75,19 +121,20 @@ LookupResult TieredCache::lookup(const PrefixHasher& hasher, std::span<const uin
 LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
   metrics_.lookups.inc();
   LookupResult out;
-  for (const BlockKey& k : keys) {
-    const int t = find_tier({k.hash, k.tokens});
-    if (t < 0) break;
-    out.blocks.push_back({k.hash, t});
-    out.matched_tokens += k.tokens.size();
+  const std::vector<int> where = locate(keys);
+  for (size_t i = 0; i < where.size(); ++i) {
+    const int t = where[i];
+    out.blocks.push_back({keys[i].hash, t});
+    out.matched_tokens += keys[i].tokens.size();
     metrics_.hit_blocks[t].inc();
-    metrics_.hit_tokens[t].inc(k.tokens.size());
+    metrics_.hit_tokens[t].inc(keys[i].tokens.size());
   }
   return out;
 }
 
 Tier::Presence TieredCache::presence(const BlockRequest& request) const {
   for (const auto& t : tiers_) {
+    if (t->remote()) continue;
     const Tier::Presence p = t->probe(request);
     if (p != Tier::Presence::kAbsent) return p;
   }
@@ -97,6 +144,7 @@ Tier::Presence TieredCache::presence(const BlockRequest& request) const {
 Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (tiers_[t]->remote()) continue;  // never a network round trip per block
     const Tier::Presence p = tiers_[t]->probe(req);
     if (p == Tier::Presence::kDifferentTokens) {
       metrics_.collisions.inc();
@@ -114,7 +162,10 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
     }
   }
   Status last;
+  // Shared tiers get a copy write-behind, so other hosts see the block as soon as it is written.
+  offer_to_shared(block, 0);
   for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (tiers_[t]->remote()) continue;
     auto r = tiers_[t]->insert(block);
     if (r.ok()) {
       if (*r == InsertOutcome::kInserted) metrics_.inserts.inc();
@@ -138,12 +189,7 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
   Tier& top = *tiers_.front();
 
   // Where each block is, top tier first; the prefix ends at the first block no tier holds.
-  std::vector<int> where;
-  for (const BlockKey& k : keys) {
-    const int t = find_tier({k.hash, k.tokens});
-    if (t < 0) break;
-    where.push_back(t);
-  }
+  const std::vector<int> where = locate(keys);
   std::vector<BlockRef> blocks(where.size());
   std::vector<bool> failed(where.size(), false), top_pinned(where.size(), false);
   for (size_t i = 0; i < where.size(); ++i) {

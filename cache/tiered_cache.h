@@ -1,8 +1,9 @@
-// TieredCache: the library's front door. It stacks tiers (GPU above RAM above SSD, or any subset)
-// and answers three questions: how much of this prompt is cached (lookup), keep these computed
-// blocks (insert), and give me these blocks for use (fetch: promote them to the top tier and pin
-// them until released). Evictions cascade tier by tier; what falls off the last tier is dropped
-// and counted.
+// TieredCache: the library's front door. It stacks tiers (GPU above RAM above SSD above a remote
+// tier shared with other hosts, or any subset) and answers three questions: how much of this
+// prompt is cached (lookup), keep these computed blocks (insert), and give me these blocks for use
+// (fetch: promote them to the top tier and pin them until released). Evictions cascade tier by
+// tier; what falls off the last local tier is dropped and counted. A shared (remote) tier gets
+// every published or spilled block write-behind and is asked about the rest of a chain in one batch.
 #pragma once
 
 #include <memory>
@@ -69,7 +70,7 @@ class TieredCache {
   LookupResult lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
                       std::span<const std::string> extra_keys);
   LookupResult lookup(std::span<const BlockKey> keys);
-  // Whether any tier holds `request.hash`: what the highest tier holding it says (kSameTokens,
+  // Whether any local tier holds `request.hash`: what the highest one says (kSameTokens,
   // kDifferentTokens, kUnverified), or kAbsent. Lets a caller skip building a block it has.
   Tier::Presence presence(const BlockRequest& request) const;
 
@@ -93,7 +94,13 @@ class TieredCache {
 
  private:
   void on_evicted(size_t from_tier, BlockRef block);
+  // Queues `block` for every shared tier at or below `first_tier`; true if one took it.
+  bool offer_to_shared(const BlockRef& block, size_t first_tier);
+  // The highest local tier holding the block, or -1.
   int find_tier(const BlockRequest& request) const;
+  // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
+  // then the shared tiers about the rest of the chain in one batch.
+  std::vector<int> locate(std::span<const BlockKey> keys) const;
 
   std::vector<std::shared_ptr<Tier>> tiers_;
   CacheMetrics metrics_;

@@ -74,6 +74,9 @@ kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint6
 kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, int bits);
 /* Bytes of a GPU tier (a Vulkan device) on top; 0 = none (default). */
 kvtier_status kvtier_options_set_gpu_memory(kvtier_options* options, uint64_t bytes);
+/* "redis://[user:password@]host:port[,host:port...]": a Redis Cluster shared with other hosts,
+ * below the SSD (kvtierd's --remote). */
+kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url);
 /* Nonzero (default): kvtier_close writes blocks only RAM holds to the SSD. */
 kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist);
 

@@ -149,6 +149,9 @@ kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash)
 kvtier_status kvtier_options_set_ssd_dir(kvtier_options* options, const char* dir) {
   return set_string(options, dir, &kvtier::EmbeddedCacheOptions::ssd_dir, "ssd dir");
 }
+kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url) {
+  return set_string(options, url, &kvtier::EmbeddedCacheOptions::remote, "remote");
+}
 kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes) {
   return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
     o.ram_capacity = bytes;

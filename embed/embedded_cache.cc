@@ -115,6 +115,13 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
                                .with_context("kv_cache_quantization"));
   }
   c.gpu_pool.byte_budget = o.gpu_memory;
+  if (!o.remote.empty()) {
+    auto address = RedisAddress::parse(o.remote);
+    if (!address.ok()) return invalid_argument("remote: " + address.status().message());
+    RemoteTierOptions r;
+    r.address = std::move(address).value();
+    c.remote = std::move(r);
+  }
   if (!o.ssd_dir.empty()) {
     if (o.ssd_capacity < 2 * o.ssd_segment_size) {
       return invalid_argument("ssd capacity must hold at least two segments of " +

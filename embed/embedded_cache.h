@@ -37,6 +37,7 @@ struct EmbeddedCacheOptions {
   std::string compression = "none";          // SSD record codec: none, lz4, lz4-shuffle
   bool ssd_reset = false;
   uint64_t gpu_memory = 0;                   // > 0: a GPU tier (Vulkan) of this many bytes on top
+  std::string remote;  // redis://[user:password@]host:port[,...]: a tier shared with other hosts
   bool persist_on_close = true;  // close() writes what only RAM holds to the SSD, as kvtierd does
   std::chrono::milliseconds close_timeout{30000};
 };

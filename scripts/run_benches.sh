@@ -14,4 +14,7 @@ run "$build/bench/ssd_bench"
 run "$build/bench/server_bench"
 run "$build/bench/engine_bench" --dtypes BF16 --reps 3 --max-kv-bytes 268435456
 run "$build/bench/e2e_bench" --prompts 2048 --reps 3
+# Debian's interpreter: torch and numpy are its packages (a pyenv python3 first on PATH has neither).
+py=/usr/bin/python3; [[ -x $py ]] || py=python3
+PYTHONPATH="$build/python" run "$py" bench/python_embed_bench.py --build "$build"
 echo; echo "results in $out/"

@@ -27,6 +27,7 @@ struct RawFlags {
   std::string ssd_segment_size = "256M";
   bool ssd_reset = false;
   std::string gpu_memory = "0";
+  std::string remote;
   std::string hash = "sha256";
   std::string compression = "none";
   std::string kv_cache_quantization = "off";
@@ -56,6 +57,9 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_flag("--ssd-reset", f.ssd_reset, "Wipe the SSD tier's cache on start (on purpose)");
   app.add_option("--gpu-memory", f.gpu_memory, "GPU tier size (0 = no GPU tier)")
       ->capture_default_str();
+  app.add_option("--remote", f.remote,
+                 "Redis Cluster (or one Redis) shared by several hosts, below the SSD: "
+                 "redis://[user:password@]host:port[,host:port...]");
   app.add_option("--hash", f.hash, "Prefix hash: sha256 or xxh3")->capture_default_str();
   app.add_option("--compression", f.compression, "SSD record codec: none, lz4 or lz4-shuffle")
       ->capture_default_str();
@@ -146,6 +150,11 @@ Result<ServerOptions> resolve(const RawFlags& f) {
     return invalid_argument("--ssd-segment-size: too small for blocks of " + format_byte_size(block));
   }
   o.ssd_reset = f.ssd_reset;
+  if (!f.remote.empty()) {
+    auto remote = RedisAddress::parse(f.remote);
+    if (!remote.ok()) return invalid_argument("--remote: " + remote.status().message());
+    o.remote = f.remote;
+  }
   auto hash = parse_hash_algorithm(f.hash);
   if (!hash.ok()) return invalid_argument("--hash: " + hash.status().message());
   o.hash = *hash;
@@ -226,6 +235,11 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
     s.reset = o.ssd_reset;
     s.drain_timeout = o.shutdown_timeout;
     c.ssd = s;
+  }
+  if (!o.remote.empty()) {
+    RemoteTierOptions r;
+    r.address = *RedisAddress::parse(o.remote);  // checked when the flags were read
+    c.remote = r;
   }
   return c;
 }

@@ -26,6 +26,7 @@ struct ServerOptions {
   uint64_t ssd_segment_size = 256ull << 20;
   bool ssd_reset = false;
   uint64_t gpu_memory = 0;            // 0: no GPU tier
+  std::string remote;                 // redis://...: a tier shared with other hosts; empty: none
   HashAlgorithm hash = HashAlgorithm::kSha256;
   FrameCodec compression = FrameCodec::kNone;
   std::optional<int> kv_cache_quantization;  // bits; group size 64

@@ -9,6 +9,13 @@ std::vector<Result<BlockRef>> Tier::read_many(std::span<const BlockRequest> requ
   return out;
 }
 
+std::vector<bool> Tier::contains_many(std::span<const BlockHash> hashes) const {
+  std::vector<bool> out;
+  out.reserve(hashes.size());
+  for (const BlockHash& h : hashes) out.push_back(contains(h));
+  return out;
+}
+
 std::vector<Result<InsertOutcome>> Tier::insert_many(std::span<const BlockRef> blocks) {
   std::vector<Result<InsertOutcome>> out;
   out.reserve(blocks.size());

@@ -43,7 +43,10 @@ class Tier {
  public:
   virtual ~Tier() = default;
 
-  virtual std::string_view name() const = 0;  // "gpu", "ram", "ssd"
+  virtual std::string_view name() const = 0;  // "gpu", "ram", "ssd", "remote"
+  // A tier shared with other hosts over the network (below every local tier). TieredCache asks
+  // it about many blocks at once, offers it blocks write-behind, and never probes it per block.
+  virtual bool remote() const { return false; }
 
   // Stores `block` under its hash. kAlreadyPresent when the hash is held (contents are not
   // compared here: TieredCache checks tokens). Making room evicts other blocks to the sink.
@@ -53,6 +56,8 @@ class Tier {
   // Several at once; tiers that move bytes batch them (the GPU tier: one upload, one scatter).
   virtual std::vector<Result<InsertOutcome>> insert_many(std::span<const BlockRef> blocks);
   virtual bool contains(const BlockHash& hash) const = 0;
+  // contains() for many hashes; tiers behind a network answer them in one round trip.
+  virtual std::vector<bool> contains_many(std::span<const BlockHash> hashes) const;
 
   // Whether the tier holds `request.hash`, and, where it can tell cheaply, whether the held block
   // carries the request's tokens (a difference under one hash is a collision or a forgery).

@@ -110,7 +110,8 @@ class Cache:
         {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": "BF16"}
         (per-layer "layers": [{"dtype": ..., "quantization": {"bits": 4, "group_size": 64}}, ...]).
     ram: the RAM tier's size. ssd_dir: turns the SSD tier on (kvtierd's --ssd-cache-dir).
-    gpu_memory: a GPU tier (Vulkan) of this size on top. namespace and hash must match kvtierd's
+    gpu_memory: a GPU tier (Vulkan) of this size on top. remote: "redis://[user:password@]host:port[,...]",
+        a Redis Cluster shared with other hosts (kvtierd's --remote). namespace and hash must match kvtierd's
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
 
@@ -127,6 +128,7 @@ class Cache:
         ssd_capacity: Size = "64G",
         ssd_segment_size: Size = "256M",
         gpu_memory: Optional[Size] = None,
+        remote: Optional[str] = None,
         namespace: str = "default",
         hash: str = "sha256",
         kv_cache_quantization: Optional[int] = None,
@@ -155,6 +157,8 @@ class Cache:
             options["ssd_dir"] = str(ssd_dir)
         if gpu_memory is not None:
             options["gpu_memory"] = parse_size(gpu_memory)
+        if remote is not None:
+            options["remote"] = str(remote)
         if kv_cache_quantization is not None:
             options["kv_cache_quantization"] = int(kv_cache_quantization)
         self._c = _kvtier.Cache(options)

@@ -3,50 +3,25 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include <chrono>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
+#include "tests/support/child_process.h"
+
 namespace kvtier::testing {
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
-}
-
-int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-
-}  // namespace
 
 ServerProcess::ServerProcess(const std::string& log_path, std::vector<std::string> args) : log_path_(log_path) {
   std::vector<std::string> argv{KVTIER_KVTIERD_PATH, "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
-  pid_ = spawn(argv, log_path_);
+  pid_ = spawn_process(argv, log_path_);
   const std::regex listening(R"(listening on http://[^:]+:(\d+))");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
-    const std::string text = slurp(log_path_);
+    const std::string text = read_file(log_path_);
     if (std::regex_search(text, m, listening)) {
       port_ = std::stoi(m[1].str());
       return;
@@ -76,7 +51,7 @@ int ServerProcess::stop(int sig) {
   return exit_code_of(status);
 }
 
-std::string ServerProcess::log() const { return slurp(log_path_); }
+std::string ServerProcess::log() const { return read_file(log_path_); }
 
 size_t ServerProcess::rss_bytes() const {
   std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
@@ -89,10 +64,10 @@ size_t ServerProcess::rss_bytes() const {
 
 ProgramRun run_program(const std::vector<std::string>& argv, const std::string& log_path) {
   std::ofstream(log_path, std::ios::trunc).close();
-  const pid_t pid = spawn(argv, log_path);
+  const pid_t pid = spawn_process(argv, log_path);
   int status = 0;
   waitpid(pid, &status, 0);
-  return {exit_code_of(status), slurp(log_path)};
+  return {exit_code_of(status), read_file(log_path)};
 }
 
 }  // namespace kvtier::testing

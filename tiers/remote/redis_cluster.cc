@@ -1,0 +1,306 @@
+#include "tiers/remote/redis_cluster.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <map>
+
+namespace kvtier {
+namespace {
+
+constexpr std::array<uint16_t, 256> crc16_table() {
+  std::array<uint16_t, 256> t{};
+  for (int i = 0; i < 256; ++i) {
+    uint16_t c = static_cast<uint16_t>(i << 8);
+    for (int b = 0; b < 8; ++b) c = (c & 0x8000) ? static_cast<uint16_t>((c << 1) ^ 0x1021) : static_cast<uint16_t>(c << 1);
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto kCrc16 = crc16_table();
+
+uint16_t crc16(std::string_view s) {
+  uint16_t crc = 0;
+  for (unsigned char ch : s) crc = static_cast<uint16_t>((crc << 8) ^ kCrc16[((crc >> 8) ^ ch) & 0xff]);
+  return crc;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381" -> slot and endpoint.
+bool parse_redirect(std::string_view msg, std::string_view kind, int* slot, RedisEndpoint* to) {
+  if (msg.substr(0, kind.size() + 1) != std::string(kind) + " ") return false;
+  msg.remove_prefix(kind.size() + 1);
+  const size_t sp = msg.find(' ');
+  if (sp == std::string_view::npos) return false;
+  if (std::from_chars(msg.data(), msg.data() + sp, *slot).ptr != msg.data() + sp) return false;
+  std::string_view hp = msg.substr(sp + 1);
+  const size_t colon = hp.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  to->host = std::string(hp.substr(0, colon));
+  std::string_view port = hp.substr(colon + 1);
+  return std::from_chars(port.data(), port.data() + port.size(), to->port).ptr == port.data() + port.size();
+}
+
+}  // namespace
+
+int redis_key_slot(std::string_view key) {
+  // Only the part between the first '{' and the next '}' is hashed, when it is not empty.
+  if (const size_t open = key.find('{'); open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return crc16(key) & (kRedisSlots - 1);
+}
+
+struct RedisCluster::Node {
+  RedisEndpoint endpoint;
+  std::mutex mu;  // guards conn and retry_after
+  std::unique_ptr<RedisConnection> conn;
+  std::chrono::steady_clock::time_point retry_after{};
+  std::atomic<uint64_t> commands{0}, failures{0}, bytes_in{0};
+};
+
+RedisCluster::RedisCluster(RedisClusterOptions options) : options_(std::move(options)) { slots_.fill(-1); }
+RedisCluster::~RedisCluster() = default;
+
+Result<std::unique_ptr<RedisCluster>> RedisCluster::open(RedisClusterOptions options) {
+  std::unique_ptr<RedisCluster> c(new RedisCluster(std::move(options)));
+  for (const RedisEndpoint& seed : c->options_.address.seeds) c->node_index(seed);
+  Status st = c->refresh(/*force=*/true);
+  if (st.code() == StatusCode::kFailedPrecondition) return st;  // wrong credentials: say so at start
+  return c;
+}
+
+size_t RedisCluster::node_index(const RedisEndpoint& endpoint) {
+  std::lock_guard lock(nodes_mu_);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->endpoint == endpoint) return i;
+  }
+  auto n = std::make_unique<Node>();
+  n->endpoint = endpoint;
+  nodes_.push_back(std::move(n));
+  return nodes_.size() - 1;
+}
+
+Status RedisCluster::connect(Node& node) {
+  if (node.conn && !node.conn->broken()) return ok_status();
+  node.conn.reset();
+  const auto now = std::chrono::steady_clock::now();
+  if (now < node.retry_after) return unavailable("redis " + node.endpoint.text() + ": down, retrying later");
+  auto c = RedisConnection::open(node.endpoint, options_.address.user, options_.address.password, options_.timeouts);
+  if (!c.ok()) {
+    node.retry_after = now + options_.reconnect_backoff;
+    return c.status();
+  }
+  node.conn = std::move(c).value();
+  return ok_status();
+}
+
+Status RedisCluster::refresh_from(Node& node) {
+  std::lock_guard lock(node.mu);
+  KVTIER_RETURN_IF_ERROR(connect(node));
+  auto r = node.conn->command({"CLUSTER", "SLOTS"});
+  if (!r.ok()) return r.status();
+  std::array<int16_t, kRedisSlots> slots;
+  slots.fill(-1);
+  bool standalone = false;
+  if (r->is_error()) {
+    if (r->str().find("cluster support disabled") == std::string_view::npos) {
+      return unavailable("redis " + node.endpoint.text() + ": CLUSTER SLOTS: " + std::string(r->str()));
+    }
+    standalone = true;
+  }
+  std::vector<std::pair<std::pair<int, int>, RedisEndpoint>> ranges;
+  if (!standalone) {
+    const redisReply* top = r->raw();
+    if (top->type != REDIS_REPLY_ARRAY) return unavailable("redis: CLUSTER SLOTS is not an array");
+    for (size_t i = 0; i < top->elements; ++i) {
+      const redisReply* e = top->element[i];
+      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[2]->type != REDIS_REPLY_ARRAY ||
+          e->element[2]->elements < 2) {
+        continue;
+      }
+      const redisReply* master = e->element[2];
+      RedisEndpoint ep;
+      ep.host = master->element[0]->str ? std::string(master->element[0]->str, master->element[0]->len) : "";
+      if (ep.host.empty()) ep.host = node.endpoint.host;  // "" means: the node you asked
+      ep.port = static_cast<int>(master->element[1]->integer);
+      ranges.push_back({{static_cast<int>(e->element[0]->integer), static_cast<int>(e->element[1]->integer)}, ep});
+    }
+  }
+  const size_t self = [&] {
+    std::lock_guard l(nodes_mu_);
+    for (size_t i = 0; i < nodes_.size(); ++i) if (nodes_[i].get() == &node) return i;
+    return size_t{0};
+  }();
+  if (standalone) {
+    slots.fill(static_cast<int16_t>(self));
+  } else {
+    for (const auto& [range, ep] : ranges) {
+      const auto idx = static_cast<int16_t>(node_index(ep));
+      for (int s = std::max(0, range.first); s <= std::min(kRedisSlots - 1, range.second); ++s) slots[s] = idx;
+    }
+  }
+  std::unique_lock map_lock(map_mu_);
+  slots_ = slots;
+  standalone_ = standalone;
+  has_map_ = true;
+  return ok_status();
+}
+
+Status RedisCluster::refresh(bool force) {
+  std::unique_lock guard(refresh_mu_, std::try_to_lock);
+  if (!guard.owns_lock()) return ok_status();  // another thread is refreshing
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::shared_lock lock(map_mu_);
+    if (!force && has_map_ && now - last_refresh_ < options_.refresh_interval) return ok_status();
+    if (!force && !has_map_ && now - last_refresh_ < options_.refresh_interval) return unavailable("redis: no slot map yet");
+  }
+  {
+    std::unique_lock lock(map_mu_);
+    last_refresh_ = now;
+  }
+  refreshes_.fetch_add(1, std::memory_order_relaxed);
+  size_t n;
+  {
+    std::lock_guard l(nodes_mu_);
+    n = nodes_.size();
+  }
+  Status last = unavailable("redis: no node to ask for the slot map");
+  for (size_t i = 0; i < n; ++i) {
+    Node* node;
+    {
+      std::lock_guard l(nodes_mu_);
+      node = nodes_[i].get();
+    }
+    last = refresh_from(*node);
+    if (last.ok()) return last;
+    if (last.code() == StatusCode::kFailedPrecondition) break;  // credentials: no use asking others
+  }
+  refresh_failures_.fetch_add(1, std::memory_order_relaxed);
+  return last;
+}
+
+int RedisCluster::owner(int slot) const {
+  std::shared_lock lock(map_mu_);
+  return slots_[slot];
+}
+
+bool RedisCluster::has_slot_map() const {
+  std::shared_lock lock(map_mu_);
+  return has_map_;
+}
+
+bool RedisCluster::standalone() const {
+  std::shared_lock lock(map_mu_);
+  return standalone_;
+}
+
+uint64_t RedisCluster::refreshes() const { return refreshes_.load(std::memory_order_relaxed); }
+uint64_t RedisCluster::refresh_failures() const { return refresh_failures_.load(std::memory_order_relaxed); }
+
+std::vector<RedisNodeStats> RedisCluster::node_stats() const {
+  std::lock_guard l(nodes_mu_);
+  std::vector<RedisNodeStats> out;
+  for (const auto& n : nodes_) {
+    out.push_back({n->endpoint.text(), n->commands.load(), n->failures.load(), n->bytes_in.load()});
+  }
+  return out;
+}
+
+std::vector<Result<RedisReply>> RedisCluster::execute(std::span<const RedisCommand> commands) {
+  std::vector<Result<RedisReply>> out;
+  out.reserve(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) out.emplace_back(unavailable("redis: command not run"));
+  if (!has_slot_map()) (void)refresh(false);
+
+  struct Todo {
+    size_t index;
+    int node;
+    bool asking;
+  };
+  std::vector<Todo> todo;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const int node = owner(redis_key_slot(commands[i].at(1)));
+    if (node < 0) out[i] = unavailable("redis: no node serves the key's slot (no slot map)");
+    else todo.push_back({i, node, false});
+  }
+  bool need_refresh = false;
+  static const RedisCommand kAsking{"ASKING"};
+  for (int round = 0; round < 3 && !todo.empty(); ++round) {
+    // Group by node; nodes are locked in index order so that concurrent batches cannot deadlock.
+    std::map<int, std::vector<const Todo*>> by_node;
+    for (const Todo& t : todo) by_node[t.node].push_back(&t);
+    std::vector<Node*> nodes;
+    std::vector<std::unique_lock<std::mutex>> locks;
+    {
+      std::lock_guard l(nodes_mu_);
+      for (const auto& [idx, _] : by_node) nodes.push_back(nodes_[idx].get());
+    }
+    for (Node* n : nodes) locks.emplace_back(n->mu);
+    // Send every node its pipeline before reading any reply: the nodes work in parallel.
+    std::vector<Status> sent;
+    std::vector<std::vector<RedisCommand>> batches;
+    size_t k = 0;
+    for (const auto& [idx, items] : by_node) {
+      Node& n = *nodes[k++];
+      std::vector<RedisCommand> batch;
+      for (const Todo* t : items) {
+        if (t->asking) batch.push_back(kAsking);
+        batch.push_back(commands[t->index]);
+      }
+      Status st = connect(n);
+      if (st.ok()) st = n.conn->send(batch);
+      sent.push_back(st);
+      batches.push_back(std::move(batch));
+    }
+    std::vector<Todo> next;
+    k = 0;
+    for (const auto& [idx, items] : by_node) {
+      Node& n = *nodes[k];
+      Status st = sent[k];
+      Result<std::vector<RedisReply>> replies = st.ok() ? n.conn->receive(batches[k].size()) : Result<std::vector<RedisReply>>(st);
+      ++k;
+      n.commands.fetch_add(items.size(), std::memory_order_relaxed);
+      if (!replies.ok()) {
+        n.failures.fetch_add(items.size(), std::memory_order_relaxed);
+        if (n.conn && n.conn->broken()) n.conn.reset();
+        for (const Todo* t : items) out[t->index] = replies.status();
+        need_refresh = true;  // the node may have failed over
+        continue;
+      }
+      size_t r = 0;
+      for (const Todo* t : items) {
+        if (t->asking) ++r;  // ASKING's own +OK
+        RedisReply& reply = (*replies)[r++];
+        RedisEndpoint to;
+        int slot = 0;
+        if (reply.is_error() && parse_redirect(reply.str(), "MOVED", &slot, &to)) {
+          const int moved_to = static_cast<int>(node_index(to));
+          {
+            std::unique_lock lock(map_mu_);
+            if (slot >= 0 && slot < kRedisSlots) slots_[slot] = static_cast<int16_t>(moved_to);
+          }
+          need_refresh = true;
+          next.push_back({t->index, moved_to, false});
+          continue;
+        }
+        if (reply.is_error() && parse_redirect(reply.str(), "ASK", &slot, &to)) {
+          next.push_back({t->index, static_cast<int>(node_index(to)), true});
+          continue;
+        }
+        if (reply.is_string()) n.bytes_in.fetch_add(reply.str().size(), std::memory_order_relaxed);
+        out[t->index] = std::move(reply);
+      }
+    }
+    locks.clear();
+    todo = std::move(next);
+  }
+  for (const Todo& t : todo) out[t.index] = unavailable("redis: too many redirects");
+  if (need_refresh) (void)refresh(false);
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,317 @@
+#include "tiers/remote/remote_tier.h"
+
+#include <spdlog/spdlog.h>
+
+#include "base/bytes.h"
+#include "serialize/block_codec.h"
+
+namespace kvtier {
+namespace {
+
+// How many recently written hashes a host remembers (~5 MB), to send a block once.
+constexpr size_t kWrittenMemory = 65536;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(RemoteTierOptions options, std::shared_ptr<const LayoutRegistry> layouts,
+                       std::unique_ptr<RedisCluster> cluster)
+    : options_(std::move(options)), layouts_(std::move(layouts)), cluster_(std::move(cluster)) {}
+
+Result<std::shared_ptr<RemoteTier>> RemoteTier::open(RemoteTierOptions options,
+                                                     std::shared_ptr<const LayoutRegistry> layouts) {
+  RedisClusterOptions co;
+  co.address = options.address;
+  co.timeouts = options.timeouts;
+  co.reconnect_backoff = options.reconnect_backoff;
+  KVTIER_ASSIGN_OR_RETURN(auto cluster, RedisCluster::open(std::move(co)));
+  if (!cluster->has_slot_map()) {
+    spdlog::warn("remote tier: no node of {} answered; serving local tiers and retrying",
+                 options.address.redacted());
+  } else {
+    spdlog::info("remote tier: {} ({})", options.address.redacted(),
+                 cluster->standalone() ? "standalone" : "cluster");
+  }
+  std::shared_ptr<RemoteTier> t(new RemoteTier(std::move(options), std::move(layouts), std::move(cluster)));
+  t->writer_ = std::thread([tier = t.get()] {
+    name_this_thread("remote-writer");
+    tier->writer_loop();
+  });
+  return t;
+}
+
+RemoteTier::~RemoteTier() { close(std::chrono::steady_clock::now() + std::chrono::seconds(10)); }
+
+std::string RemoteTier::key_of(const BlockHash& hash) const { return options_.key_prefix + hash.hex(); }
+
+Result<InsertOutcome> RemoteTier::insert(BlockRef block) {
+  const uint64_t bytes = block->size_bytes();
+  std::lock_guard lock(queue_mu_);
+  if (written_.count(block->hash())) {
+    metrics_.skipped_already_written.inc();
+    return InsertOutcome::kAlreadyPresent;
+  }
+  if (stopping_) {
+    metrics_.dropped_shutdown.inc();
+    return failed_precondition("remote tier is closed");
+  }
+  if (queued_bytes_ + bytes > options_.write_queue_bytes) {
+    metrics_.dropped_queue_full.inc();
+    if (auto n = write_log_.admit()) {
+      spdlog::warn("remote tier: write queue full ({} bytes queued); block {} is not shared ({} similar suppressed)",
+                   queued_bytes_, block->hash().hex(), *n);
+    }
+    return resource_exhausted("remote tier: write queue full");
+  }
+  queued_bytes_ += bytes;
+  queue_.push_back(std::move(block));
+  metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
+  metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
+  queue_cv_.notify_one();
+  return InsertOutcome::kInserted;
+}
+
+void RemoteTier::remember_written(const BlockHash& hash) {
+  if (!written_.insert(hash).second) return;
+  written_order_.push_back(hash);
+  if (written_order_.size() > kWrittenMemory) {
+    written_.erase(written_order_.front());
+    written_order_.pop_front();
+  }
+}
+
+void RemoteTier::writer_loop() {
+  std::vector<BlockRef> batch;
+  while (true) {
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left
+      while (!queue_.empty() && batch.size() < options_.write_batch_blocks) {
+        queued_bytes_ -= queue_.front()->size_bytes();
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      in_flight_ = batch.size();
+      metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
+      metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
+    }
+    write_batch(batch);
+    {
+      std::lock_guard lock(queue_mu_);
+      in_flight_ = 0;
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+    batch.clear();
+  }
+}
+
+void RemoteTier::write_batch(std::vector<BlockRef>& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  thread_local BlockCodec codec;
+  std::vector<Bytes> frames;
+  std::vector<std::string> keys;
+  std::vector<BlockRef> encoded;
+  for (BlockRef& b : batch) {
+    Bytes frame;
+    if (Status st = codec.encode(*b, frame); !st.ok()) {
+      metrics_.dropped_encode_failed.inc();
+      if (auto n = write_log_.admit()) {
+        spdlog::error("remote tier: cannot encode block {}: {} ({} similar suppressed)", b->hash().hex(),
+                      st.to_string(), *n);
+      }
+      continue;
+    }
+    frames.push_back(std::move(frame));
+    keys.push_back(key_of(b->hash()));
+    encoded.push_back(b);
+  }
+  std::vector<RedisCommand> cmds;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    cmds.push_back({"SET", keys[i],
+                    std::string_view(reinterpret_cast<const char*>(frames[i].data()), frames[i].size())});
+  }
+  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds);
+  metrics_.write_seconds.observe(seconds_since(t0));
+  std::lock_guard lock(queue_mu_);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (replies[i].ok() && replies[i]->is_status()) {
+      metrics_.written_blocks.inc();
+      metrics_.written_bytes.inc(frames[i].size());
+      remember_written(encoded[i]->hash());
+      continue;
+    }
+    metrics_.write_errors.inc();
+    if (auto n = write_log_.admit()) {
+      spdlog::warn("remote tier: SET of block {} failed: {} ({} similar suppressed)", encoded[i]->hash().hex(),
+                   replies[i].ok() ? std::string(replies[i]->str()) : replies[i].status().to_string(), *n);
+    }
+  }
+}
+
+void RemoteTier::flush() {
+  std::unique_lock lock(queue_mu_);
+  idle_cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || !writer_.joinable(); });
+}
+
+void RemoteTier::close(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::unique_lock lock(queue_mu_);
+    if (stopping_ && !writer_.joinable()) return;
+    idle_cv_.wait_until(lock, deadline, [&] { return queue_.empty() && in_flight_ == 0; });
+    stopping_ = true;
+    metrics_.dropped_shutdown.inc(queue_.size());
+    if (!queue_.empty()) {
+      spdlog::warn("remote tier: {} queued blocks not written at close", queue_.size());
+    }
+    queue_.clear();
+    queued_bytes_ = 0;
+    queue_cv_.notify_all();
+  }
+  if (writer_.joinable()) writer_.join();
+  idle_cv_.notify_all();
+}
+
+bool RemoteTier::contains(const BlockHash& hash) const { return contains_many(std::span(&hash, 1)).front(); }
+
+std::vector<bool> RemoteTier::contains_many(std::span<const BlockHash> hashes) const {
+  std::vector<bool> out(hashes.size(), false);
+  if (hashes.empty()) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> keys;
+  for (const BlockHash& h : hashes) keys.push_back(key_of(h));
+  std::vector<RedisCommand> cmds;
+  for (const std::string& k : keys) cmds.push_back({"EXISTS", k});
+  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds);
+  size_t errors = 0;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (replies[i].ok() && replies[i]->is_integer()) out[i] = replies[i]->integer() > 0;
+    else ++errors;
+  }
+  metrics_.exists_seconds.observe(seconds_since(t0));
+  if (errors > 0) {
+    metrics_.exists_errors.inc(errors);
+    if (auto n = read_log_.admit()) {
+      spdlog::warn("remote tier: {} of {} lookups could not ask Redis: {} ({} similar suppressed)", errors,
+                   replies.size(), replies[0].ok() ? std::string(replies[0]->str()) : replies[0].status().to_string(), *n);
+    }
+  }
+  return out;
+}
+
+Result<BlockRef> RemoteTier::read(const BlockRequest& request) {
+  return std::move(read_many(std::span(&request, 1)).front());
+}
+
+std::vector<Result<BlockRef>> RemoteTier::read_many(std::span<const BlockRequest> requests) {
+  std::vector<Result<BlockRef>> out;
+  out.reserve(requests.size());
+  if (requests.empty()) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> keys;
+  for (const BlockRequest& r : requests) keys.push_back(key_of(r.hash));
+  std::vector<RedisCommand> cmds;
+  for (const std::string& k : keys) cmds.push_back({"GET", k});
+  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds);
+  metrics_.read_seconds.observe(seconds_since(t0));
+  thread_local BlockCodec codec;
+  std::vector<std::string> corrupt_keys;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BlockRequest& req = requests[i];
+    Result<RedisReply>& r = replies[i];
+    if (!r.ok() || r->is_error()) {
+      metrics_.read_errors.inc();
+      if (auto n = read_log_.admit()) {
+        spdlog::warn("remote tier: GET of block {} failed (a miss): {} ({} similar suppressed)", req.hash.hex(),
+                     r.ok() ? std::string(r->str()) : r.status().to_string(), *n);
+      }
+      out.emplace_back(not_found("remote tier: unreachable"));
+      continue;
+    }
+    if (r->is_nil()) {
+      metrics_.misses.inc();
+      out.emplace_back(not_found("remote tier: not held"));
+      continue;
+    }
+    const std::string_view v = r->str();
+    metrics_.read_bytes.inc(v.size());
+    auto block = codec.decode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}, *layouts_);
+    std::string why;
+    if (!block.ok()) why = block.status().message();
+    else if (block->hash() != req.hash) why = "it holds block " + block->hash().hex();
+    else if (!req.tokens_match(block->identity().token_ids)) why = "its token ids differ from the request's";
+    if (!why.empty()) {
+      metrics_.corrupt.inc();
+      corrupt_keys.push_back(keys[i]);
+      if (auto n = corrupt_log_.admit()) {
+        spdlog::error("remote tier: value of block {} refused and deleted: {} ({} similar suppressed)",
+                      req.hash.hex(), why, *n);
+      }
+      out.emplace_back(not_found("remote tier: corrupt value"));
+      continue;
+    }
+    metrics_.hits.inc();
+    out.emplace_back(BlockRef(std::make_shared<const Block>(std::move(block).value())));
+  }
+  if (!corrupt_keys.empty()) {
+    std::vector<RedisCommand> dels;
+    for (const std::string& k : corrupt_keys) dels.push_back({"DEL", k});
+    (void)cluster_->execute(dels);  // best effort: a value left behind is refused again
+  }
+  return out;
+}
+
+bool RemoteTier::erase(const BlockHash& hash) {
+  const std::string key = key_of(hash);
+  {
+    std::lock_guard lock(queue_mu_);
+    if (written_.erase(hash)) std::erase(written_order_, hash);
+  }
+  auto r = cluster_->execute(std::vector<RedisCommand>{{"DEL", key}});
+  return r.front().ok() && r.front()->is_integer() && r.front()->integer() > 0;
+}
+
+void RemoteTier::visit_metrics(MetricVisitor& v) const {
+  const RemoteTierMetrics& m = metrics_;
+  v.counter("kvtier_remote_reads_total", "Remote block reads by outcome", {{"outcome", "hit"}}, m.hits.value());
+  v.counter("kvtier_remote_reads_total", "Remote block reads by outcome", {{"outcome", "miss"}}, m.misses.value());
+  v.counter("kvtier_remote_reads_total", "Remote block reads by outcome", {{"outcome", "error"}},
+            m.read_errors.value());
+  v.counter("kvtier_remote_reads_total", "Remote block reads by outcome", {{"outcome", "corrupt"}},
+            m.corrupt.value());
+  v.counter("kvtier_remote_read_bytes_total", "Value bytes read from Redis", {}, m.read_bytes.value());
+  v.counter("kvtier_remote_written_blocks_total", "Blocks written to Redis", {}, m.written_blocks.value());
+  v.counter("kvtier_remote_written_bytes_total", "Value bytes written to Redis", {}, m.written_bytes.value());
+  const char* drop = "Blocks not written to Redis, by reason";
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "write_failed"}}, m.write_errors.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "queue_full"}}, m.dropped_queue_full.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "encode_failed"}}, m.dropped_encode_failed.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "shutdown"}}, m.dropped_shutdown.value());
+  v.counter("kvtier_remote_skipped_total", "Blocks not sent again: this host wrote them lately", {},
+            m.skipped_already_written.value());
+  v.counter("kvtier_remote_lookup_errors_total", "Remote lookups that could not ask Redis (read as misses)", {},
+            m.exists_errors.value());
+  v.gauge("kvtier_remote_queue_bytes", "Bytes waiting for the remote writer", {},
+          static_cast<double>(m.queue_bytes.value()));
+  v.gauge("kvtier_remote_queue_blocks", "Blocks waiting for the remote writer", {},
+          static_cast<double>(m.queue_blocks.value()));
+  v.histogram("kvtier_remote_read_seconds", "One pipelined GET batch", {}, m.read_seconds.snapshot());
+  v.histogram("kvtier_remote_write_seconds", "One pipelined SET batch", {}, m.write_seconds.snapshot());
+  v.histogram("kvtier_remote_lookup_seconds", "One pipelined EXISTS batch", {}, m.exists_seconds.snapshot());
+  v.counter("kvtier_remote_slot_refreshes_total", "Slot-map refreshes", {{"outcome", "ok"}},
+            cluster_->refreshes() - cluster_->refresh_failures());
+  v.counter("kvtier_remote_slot_refreshes_total", "Slot-map refreshes", {{"outcome", "failed"}},
+            cluster_->refresh_failures());
+  for (const RedisNodeStats& n : cluster_->node_stats()) {
+    v.counter("kvtier_remote_node_commands_total", "Commands sent to each Redis node", {{"node", n.endpoint}},
+              n.commands);
+    v.counter("kvtier_remote_node_failures_total", "Commands that failed on each node's connection",
+              {{"node", n.endpoint}}, n.failures);
+    v.counter("kvtier_remote_node_bytes_total", "Reply bytes from each node", {{"node", n.endpoint}}, n.bytes_in);
+  }
+}
+
+}  // namespace kvtier
