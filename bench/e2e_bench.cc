@@ -42,7 +42,6 @@ void must(const Status& s) {
   if (!s.ok()) die(s);
 }
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
 
 constexpr int kBlockSize = 16;

@@ -221,7 +221,6 @@ Throughput bench_blobdb(const std::string& dir, const std::vector<BlockRef>& blo
   return t;
 }
 
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
 }  // namespace
 

@@ -28,6 +28,7 @@ Timing time_each(const std::function<void()>& fn, int repetitions);
 
 // Median and percentile of raw samples.
 double percentile(std::vector<double> samples, double q);
+inline double median(std::vector<double> samples) { return percentile(std::move(samples), 0.5); }
 
 class Report {
  public:

@@ -142,3 +142,31 @@ class Kvtierd:
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(1234)
+
+
+class RedisServer:
+    """A real standalone redis-server on a free loopback port, killed on exit."""
+
+    def __init__(self, tmp_path):
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(["/usr/bin/redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        self.url = f"redis://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()

@@ -88,3 +88,22 @@ def test_blocks_put_over_http_are_loaded_in_process(tmp_path, gen):
         for i, layers in enumerate(stored):
             for l, (lk, lv) in enumerate(layers):
                 assert same_bits(dst_k[l][i], lk) and same_bits(dst_v[l][i], lv)
+
+
+def test_a_block_one_process_stores_is_a_remote_hit_for_another_and_for_kvtierd(tmp_path, gen):
+    from conftest import RedisServer
+    layout = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 64, "block_size": 16, "dtype": "BF16"}
+    tokens = tokens_for(43, 48)
+    k, v = paged_arrays(layout, 3, gen)
+    with RedisServer(tmp_path) as redis:
+        with open_cache("tiny", tmp_path, ssd=False, ram="16M", namespace=NAMESPACE, remote=redis.url) as a:
+            assert a.save_blocks(tokens, [0, 1, 2], k, v).stored == 3
+        # Closing drained the remote writer: another engine process on another host sees them.
+        with open_cache("tiny", tmp_path, ssd=False, ram="16M", namespace=NAMESPACE, remote=redis.url) as b:
+            assert [blk.tier for blk in b.lookup(tokens).blocks] == ["remote"] * 3
+            dk, dv = paged_arrays(layout, 3)
+            assert b.load_blocks(tokens, [0, 1, 2], dk, dv) == 48
+            assert all(same_bits(x, y) for x, y in zip(k + v, dk + dv))
+            assert [blk.tier for blk in b.lookup(tokens).blocks] == ["ram"] * 3, "promoted into RAM"
+        with Kvtierd(tmp_path, ["--layout", "tiny", "--remote", redis.url, "--log-level", "warn"]) as server:
+            assert KvtierClient(server.url).lookup(NAMESPACE, tokens)["matched_tokens"] == 48

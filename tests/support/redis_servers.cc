@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -16,6 +17,12 @@
 
 namespace kvtier::testing {
 namespace {
+
+// Debian's programs, unless the environment names others (a bundle carried to another machine).
+std::string program(const char* env, const char* fallback) {
+  const char* v = std::getenv(env);
+  return v && *v ? v : fallback;
+}
 
 bool bindable(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -53,7 +60,7 @@ std::string ask(int port, const RedisCommand& cmd) {
 }  // namespace
 
 bool RedisServers::start(int port, std::vector<std::string> args, std::string* error) {
-  std::vector<std::string> argv{"/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
+  std::vector<std::string> argv{program("KVTIER_REDIS_SERVER", "/usr/bin/redis-server"), "--port", std::to_string(port), "--bind", "127.0.0.1",
                                 "--dir", dir_, "--save", "", "--appendonly", "no", "--daemonize", "no"};
   argv.insert(argv.end(), args.begin(), args.end());
   const pid_t pid = spawn_process(argv, dir_ + "/redis-" + std::to_string(port) + ".log");
@@ -144,7 +151,7 @@ std::string RedisServers::url(const std::string& user, const std::string& passwo
 }
 
 std::string RedisServers::cli(int port, const std::vector<std::string>& args) const {
-  std::vector<std::string> argv{"/usr/bin/redis-cli", "-p", std::to_string(port)};
+  std::vector<std::string> argv{program("KVTIER_REDIS_CLI", "/usr/bin/redis-cli"), "-p", std::to_string(port)};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string log = dir_ + "/redis-cli.out";
   ::unlink(log.c_str());

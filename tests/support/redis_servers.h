@@ -1,7 +1,8 @@
 // RedisServers: real redis-server processes on free loopback ports for the remote tier's tests —
 // a Redis Cluster (masters with replicas, joined with `redis-cli --cluster create`, waited for
 // until every node says cluster_state:ok) or one standalone server (for auth). Everything it
-// started is killed when it goes, whatever the test did.
+// started is killed when it goes, whatever the test did. The programs are Debian's, or those named
+// by $KVTIER_REDIS_SERVER and $KVTIER_REDIS_CLI.
 #pragma once
 
 #include <sys/types.h>

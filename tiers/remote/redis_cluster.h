@@ -4,8 +4,8 @@
 //     after a node fails, and while no map is known (at most every `refresh_interval`);
 //   - one connection per master, opened lazily and reopened after `reconnect_backoff`;
 //   - batches: each key's command goes to the master of its slot (CRC16, hash tags honoured); the
-//     commands of one node are pipelined, every node's pipeline is sent before any reply is read,
-//     so a batch costs about one round trip whatever the number of nodes;
+//     commands of one node are pipelined (a window of them in flight), and every node gets its
+//     first window before any reply is read, so the nodes work in parallel;
 //   - MOVED (the slot has a new owner: follow it and refresh the map) and ASK (follow once, after
 //     ASKING) redirects, up to two per key;
 //   - a standalone Redis (cluster support disabled) serves every slot.
@@ -17,6 +17,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -58,7 +60,14 @@ class RedisCluster {
 
   // Runs `commands` (argv[1] of each is its key) and returns each one's reply in order, or the
   // Status of a command that could not be run (node down, no slot owner, redirects exhausted).
-  std::vector<Result<RedisReply>> execute(std::span<const RedisCommand> commands);
+  // At most `window` commands are in flight on each node: small for large values (GET, SET of
+  // blocks), unbounded for small ones (EXISTS, DEL).
+  std::vector<Result<RedisReply>> execute(std::span<const RedisCommand> commands, size_t window = SIZE_MAX);
+  // The same, handing each command's outcome to `sink` (index, reply) as it arrives, so a large
+  // value can be consumed and freed at once instead of being held until the batch ends. `sink`
+  // runs with node connections locked: it must not call this client.
+  using ReplySink = std::function<void(size_t, Result<RedisReply>)>;
+  void execute(std::span<const RedisCommand> commands, size_t window, const ReplySink& sink);
 
   bool has_slot_map() const;
   bool standalone() const;

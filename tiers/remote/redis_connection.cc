@@ -1,6 +1,7 @@
 #include "tiers/remote/redis_connection.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/ioctl.h>
 
 namespace kvtier {
 namespace {
@@ -88,6 +89,27 @@ Result<std::vector<RedisReply>> RedisConnection::receive(size_t n) {
     out.emplace_back(static_cast<redisReply*>(r));
   }
   return out;
+}
+
+int RedisConnection::fd() const { return c_->fd; }
+
+Status RedisConnection::read_available() {
+  if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
+  // Drain what the socket holds, not one 16 KiB read (hiredis's unit): a socket left full closes
+  // its TCP window, and the node stalls until the client comes back to it.
+  int pending = 0;
+  do {
+    if (redisBufferRead(c_) != REDIS_OK) return transport_error("reading");
+  } while (::ioctl(c_->fd, FIONREAD, &pending) == 0 && pending > 0);
+  return ok_status();
+}
+
+Result<std::optional<RedisReply>> RedisConnection::next_reply() {
+  if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
+  void* r = nullptr;
+  if (redisGetReplyFromReader(c_, &r) != REDIS_OK) return transport_error("parsing a reply");
+  if (r == nullptr) return std::optional<RedisReply>();
+  return std::optional<RedisReply>(RedisReply(static_cast<redisReply*>(r)));
 }
 
 Result<std::vector<RedisReply>> RedisConnection::pipeline(std::span<const RedisCommand> commands) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -70,6 +71,12 @@ class RedisConnection {
   // it waits for any: send() writes the commands out, receive() reads `n` replies.
   Status send(std::span<const RedisCommand> commands);
   Result<std::vector<RedisReply>> receive(size_t n);
+  // For a client reading several nodes at once: the socket to poll, one read of what has arrived
+  // (call when poll says readable), and the next complete reply if one has been read (nullopt
+  // while it is still arriving).
+  int fd() const;
+  Status read_available();
+  Result<std::optional<RedisReply>> next_reply();
   Result<RedisReply> command(const RedisCommand& command);
   bool broken() const { return broken_; }
   const RedisEndpoint& endpoint() const { return endpoint_; }

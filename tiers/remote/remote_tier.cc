@@ -134,7 +134,7 @@ void RemoteTier::write_batch(std::vector<BlockRef>& batch) {
     cmds.push_back({"SET", keys[i],
                     std::string_view(reinterpret_cast<const char*>(frames[i].data()), frames[i].size())});
   }
-  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds);
+  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds, options_.values_in_flight_per_node);
   metrics_.write_seconds.observe(seconds_since(t0));
   std::lock_guard lock(queue_mu_);
   for (size_t i = 0; i < replies.size(); ++i) {
@@ -206,61 +206,93 @@ Result<BlockRef> RemoteTier::read(const BlockRequest& request) {
   return std::move(read_many(std::span(&request, 1)).front());
 }
 
+Result<BlockRef> RemoteTier::accept(const BlockRequest& req, Result<RedisReply> r, bool* corrupt) {
+  if (!r.ok() || r->is_error()) {
+    metrics_.read_errors.inc();
+    if (auto n = read_log_.admit()) {
+      spdlog::warn("remote tier: GET of block {} failed (a miss): {} ({} similar suppressed)", req.hash.hex(),
+                   r.ok() ? std::string(r->str()) : r.status().to_string(), *n);
+    }
+    return not_found("remote tier: unreachable");
+  }
+  if (r->is_nil()) {
+    metrics_.misses.inc();
+    return not_found("remote tier: not held");
+  }
+  const std::string_view v = r->str();
+  metrics_.read_bytes.inc(v.size());
+  thread_local BlockCodec codec;
+  auto block = codec.decode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}, *layouts_);
+  std::string why;
+  if (!block.ok()) why = block.status().message();
+  else if (block->hash() != req.hash) why = "it holds block " + block->hash().hex();
+  else if (!req.tokens_match(block->identity().token_ids)) why = "its token ids differ from the request's";
+  if (!why.empty()) {
+    metrics_.corrupt.inc();
+    *corrupt = true;
+    if (auto n = corrupt_log_.admit()) {
+      spdlog::error("remote tier: value of block {} refused and deleted: {} ({} similar suppressed)",
+                    req.hash.hex(), why, *n);
+    }
+    return not_found("remote tier: corrupt value");
+  }
+  metrics_.hits.inc();
+  return BlockRef(std::make_shared<const Block>(std::move(block).value()));
+}
+
 std::vector<Result<BlockRef>> RemoteTier::read_many(std::span<const BlockRequest> requests) {
   std::vector<Result<BlockRef>> out;
   out.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) out.emplace_back(not_found("remote tier: not read"));
   if (requests.empty()) return out;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> keys;
   for (const BlockRequest& r : requests) keys.push_back(key_of(r.hash));
   std::vector<RedisCommand> cmds;
   for (const std::string& k : keys) cmds.push_back({"GET", k});
-  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds);
+  std::vector<bool> corrupt(requests.size(), false);
+  // Values are verified and decoded (and their replies freed) by a helper thread while this one
+  // reads the next ones off the sockets, so checking costs no network time and a batch never
+  // holds all its raw replies and all its blocks at once.
+  std::mutex mu;  // guards arrived, reading_done
+  std::condition_variable cv;
+  std::deque<std::pair<size_t, Result<RedisReply>>> arrived;
+  bool reading_done = false;
+  auto decode = [&] {
+    name_this_thread("remote-decode");
+    while (true) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !arrived.empty() || reading_done; });
+      if (arrived.empty()) return;
+      auto [i, r] = std::move(arrived.front());
+      arrived.pop_front();
+      lock.unlock();
+      bool bad = false;
+      Result<BlockRef> block = accept(requests[i], std::move(r), &bad);
+      std::lock_guard done(mu);  // out and corrupt are shared by the decoders
+      out[i] = std::move(block);
+      corrupt[i] = bad;
+    }
+  };
+  // Two decoders: verifying and copying a 2 MiB value takes about as long as reading it.
+  std::thread decoders[] = {std::thread(decode), std::thread(decode)};
+  cluster_->execute(cmds, options_.values_in_flight_per_node, [&](size_t i, Result<RedisReply> r) {
+    std::lock_guard lock(mu);
+    arrived.emplace_back(i, std::move(r));
+    cv.notify_one();
+  });
+  {
+    std::lock_guard lock(mu);
+    reading_done = true;
+    cv.notify_all();
+  }
+  for (std::thread& d : decoders) d.join();
   metrics_.read_seconds.observe(seconds_since(t0));
-  thread_local BlockCodec codec;
-  std::vector<std::string> corrupt_keys;
+  std::vector<RedisCommand> dels;
   for (size_t i = 0; i < requests.size(); ++i) {
-    const BlockRequest& req = requests[i];
-    Result<RedisReply>& r = replies[i];
-    if (!r.ok() || r->is_error()) {
-      metrics_.read_errors.inc();
-      if (auto n = read_log_.admit()) {
-        spdlog::warn("remote tier: GET of block {} failed (a miss): {} ({} similar suppressed)", req.hash.hex(),
-                     r.ok() ? std::string(r->str()) : r.status().to_string(), *n);
-      }
-      out.emplace_back(not_found("remote tier: unreachable"));
-      continue;
-    }
-    if (r->is_nil()) {
-      metrics_.misses.inc();
-      out.emplace_back(not_found("remote tier: not held"));
-      continue;
-    }
-    const std::string_view v = r->str();
-    metrics_.read_bytes.inc(v.size());
-    auto block = codec.decode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}, *layouts_);
-    std::string why;
-    if (!block.ok()) why = block.status().message();
-    else if (block->hash() != req.hash) why = "it holds block " + block->hash().hex();
-    else if (!req.tokens_match(block->identity().token_ids)) why = "its token ids differ from the request's";
-    if (!why.empty()) {
-      metrics_.corrupt.inc();
-      corrupt_keys.push_back(keys[i]);
-      if (auto n = corrupt_log_.admit()) {
-        spdlog::error("remote tier: value of block {} refused and deleted: {} ({} similar suppressed)",
-                      req.hash.hex(), why, *n);
-      }
-      out.emplace_back(not_found("remote tier: corrupt value"));
-      continue;
-    }
-    metrics_.hits.inc();
-    out.emplace_back(BlockRef(std::make_shared<const Block>(std::move(block).value())));
+    if (corrupt[i]) dels.push_back({"DEL", keys[i]});
   }
-  if (!corrupt_keys.empty()) {
-    std::vector<RedisCommand> dels;
-    for (const std::string& k : corrupt_keys) dels.push_back({"DEL", k});
-    (void)cluster_->execute(dels);  // best effort: a value left behind is refused again
-  }
+  if (!dels.empty()) (void)cluster_->execute(dels);  // best effort: a value left behind is refused again
   return out;
 }
 

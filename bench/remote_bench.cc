@@ -1,0 +1,172 @@
+// remote_bench: restoring a prefix from the remote tier. Host A's cache stack (RAM + remote) writes
+// a prefix of Llama-3-8B blocks to a Redis Cluster on this machine; host B's (a fresh one per
+// repetition, so every block comes off Redis) fetches it: lookup (one EXISTS batch), then the
+// pipelined GETs, every frame verified, promoted into B's RAM. References in the same run, on the
+// same keys and values: raw GETs grouped by node at several pipeline depths, as redis-benchmark -P
+// issues them (the best of them is the ceiling: bytes off Redis, nothing checked), and the naive
+// design peers ship — one GET per block, one round trip each, one node at a time.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "base/byte_size.h"
+#include "base/log.h"
+#include "base/memory_policy.h"
+#include "bench/harness/bench_report.h"
+#include "cache/cache_stack.h"
+#include "tests/support/redis_servers.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_blocks.h"
+
+using namespace kvtier;
+using namespace kvtier::bench;
+
+namespace {
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::unique_ptr<CacheStack> open_stack(std::shared_ptr<const KvLayout> layout, const std::string& url,
+                                       uint64_t ram) {
+  CacheStackOptions o;
+  o.layout = layout;
+  o.ram.capacity_bytes = ram;
+  RemoteTierOptions r;
+  r.address = *RedisAddress::parse(url);
+  o.remote = r;
+  auto s = CacheStack::open(std::move(o));
+  if (!s.ok()) {
+    std::cerr << "cannot open a cache stack: " << s.status().to_string() << "\n";
+    std::exit(1);
+  }
+  return std::move(s).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"remote_bench: prefix restore from the remote tier (Redis Cluster) vs raw GETs"};
+  size_t n_blocks = 64;
+  int reps = 5, masters = 3;
+  app.add_option("--blocks", n_blocks, "Blocks in the prefix (2 MiB each)")->capture_default_str();
+  app.add_option("--reps", reps, "Repetitions (medians are reported)")->capture_default_str();
+  app.add_option("--masters", masters, "Redis Cluster masters (each with one replica)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  keep_freed_block_memory();  // as kvtierd does
+  init_logging("warn");
+
+  testing::TempDir dir;
+  std::string error;
+  auto redis = testing::RedisServers::cluster(dir.str(), masters, 1, &error);
+  if (!redis) {
+    std::cerr << "no Redis Cluster: " << error << "\n";
+    return 1;
+  }
+  const std::string url = redis->url();
+  auto layout = testing::share(*layout_preset("llama-3-8b"));
+  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"bench", layout->fingerprint(), ""}, layout->block_size);
+  std::vector<uint32_t> tokens(n_blocks * 16);
+  std::iota(tokens.begin(), tokens.end(), 7);
+  const std::vector<BlockKey> keys = hasher.keys(tokens, {});
+  const uint64_t block_bytes = layout->dense_block_bytes(), total = n_blocks * block_bytes;
+
+  // Redis memory per stored block: used_memory of every node before and after host A's writes
+  // (masters and replicas alike hold a copy).
+  auto used_memory = [&] {
+    uint64_t sum = 0;
+    for (int port : redis->ports()) {
+      const std::string info = redis->cli(port, {"INFO", "memory"});
+      const size_t at = info.find("used_memory:");
+      if (at != std::string::npos) sum += std::stoull(info.substr(at + 12));
+    }
+    return sum;
+  };
+  const uint64_t memory_before = used_memory();
+  {  // host A writes the prefix
+    auto a = open_stack(layout, url, 2 * total + (64 << 20));
+    for (size_t i = 0; i < n_blocks; ++i) {
+      Block b = testing::make_block(layout, i, testing::Values::kKvLike);
+      b.mutable_identity() = hasher.identity(keys, i, {});
+      if (!a->cache().insert(std::make_shared<const Block>(std::move(b))).ok()) return 1;
+    }
+    a->remote()->flush();
+    if (a->remote()->metrics().written_blocks.value() != n_blocks) {
+      std::cerr << "host A wrote " << a->remote()->metrics().written_blocks.value() << " blocks\n";
+      return 1;
+    }
+  }
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // replicas catch up
+  const double memory_per_block = static_cast<double>(used_memory() - memory_before) / n_blocks / (1 + 1);
+  std::vector<std::string> redis_keys;
+  for (const BlockKey& k : keys) redis_keys.push_back("kvtier:" + k.hash.hex());
+  RedisClusterOptions co;
+  co.address = *RedisAddress::parse(url);
+  auto raw = RedisCluster::open(co);
+  if (!raw.ok()) return 1;
+  std::map<std::string, std::vector<double>> t;
+  uint64_t raw_bytes = 0;
+  for (int r = 0; r < reps; ++r) {
+    // The raw references: GETs grouped by node, every node at once, `depth` in flight per node
+    // (redis-benchmark -P depth), nothing checked.
+    for (size_t depth : {size_t{1}, size_t{2}, size_t{4}, size_t{16}}) {
+      std::vector<RedisCommand> cmds;
+      for (const std::string& k : redis_keys) cmds.push_back({"GET", k});
+      raw_bytes = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      (*raw)->execute(cmds, depth, [&](size_t, Result<RedisReply> rep) { raw_bytes += rep.ok() ? rep->str().size() : 0; });
+      t["raw GETs, " + std::to_string(depth) + " in flight per node"].push_back(seconds(t0));
+    }
+    {  // the naive design: one GET (one round trip) per block
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const std::string& k : redis_keys) (void)(*raw)->execute(std::vector<RedisCommand>{{"GET", k}});
+      t["one GET per block"].push_back(seconds(t0));
+    }
+    {  // kvtier: host B, cold, restores the prefix
+      auto b = open_stack(layout, url, 2 * total + (64 << 20));
+      const auto t0 = std::chrono::steady_clock::now();
+      const LookupResult found = b->cache().lookup(keys);
+      PinnedBlocks got = b->cache().fetch(keys);
+      t["kvtier lookup + fetch (verified, into RAM)"].push_back(seconds(t0));
+      const RemoteTierMetrics& m = b->remote()->metrics();
+      t["  of which the lookup's EXISTS batch"].push_back(m.exists_seconds.snapshot().sum);
+      t["  of which the GETs, verified"].push_back(m.read_seconds.snapshot().sum);
+      if (found.blocks.size() != n_blocks || got.size() != n_blocks) {
+        std::cerr << "host B restored " << got.size() << " of " << n_blocks << " blocks\n";
+        return 1;
+      }
+    }
+  }
+  double ceiling = 0;
+  std::string best;
+  for (const auto& [name, samples] : t) {
+    if (name.rfind("raw", 0) == 0 && total / median(samples) > ceiling) {
+      ceiling = total / median(samples);
+      best = name;
+    }
+  }
+  Report report("remote_bench: restore a " + std::to_string(n_blocks) + "-block Llama-3-8B prefix (" +
+                    format_byte_size(total) + ") from a " + std::to_string(masters) + "-master Redis Cluster on loopback",
+                {"path", "GB/s", "vs the best raw GETs", "ms"});
+  report.set_meta("machine", machine_description());
+  report.set_meta("method", "median of " + std::to_string(reps) + " repetitions; GB/s of block data");
+  for (const auto& [name, samples] : t) {
+    const double s = median(samples);
+    report.add_row({name, fmt_double(total / s / 1e9), fmt_double(total / s / ceiling), fmt_double(s * 1e3, 1)});
+  }
+  report.add_note("the best raw reference: " + best);
+  report.add_note("Redis memory per block, per copy (used_memory over masters and replicas / 2): " +
+                  format_byte_size(static_cast<uint64_t>(memory_per_block)) + " for " +
+                  format_byte_size(block_bytes) + " of KV");
+  report.set_meta("redis_bytes_per_block", fmt_double(memory_per_block, 0));
+  report.add_note("value bytes per raw GET pass: " + format_byte_size(raw_bytes) + " (frames: header + document)");
+  report.add_note("goal: kvtier >= 0.8 of the best raw GETs");
+  report.print();
+  report.write_json(output_path("remote_bench.json"));
+  return 0;
+}
