@@ -29,6 +29,7 @@ struct CacheMetrics {
   Counter dropped_evicted_from_last_tier;
   Counter dropped_lower_tier_refused;  // an evicted block the tier below would not take
   Counter dropped_no_room;             // a published block no tier could take
+  Counter dropped_not_admitted;        // evicted from RAM, refused by the SSD admission rule
 };
 
 }  // namespace kvtier

@@ -1,11 +1,16 @@
 #include "cache/cache_stack.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace kvtier {
 
 Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
   if (!o.layout) return invalid_argument("cache stack: no layout");
+  // Checked here, before anything is opened: the tiers take the names as given.
+  KVTIER_RETURN_IF_ERROR(make_eviction_policy(o.ram.eviction).status());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<AdmissionPolicy> admission, make_admission_policy(o.ssd_admission));
   std::unique_ptr<CacheStack> s(new CacheStack());
   s->layout_ = o.layout;
   std::vector<std::shared_ptr<Tier>> tiers;
@@ -34,7 +39,9 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     KVTIER_ASSIGN_OR_RETURN(s->remote_, RemoteTier::open(*o.remote, std::move(registry)));
     tiers.push_back(s->remote_);
   }
+  const size_t ssd_index = s->ssd_ ? static_cast<size_t>(std::find(tiers.begin(), tiers.end(), s->ssd_) - tiers.begin()) : 0;
   s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
+  if (s->ssd_ && admission->name() != "all") s->cache_->set_admission(ssd_index, std::move(admission));
   return s;
 }
 

@@ -27,6 +27,7 @@ struct CacheStackOptions {
   RamTierOptions ram;
   std::optional<SsdTierOptions> ssd;  // set = SSD tier below RAM
   std::optional<RemoteTierOptions> remote;  // set = a tier shared with other hosts, at the bottom
+  std::string ssd_admission = "all";  // which blocks leaving RAM are written to the SSD (tiers/policy)
 };
 
 class CacheStack {

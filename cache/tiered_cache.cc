@@ -46,6 +46,10 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
   for (size_t t = from + 1; t < tiers_.size() && !kept; ++t) {
     if (tiers_[t]->remote()) continue;
     lower_local = true;
+    if (t == admission_tier_ && !admission_->admit(block->hash())) {
+      last = failed_precondition("not admitted by " + std::string(admission_->name()));
+      continue;
+    }
     auto r = tiers_[t]->insert(block);
     kept = r.ok();
     if (!kept) last = r.status();
@@ -58,6 +62,14 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
     return;
   }
   if (shared) return;
+  if (last.code() == StatusCode::kFailedPrecondition && admission_) {
+    metrics_.dropped_not_admitted.inc();  // the admission rule's job: counted, logged once a while
+    if (auto n = admission_log_.admit()) {
+      spdlog::info("block {} evicted from {} not written to {}: {} ({} similar since)", block->hash().hex(),
+                   tiers_[from]->name(), tiers_[admission_tier_]->name(), last.message(), *n);
+    }
+    return;
+  }
   metrics_.dropped_lower_tier_refused.inc();
   if (auto n = drop_log_.admit()) {
     spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)", block->hash().hex(),
@@ -132,6 +144,11 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
   return out;
 }
 
+void TieredCache::set_admission(size_t tier, std::unique_ptr<AdmissionPolicy> policy) {
+  admission_tier_ = tier;
+  admission_ = std::move(policy);
+}
+
 Tier::Presence TieredCache::presence(const BlockRequest& request) const {
   for (const auto& t : tiers_) {
     if (t->remote()) continue;
@@ -142,6 +159,7 @@ Tier::Presence TieredCache::presence(const BlockRequest& request) const {
 }
 
 Result<InsertOutcome> TieredCache::insert(BlockRef block) {
+  if (admission_) admission_->used(block->hash());
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (tiers_[t]->remote()) continue;  // never a network round trip per block
@@ -268,6 +286,7 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
       if (auto slot = top.device_slot(keys[i].hash)) e.device_slot = *slot;
     }
     metrics_.fetched_blocks[t].inc();
+    if (admission_) admission_->used(keys[i].hash);
     out.entries_.push_back(std::move(e));
   }
   // Pins taken past the point where the prefix broke are given back.
@@ -318,6 +337,8 @@ void TieredCache::visit_metrics(MetricVisitor& v) const {
             metrics_.dropped_lower_tier_refused.value());
   v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "no_room"}},
             metrics_.dropped_no_room.value());
+  v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "not_admitted"}},
+            metrics_.dropped_not_admitted.value());
   for (const auto& t : tiers_) t->visit_metrics(v);
 }
 

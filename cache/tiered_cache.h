@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "cache/cache_metrics.h"
 #include "cache/prefix_hasher.h"
+#include "tiers/policy/admission_policy.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -65,6 +66,9 @@ class TieredCache {
   ~TieredCache();
 
   const std::vector<std::shared_ptr<Tier>>& tiers() const { return tiers_; }
+  // Blocks evicted into tier `tier` (the SSD) must pass `policy` first; it hears of every use
+  // (publish, fetch). Call before the cache is shared between threads.
+  void set_admission(size_t tier, std::unique_ptr<AdmissionPolicy> policy);
 
   // The longest prefix of full blocks present in any tier; stops at the first missing block.
   LookupResult lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
@@ -104,6 +108,9 @@ class TieredCache {
 
   std::vector<std::shared_ptr<Tier>> tiers_;
   CacheMetrics metrics_;
+  std::unique_ptr<AdmissionPolicy> admission_;
+  size_t admission_tier_ = SIZE_MAX;
+  LogThrottle admission_log_;
   LogThrottle drop_log_;
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;

@@ -105,6 +105,8 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
                             format_byte_size(block) + " each)");
   }
   c.ram.capacity_bytes = o.ram_capacity;
+  c.ram.eviction = o.eviction;
+  c.ssd_admission = o.ssd_admission;
   if (o.kv_cache_quantization) {
     if (*o.kv_cache_quantization != 8 && *o.kv_cache_quantization != 4) {
       return invalid_argument("kv_cache_quantization must be 8 or 4 (bits), got " +

@@ -30,6 +30,8 @@ struct EmbeddedCacheOptions {
   std::string ns = "default";         // the namespace, as kvtierd's API names it (the model id)
   std::string hash = "sha256";        // or "xxh3"; must match the server's to share blocks
   uint64_t ram_capacity = 1ull << 30;
+  std::string eviction = "chain-lru";  // the RAM tier's policy: chain-lru, lru, s3fifo, s3fifo-chain
+  std::string ssd_admission = "all";   // which blocks leaving RAM reach the SSD: all, seen-twice
   std::optional<int> kv_cache_quantization;  // 8 or 4: keep blocks quantized in RAM (group 64)
   std::string ssd_dir;                       // empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;

@@ -22,6 +22,8 @@ struct RawFlags {
   int port = 8417;
   std::string layout = "llama-3-8b";
   std::string ram_capacity = "4G";
+  std::string eviction = "chain-lru";
+  std::string ssd_admission = "all";
   std::string ssd_cache_dir;
   std::string ssd_capacity = "64G";
   std::string ssd_segment_size = "256M";
@@ -48,6 +50,12 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "KV layout: a preset (llama-3-8b, qwen3-0.6b, tiny) or a layout JSON file")
       ->capture_default_str();
   app.add_option("--ram-capacity", f.ram_capacity, "Host RAM tier size, e.g. 512M, 8G")
+      ->capture_default_str();
+  app.add_option("--eviction", f.eviction,
+                 "RAM tier eviction: chain-lru (LRU, leaves and orphans first), lru, s3fifo or s3fifo-chain")
+      ->capture_default_str();
+  app.add_option("--ssd-admission", f.ssd_admission,
+                 "Which blocks leaving RAM are written to the SSD: all, or seen-twice (used at least twice)")
       ->capture_default_str();
   app.add_option("--ssd-cache-dir", f.ssd_cache_dir,
                  "Directory of the SSD tier; turns the SSD tier on (without it there is none)");
@@ -141,6 +149,12 @@ Result<ServerOptions> resolve(const RawFlags& f) {
                             " holds fewer than two blocks of this layout (" + format_byte_size(block) +
                             " each)");
   }
+  if (auto p = make_eviction_policy(f.eviction); !p.ok()) return invalid_argument("--eviction: " + p.status().message());
+  o.eviction = f.eviction;
+  if (auto a = make_admission_policy(f.ssd_admission); !a.ok()) {
+    return invalid_argument("--ssd-admission: " + a.status().message());
+  }
+  o.ssd_admission = f.ssd_admission;
   o.ssd_cache_dir = f.ssd_cache_dir;
   if (!o.ssd_cache_dir.empty() && o.ssd_capacity < 2 * o.ssd_segment_size) {
     return invalid_argument("--ssd-capacity: must hold at least two segments of " +
@@ -225,6 +239,8 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
   c.layout = o.resolved_layout;
   c.gpu_pool.byte_budget = o.gpu_memory;
   c.ram.capacity_bytes = o.ram_capacity;
+  c.ram.eviction = o.eviction;
+  c.ssd_admission = o.ssd_admission;
   if (o.kv_cache_quantization) c.ram.quantization = Quantization{*o.kv_cache_quantization, 64};
   if (!o.ssd_cache_dir.empty()) {
     SsdTierOptions s;

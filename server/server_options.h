@@ -21,6 +21,8 @@ struct ServerOptions {
   int port = 8417;
   std::string layout = "llama-3-8b";  // a preset name or a KvLayout JSON file
   uint64_t ram_capacity = 4ull << 30;
+  std::string eviction = "chain-lru";  // the RAM tier's policy (tiers/policy)
+  std::string ssd_admission = "all";   // which blocks leaving RAM are written to the SSD
   std::string ssd_cache_dir;          // empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;
   uint64_t ssd_segment_size = 256ull << 20;

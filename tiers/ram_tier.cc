@@ -1,12 +1,19 @@
 #include "tiers/ram_tier.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "base/byte_size.h"
 
 namespace kvtier {
 
-RamTier::RamTier(RamTierOptions options) : options_(std::move(options)) {}
+RamTier::RamTier(RamTierOptions options) : options_(std::move(options)) {
+  auto policy = make_eviction_policy(options_.eviction);
+  assert(policy.ok() && "RamTierOptions::eviction names no policy");
+  policy_ = std::move(policy).value();
+}
+
+std::string_view RamTier::eviction_policy() const { return policy_->name(); }
 
 Result<InsertOutcome> RamTier::insert(BlockRef block) {
   if (contains(block->hash())) {
@@ -41,38 +48,52 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       metrics_.duplicate_inserts.inc();
       return InsertOutcome::kAlreadyPresent;
     }
-    // Evict least recently used unpinned blocks until the new one fits; give up (changing
-    // nothing) when pinned blocks leave no room.
-    uint64_t evictable = 0;
-    for (auto it = lru_.begin(); it != lru_.end() && used_ + bytes - evictable > options_.capacity_bytes; ++it) {
-      evictable += index_.at(*it).bytes;
-    }
-    if (used_ + bytes - evictable > options_.capacity_bytes) {
+    // Evict the policy's victims until the new one fits; give up (changing nothing) when pinned
+    // blocks leave no room.
+    if (used_ + bytes - unpinned_bytes_ > options_.capacity_bytes) {
       metrics_.rejected_no_room.inc();
       return resource_exhausted(options_.name + " tier: no room for a " +
                                 format_byte_size(bytes) + " block: " +
                                 format_byte_size(used_) + " held, the rest pinned");
     }
     while (used_ + bytes > options_.capacity_bytes) {
-      auto victim = index_.find(lru_.front());
+      const std::optional<BlockHash> v = policy_->victim();
+      assert(v && "unpinned bytes suffice, so the policy has a victim");
+      auto victim = index_.find(*v);
+      policy_->removed(*v);
       used_ -= victim->second.bytes;
+      unpinned_bytes_ -= victim->second.bytes;
       victims.push_back(std::move(victim->second.block));
-      lru_.pop_front();
       index_.erase(victim);
       metrics_.evictions.inc();
     }
-    Entry e;
-    e.block = std::move(block);
-    e.bytes = bytes;
-    e.lru_pos = lru_.insert(lru_.end(), e.block->hash());
-    index_.emplace(e.block->hash(), std::move(e));
+    const BlockHash hash = block->hash();
+    policy_->inserted(hash, block->identity().parent_hash, bytes);
+    index_.emplace(hash, Entry{std::move(block), bytes, 0});
     used_ += bytes;
+    unpinned_bytes_ += bytes;
+    demote_orphans_locked(victims);
     metrics_.used_bytes.set(static_cast<int64_t>(used_));
     metrics_.blocks.set(static_cast<int64_t>(index_.size()));
   }
   metrics_.inserts.inc();
   evict_to_sink(victims);
   return InsertOutcome::kInserted;
+}
+
+void RamTier::demote_orphans_locked(std::vector<BlockRef>& victims) {
+  while (const std::optional<BlockHash> o = policy_->orphan()) {
+    auto it = index_.find(*o);
+    policy_->removed(*o);
+    used_ -= it->second.bytes;
+    unpinned_bytes_ -= it->second.bytes;
+    victims.push_back(std::move(it->second.block));
+    index_.erase(it);
+    metrics_.evictions.inc();
+    metrics_.orphans_demoted.inc();
+  }
+  metrics_.used_bytes.set(static_cast<int64_t>(used_));
+  metrics_.blocks.set(static_cast<int64_t>(index_.size()));
 }
 
 bool RamTier::contains(const BlockHash& hash) const {
@@ -97,17 +118,28 @@ Result<BlockRef> RamTier::read(const BlockRequest& request) {
     metrics_.misses.inc();
     return not_found(options_.name + " tier: block " + request.hash.hex() + " not held");
   }
-  if (it->second.pins == 0) lru_.splice(lru_.end(), lru_, it->second.lru_pos);
+  policy_->accessed(request.hash);
   metrics_.hits.inc();
   return it->second.block;
 }
 
 bool RamTier::erase(const BlockHash& hash) {
   BlockRef dropped;  // released after the lock
-  std::lock_guard lock(mu_);
+  std::vector<BlockRef> orphans;
+  {
+    std::lock_guard lock(mu_);
+    if (!erase_locked(hash, dropped)) return false;
+    demote_orphans_locked(orphans);
+  }
+  evict_to_sink(orphans);
+  return true;
+}
+
+bool RamTier::erase_locked(const BlockHash& hash, BlockRef& dropped) {
   auto it = index_.find(hash);
   if (it == index_.end()) return false;
-  if (it->second.pins == 0) lru_.erase(it->second.lru_pos);
+  policy_->removed(hash);
+  if (it->second.pins == 0) unpinned_bytes_ -= it->second.bytes;
   else metrics_.pinned_blocks.add(-1);
   used_ -= it->second.bytes;
   dropped = std::move(it->second.block);
@@ -122,7 +154,8 @@ bool RamTier::pin(const BlockHash& hash) {
   auto it = index_.find(hash);
   if (it == index_.end()) return false;
   if (it->second.pins++ == 0) {
-    lru_.erase(it->second.lru_pos);
+    policy_->pinned(hash);
+    unpinned_bytes_ -= it->second.bytes;
     metrics_.pinned_blocks.add(1);
   }
   return true;
@@ -133,7 +166,8 @@ void RamTier::unpin(const BlockHash& hash) {
   auto it = index_.find(hash);
   if (it == index_.end() || it->second.pins == 0) return;
   if (--it->second.pins == 0) {
-    it->second.lru_pos = lru_.insert(lru_.end(), hash);  // just used: most recent
+    policy_->unpinned(hash);
+    unpinned_bytes_ += it->second.bytes;
     metrics_.pinned_blocks.add(-1);
   }
 }
@@ -148,19 +182,18 @@ size_t RamTier::block_count() const {
   return index_.size();
 }
 
-std::vector<BlockHash> RamTier::lru_order() const {
+size_t RamTier::unpinned_count() const {
   std::lock_guard lock(mu_);
-  return {lru_.begin(), lru_.end()};
+  size_t n = 0;
+  for (const auto& [h, e] : index_) n += e.pins == 0;
+  return n;
 }
 
 std::vector<BlockRef> RamTier::blocks() const {
   std::lock_guard lock(mu_);
   std::vector<BlockRef> out;
   out.reserve(index_.size());
-  for (const BlockHash& h : lru_) out.push_back(index_.at(h).block);
-  for (const auto& [h, e] : index_) {
-    if (e.pins > 0) out.push_back(e.block);
-  }
+  for (const auto& [h, e] : index_) out.push_back(e.block);
   return out;
 }
 
@@ -179,6 +212,8 @@ void RamTier::visit_metrics(MetricVisitor& v) const {
             metrics_.quantized_inserts.value());
   v.counter("kvtier_ram_quantize_skipped_total", "Blocks kept dense (non-finite values)", t,
             metrics_.quantize_skipped.value());
+  v.counter("kvtier_ram_orphans_demoted_total", "Blocks handed down because their parent had left (chain-aware policies)",
+            t, metrics_.orphans_demoted.value());
   v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(metrics_.used_bytes.value()));
   v.gauge("kvtier_tier_capacity_bytes", "Capacity", t, static_cast<double>(options_.capacity_bytes));
   v.gauge("kvtier_tier_blocks", "Blocks held", t, static_cast<double>(metrics_.blocks.value()));

@@ -1,15 +1,17 @@
-// RamTier: blocks in host memory, bounded by bytes, least recently used evicted first (to the
-// eviction sink, normally the SSD tier). Optionally keeps blocks affine-quantized (8 or 4 bits,
-// lossy, off by default) to hold 2-4x more; quantized blocks are dequantized before they leave for
-// SSD (by the SSD tier, on the evicting thread).
+// RamTier: blocks in host memory, bounded by bytes; when full, the eviction policy's victims go to
+// the eviction sink (normally the SSD tier). The policy is one of tiers/policy (chain-lru by
+// default: least recently used, leaves of chains first). Optionally keeps blocks affine-quantized
+// (8 or 4 bits, lossy, off by default) to hold 2-4x more; quantized blocks are dequantized before
+// they leave for SSD (by the SSD tier, on the evicting thread).
 #pragma once
 
-#include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 
 #include "base/log.h"
+#include "tiers/policy/eviction_policy.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -19,6 +21,8 @@ struct RamTierOptions {
   // When set, dense blocks are quantized on insert. Blocks holding inf/NaN stay dense (counted).
   std::optional<Quantization> quantization;
   std::string name = "ram";  // distinguishes several RAM tiers in metrics
+  // A name make_eviction_policy() knows (the caller checks it: the tier asserts).
+  std::string eviction = "chain-lru";
 };
 
 struct RamTierMetrics {
@@ -30,12 +34,13 @@ struct RamTierMetrics {
   Counter misses;
   Counter quantized_inserts;
   Counter quantize_skipped;   // blocks with non-finite values, kept dense
+  Counter orphans_demoted;    // handed down because their parent had left (chain-aware policies)
   Gauge used_bytes;
   Gauge blocks;
   Gauge pinned_blocks;
 };
 
-// Thread-safe. One mutex guards the index and the LRU list; it is never held while block data is
+// Thread-safe. One mutex guards the index and the policy; it is never held while block data is
 // touched (blocks are immutable and shared) or while evicted blocks are handed down.
 class RamTier final : public Tier {
  public:
@@ -55,25 +60,29 @@ class RamTier final : public Tier {
   void visit_metrics(MetricVisitor& visitor) const override;
 
   const RamTierMetrics& metrics() const { return metrics_; }
-  // Hashes from least to most recently used (unpinned only), for tests and debugging.
-  std::vector<BlockHash> lru_order() const;
-  // Every block held, pinned or not, least recently used first (pinned ones last). For shutdown,
-  // which writes what only RAM holds down to the SSD.
+  std::string_view eviction_policy() const;
+  // Hashes of the unpinned blocks, for tests and debugging.
+  size_t unpinned_count() const;
+  // Every block held, pinned or not. For shutdown, which writes what only RAM holds to the SSD.
   std::vector<BlockRef> blocks() const;
 
  private:
+  // Hands every orphan the policy names to `victims` (caller holds mu_ and gives them to the sink).
+  void demote_orphans_locked(std::vector<BlockRef>& victims);
+  bool erase_locked(const BlockHash& hash, BlockRef& dropped);
+
   struct Entry {
     BlockRef block;
     uint64_t bytes = 0;
     int pins = 0;
-    std::list<BlockHash>::iterator lru_pos;  // valid only while pins == 0
   };
 
   const RamTierOptions options_;
-  mutable std::mutex mu_;  // guards index_, lru_, used_
+  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_
   std::unordered_map<BlockHash, Entry> index_;
-  std::list<BlockHash> lru_;  // unpinned entries, least recently used first
+  std::unique_ptr<EvictionPolicy> policy_;
   uint64_t used_ = 0;
+  uint64_t unpinned_bytes_ = 0;  // what eviction could free
   RamTierMetrics metrics_;
   LogThrottle quantize_skip_log_;
 };

@@ -113,6 +113,8 @@ class Cache:
     gpu_memory: a GPU tier (Vulkan) of this size on top. remote: "redis://[user:password@]host:port[,...]",
         a Redis Cluster shared with other hosts (kvtierd's --remote). namespace and hash must match kvtierd's
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
+    eviction: the RAM tier's policy — chain-lru (LRU, leaves and orphans of chains first), lru,
+        s3fifo, s3fifo-chain. ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
 
     Every method may be called from several threads; the GIL is released while kvtier hashes,
@@ -132,6 +134,8 @@ class Cache:
         namespace: str = "default",
         hash: str = "sha256",
         kv_cache_quantization: Optional[int] = None,
+        eviction: str = "chain-lru",
+        ssd_admission: str = "all",
         compression: str = "none",
         ssd_reset: bool = False,
         persist_on_close: bool = True,
@@ -149,6 +153,8 @@ class Cache:
             "ssd_capacity": parse_size(ssd_capacity),
             "ssd_segment_size": parse_size(ssd_segment_size),
             "compression": compression,
+            "eviction": eviction,
+            "ssd_admission": ssd_admission,
             "ssd_reset": bool(ssd_reset),
             "persist_on_close": bool(persist_on_close),
             "close_timeout": float(close_timeout),

@@ -199,7 +199,8 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   EmbeddedCacheOptions o;
   static const char* kKeys[] = {"layout", "namespace", "hash", "ram_capacity", "kv_cache_quantization",
                                 "ssd_dir", "ssd_capacity", "ssd_segment_size", "compression",
-                                "ssd_reset", "gpu_memory", "remote", "persist_on_close", "close_timeout"};
+                                "ssd_reset", "gpu_memory", "remote", "persist_on_close", "close_timeout",
+                                "eviction", "ssd_admission"};
   for (auto item : d) {
     const std::string key = item.first.cast<std::string>();
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
@@ -219,6 +220,8 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   if (auto v = get("ssd_reset"); !v.is_none()) o.ssd_reset = v.cast<bool>();
   if (auto v = get("gpu_memory"); !v.is_none()) o.gpu_memory = v.cast<uint64_t>();
   if (auto v = get("remote"); !v.is_none()) o.remote = v.cast<std::string>();
+  if (auto v = get("eviction"); !v.is_none()) o.eviction = v.cast<std::string>();
+  if (auto v = get("ssd_admission"); !v.is_none()) o.ssd_admission = v.cast<std::string>();
   if (auto v = get("persist_on_close"); !v.is_none()) o.persist_on_close = v.cast<bool>();
   if (auto v = get("close_timeout"); !v.is_none()) {
     o.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(v.cast<double>() * 1000));

@@ -1,0 +1,46 @@
+// EvictionPolicy: the order in which a byte-bounded tier gives its blocks up. The tier tells the
+// policy what happens to its blocks (inserted, accessed, pinned, unpinned, removed) and asks it
+// for the next victim; the policy never sees block bytes. A prefix cache has a shape LRU ignores:
+// a block is useless once its parent is gone (lookups stop at the first missing block), and one
+// long one-off prompt touches many blocks once. The policies here differ in how they use that.
+// Not thread-safe: the tier calls its policy under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "serialize/block_hash.h"
+
+namespace kvtier {
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual std::string_view name() const = 0;
+
+  // A block entered the tier, unpinned. `parent` is its chain parent (a namespace root for a
+  // prompt's first block, which is never resident).
+  virtual void inserted(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) = 0;
+  // The block was read (a hit).
+  virtual void accessed(const BlockHash& hash) = 0;
+  // While pinned a block is never a victim; pins do not nest here (the tier counts them).
+  virtual void pinned(const BlockHash& hash) = 0;
+  virtual void unpinned(const BlockHash& hash) = 0;
+  // The block left the tier (a victim the tier evicted, or an erase).
+  virtual void removed(const BlockHash& hash) = 0;
+  // The block to evict next, or nullopt when every block is pinned. The tier then removes it.
+  virtual std::optional<BlockHash> victim() = 0;
+  // For a chain-aware policy: an unpinned orphan (a block whose parent the tier gave up), which
+  // the tier hands down at once instead of keeping a block no lookup reaches through it.
+  virtual std::optional<BlockHash> orphan() { return std::nullopt; }
+};
+
+// "lru", "chain-lru", "s3fifo", "s3fifo-chain" (see policy_names()).
+Result<std::unique_ptr<EvictionPolicy>> make_eviction_policy(std::string_view name);
+std::vector<std::string_view> eviction_policy_names();
+
+}  // namespace kvtier
