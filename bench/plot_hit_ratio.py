@@ -29,7 +29,7 @@ def main():
         if config not in configs:
             configs.append(config)
         data[(trace, config)] = (float(row[c["RAM %"]]), float(row[c["SSD %"]]), float(row[c["Belady %"]]))
-    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(traces), 4.8))
+    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(traces), 5.4))
     width = 0.8 / len(configs)
     colors = plt.get_cmap("tab10")
     for t, trace in enumerate(traces):
@@ -48,7 +48,7 @@ def main():
     ax.set_ylabel("prompt tokens served from the cache (%)\nsolid: RAM, light: SSD")
     ax.set_ylim(0, 100)
     ax.set_title(report["title"], fontsize=9)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print("wrote", out)
