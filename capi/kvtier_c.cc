@@ -98,6 +98,13 @@ kvtier_status set_option(kvtier_options* options, Setter&& set) {
   });
 }
 
+kvtier_status set_bytes(kvtier_options* options, uint64_t value, uint64_t kvtier::EmbeddedCacheOptions::*field) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    o.*field = value;
+    return KVTIER_OK;
+  });
+}
+
 kvtier_status set_string(kvtier_options* options, const char* value, std::string kvtier::EmbeddedCacheOptions::*field,
                          const char* name) {
   return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
@@ -153,22 +160,13 @@ kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url
   return set_string(options, url, &kvtier::EmbeddedCacheOptions::remote, "remote");
 }
 kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes) {
-  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
-    o.ram_capacity = bytes;
-    return KVTIER_OK;
-  });
+  return set_bytes(options, bytes, &kvtier::EmbeddedCacheOptions::ram_capacity);
 }
 kvtier_status kvtier_options_set_ssd_capacity(kvtier_options* options, uint64_t bytes) {
-  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
-    o.ssd_capacity = bytes;
-    return KVTIER_OK;
-  });
+  return set_bytes(options, bytes, &kvtier::EmbeddedCacheOptions::ssd_capacity);
 }
 kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint64_t bytes) {
-  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
-    o.ssd_segment_size = bytes;
-    return KVTIER_OK;
-  });
+  return set_bytes(options, bytes, &kvtier::EmbeddedCacheOptions::ssd_segment_size);
 }
 kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, int bits) {
   return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
@@ -179,10 +177,7 @@ kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, 
   });
 }
 kvtier_status kvtier_options_set_gpu_memory(kvtier_options* options, uint64_t bytes) {
-  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
-    o.gpu_memory = bytes;
-    return KVTIER_OK;
-  });
+  return set_bytes(options, bytes, &kvtier::EmbeddedCacheOptions::gpu_memory);
 }
 kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist) {
   return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {

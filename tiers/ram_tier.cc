@@ -59,13 +59,7 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
     while (used_ + bytes > options_.capacity_bytes) {
       const std::optional<BlockHash> v = policy_->victim();
       assert(v && "unpinned bytes suffice, so the policy has a victim");
-      auto victim = index_.find(*v);
-      policy_->removed(*v);
-      used_ -= victim->second.bytes;
-      unpinned_bytes_ -= victim->second.bytes;
-      victims.push_back(std::move(victim->second.block));
-      index_.erase(victim);
-      metrics_.evictions.inc();
+      evict_locked(*v, victims);
     }
     const BlockHash hash = block->hash();
     policy_->inserted(hash, block->identity().parent_hash, bytes);
@@ -81,15 +75,19 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
   return InsertOutcome::kInserted;
 }
 
+void RamTier::evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims) {
+  auto it = index_.find(hash);
+  policy_->removed(hash);
+  used_ -= it->second.bytes;
+  unpinned_bytes_ -= it->second.bytes;
+  victims.push_back(std::move(it->second.block));
+  index_.erase(it);
+  metrics_.evictions.inc();
+}
+
 void RamTier::demote_orphans_locked(std::vector<BlockRef>& victims) {
   while (const std::optional<BlockHash> o = policy_->orphan()) {
-    auto it = index_.find(*o);
-    policy_->removed(*o);
-    used_ -= it->second.bytes;
-    unpinned_bytes_ -= it->second.bytes;
-    victims.push_back(std::move(it->second.block));
-    index_.erase(it);
-    metrics_.evictions.inc();
+    evict_locked(*o, victims);
     metrics_.orphans_demoted.inc();
   }
   metrics_.used_bytes.set(static_cast<int64_t>(used_));

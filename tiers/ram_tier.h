@@ -67,6 +67,8 @@ class RamTier final : public Tier {
   std::vector<BlockRef> blocks() const;
 
  private:
+  // Takes an unpinned block out for the sink (caller holds mu_ and hands `victims` down).
+  void evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims);
   // Hands every orphan the policy names to `victims` (caller holds mu_ and gives them to the sink).
   void demote_orphans_locked(std::vector<BlockRef>& victims);
   bool erase_locked(const BlockHash& hash, BlockRef& dropped);

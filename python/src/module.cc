@@ -149,23 +149,15 @@ class PyCache {
 
   py::tuple save_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
                         const std::vector<std::string>& extra, bool bf16_words) {
-    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    const std::vector<int64_t> block_ids = import_ids(ids);
-    ImportedLayers ks = import_layers(k, {bf16_words}, "k_cache");
-    ImportedLayers vs = import_layers(v, {bf16_words}, "v_cache");
-    const std::vector<LayerKv> paged = pair_layers(ks, vs);
-    SaveReport r = call([&] { return cache_->save_blocks(t, block_ids, paged, extra); });
+    PagedCall c(tokens, ids, k, v, bf16_words);
+    SaveReport r = call([&] { return cache_->save_blocks(c.tokens, c.block_ids, c.paged, extra); });
     return py::make_tuple(r.stored, r.already_cached, r.refused);
   }
 
   size_t load_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
                      const std::vector<std::string>& extra, bool bf16_words) {
-    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    const std::vector<int64_t> block_ids = import_ids(ids);
-    ImportedLayers ks = import_layers(k, {bf16_words}, "k_cache");
-    ImportedLayers vs = import_layers(v, {bf16_words}, "v_cache");
-    const std::vector<LayerKv> paged = pair_layers(ks, vs);
-    return call([&] { return cache_->load_blocks(t, block_ids, paged, extra); });
+    PagedCall c(tokens, ids, k, v, bf16_words);
+    return call([&] { return cache_->load_blocks(c.tokens, c.block_ids, c.paged, extra); });
   }
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
@@ -182,15 +174,24 @@ class PyCache {
   }
 
  private:
-  static std::vector<LayerKv> pair_layers(const ImportedLayers& k, const ImportedLayers& v) {
-    if (k.layers.size() != v.layers.size()) {
-      throw py::value_error("k_cache has " + std::to_string(k.layers.size()) + " layers, v_cache " +
-                            std::to_string(v.layers.size()));
+  // The arguments of save_blocks and load_blocks, imported (the tensors' owners kept alive).
+  struct PagedCall {
+    PagedCall(py::handle t, py::handle ids, py::handle k, py::handle v, bool bf16_words)
+        : tokens(import_tokens(t, "tokens")),
+          block_ids(import_ids(ids)),
+          ks(import_layers(k, {bf16_words}, "k_cache")),
+          vs(import_layers(v, {bf16_words}, "v_cache")) {
+      if (ks.layers.size() != vs.layers.size()) {
+        throw py::value_error("k_cache has " + std::to_string(ks.layers.size()) + " layers, v_cache " +
+                              std::to_string(vs.layers.size()));
+      }
+      for (size_t l = 0; l < ks.layers.size(); ++l) paged.push_back({ks.layers[l], vs.layers[l]});
     }
-    std::vector<LayerKv> out(k.layers.size());
-    for (size_t l = 0; l < out.size(); ++l) out[l] = {k.layers[l], v.layers[l]};
-    return out;
-  }
+    std::vector<uint32_t> tokens;
+    std::vector<int64_t> block_ids;
+    ImportedLayers ks, vs;
+    std::vector<LayerKv> paged;
+  };
 
   std::unique_ptr<EmbeddedCache> cache_;
 };
