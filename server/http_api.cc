@@ -244,18 +244,18 @@ void HttpApi::add_routes() {
                      {"hash", hash_algorithm_name(service_.hash_algorithm())},
                      {"block_bytes", l.dense_block_bytes()}});
         }));
-  s.Post("/v1/lookup", timed("lookup", [this](const httplib::Request& req, httplib::Response& res) {
-           auto r = parse_prompt_request(req.body);
-           auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
-           if (!reply.ok()) return send_error(res, reply.status());
-           send_json(res, 200, to_json(*reply));
-         }));
-  s.Post("/v1/prefetch", timed("prefetch", [this](const httplib::Request& req, httplib::Response& res) {
-           auto r = parse_prompt_request(req.body);
-           auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
-           if (!reply.ok()) return send_error(res, reply.status());
-           send_json(res, 200, to_json(*reply));
-         }));
+  post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    auto r = parse_prompt_request(body);
+    auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
+    if (!reply.ok()) return send_error(res, reply.status());
+    send_json(res, 200, to_json(*reply));
+  });
+  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    auto r = parse_prompt_request(body);
+    auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
+    if (!reply.ok()) return send_error(res, reply.status());
+    send_json(res, 200, to_json(*reply));
+  });
   // PUT reads the body straight into the buffer the stored block will keep (no string growth,
   // no copy of the KV on the way in).
   Histogram* put_latency = latency_.emplace("put_block", std::make_unique<Histogram>()).first->second.get();
@@ -282,10 +282,11 @@ void HttpApi::add_routes() {
            }));
   // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
   // of block document; length 0 is a miss (a document is never empty).
-  s.Post("/v1/blocks:batchGet", timed("batch_get", [this](const httplib::Request& req, httplib::Response& res) {
+  post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request&, const std::string& req_body,
+                                                        httplib::Response& res) {
            const size_t max_hashes = static_cast<size_t>(std::clamp<uint64_t>(
                kMaxBatchBytes / service_.layout().dense_block_bytes(), 1, kMaxBatchHashes));
-           auto r = parse_batch_get_request(req.body, max_hashes);
+           auto r = parse_batch_get_request(req_body, max_hashes);
            if (!r.ok()) return send_error(res, r.status());
            auto docs = service_.batch_get(r->hashes, r->ns);
            auto body = std::make_shared<BodyPieces>();
@@ -300,7 +301,27 @@ void HttpApi::add_routes() {
            }
            res.set_header("X-Kvtier-Found", std::to_string(found));
            send_pieces(res, std::move(body), "application/x-kvtier-blocks");
-         }));
+         });
+}
+
+void HttpApi::post_json(const std::string& pattern, const char* route, JsonHandler handler) {
+  Histogram* h = latency_.emplace(route, std::make_unique<Histogram>()).first->second.get();
+  server_->Post(pattern, [h, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                                            const httplib::ContentReader& read) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (req.is_multipart_form_data()) {
+      res.set_header("Connection", "close");  // the body was not read
+      return send_json(res, 415, error_json("unsupported_media_type", "send the request as a JSON body "
+                                                                      "(Content-Type: application/json)"));
+    }
+    std::string body;
+    read([&](const char* data, size_t n) {
+      body.append(data, n);
+      return true;  // the server's payload limit bounds it
+    });
+    handler(req, body, res);
+    h->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
 }
 
 void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {

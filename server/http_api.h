@@ -47,6 +47,10 @@ class HttpApi {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void add_routes();
   Handler timed(const char* route, Handler handler);
+  // A POST route whose body is JSON, read whatever Content-Type the client sent: `curl -d` says
+  // form-urlencoded, and Debian's cpp-httplib would cap such a body at 8 KiB (a 413).
+  using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+  void post_json(const std::string& pattern, const char* route, JsonHandler handler);
   void put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read);
   bool authorized(const httplib::Request& req) const;
   void count(const httplib::Request& req, int status);

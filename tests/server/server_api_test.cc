@@ -206,6 +206,21 @@ TEST_F(ServerApiTest, BadRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+TEST_F(ServerApiTest, JsonRoutesTakeJsonWhateverTheContentTypeSays) {
+  // `curl -d` sends application/x-www-form-urlencoded; a 128k-token lookup is ~900 KB of JSON.
+  auto server = start({"--layout", "tiny"});
+  KvtierClient c("127.0.0.1", server->port());
+  nlohmann::json body{{"namespace", "curl"}, {"tokens", testing::prompt(9, 128 * 1024)}};
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", ""}) {
+    const HttpReply r = c.raw("POST", "/v1/lookup", body.dump(), type);
+    EXPECT_EQ(r.status, 200) << type << ": " << r.body;
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << type;
+    EXPECT_EQ(j["matched_tokens"], 0);
+    EXPECT_EQ(j["missing"].size(), 8192u);
+  }
+}
+
 TEST_F(ServerApiTest, ConcurrentPutsOfOneBlockStoreItOnce) {
   auto server = start({"--layout", "tiny"});
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(4, 16));
