@@ -29,7 +29,7 @@
 #include "bench/harness/bench_report.h"
 #include "cache/prefix_hasher.h"
 #include "tests/support/test_blocks.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 using namespace kvtier;
 using namespace kvtier::bench;

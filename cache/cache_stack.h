@@ -14,9 +14,9 @@
 #include "serialize/layout_registry.h"
 #include "tiers/gpu_tier.h"
 #include "tiers/ram_tier.h"
-#include "tiers/ssd_options.h"
+#include "tiers/ssd/ssd_options.h"
 #include "tiers/remote/remote_tier.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 namespace kvtier {
 

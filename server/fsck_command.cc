@@ -7,7 +7,7 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "tiers/ssd_fsck.h"
+#include "tiers/ssd/ssd_fsck.h"
 
 namespace kvtier {
 

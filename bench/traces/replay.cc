@@ -6,7 +6,7 @@
 
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/ssd_state.h"
 
 namespace kvtier::bench {
 namespace {

@@ -15,7 +15,7 @@ for f in bin/kvtierd bin/kvtier bin/kvtier-fsck lib/libkvtier.so include/kvtier.
   [[ -e $prefix/$f ]] || { echo "missing after install: $f"; exit 1; }
 done
 # Internal headers stay out of the install.
-if [[ -e $prefix/include/kvtier/tiers/ssd_tier.h || -e $prefix/include/kvtier/cache/tiered_cache.h ]]; then
+if [[ -e $prefix/include/kvtier/tiers/ssd/ssd_tier.h || -e $prefix/include/kvtier/cache/tiered_cache.h ]]; then
   echo "internal headers were installed"; exit 1
 fi
 

@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "tests/tiers/ssd_crash_driver.h"
 #include "tests/tiers/ssd_test_env.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 using namespace kvtier;
 

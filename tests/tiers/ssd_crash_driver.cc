@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "tests/tiers/ssd_test_env.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 #include "serialize/kv_layout.h"
-#include "tiers/ssd_options.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier::testing {
 

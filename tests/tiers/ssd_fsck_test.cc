@@ -1,4 +1,4 @@
-#include "tiers/ssd_fsck.h"
+#include "tiers/ssd/ssd_fsck.h"
 
 #include <fcntl.h>
 #include <unistd.h>

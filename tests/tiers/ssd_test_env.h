@@ -13,7 +13,7 @@
 #include "cache/prefix_hasher.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 namespace kvtier::testing {
 

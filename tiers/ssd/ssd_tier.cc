@@ -1,4 +1,4 @@
-#include "tiers/ssd_tier.h"
+#include "tiers/ssd/ssd_tier.h"
 
 #include <fcntl.h>
 #include <unistd.h>

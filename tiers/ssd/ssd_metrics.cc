@@ -1,4 +1,4 @@
-#include "tiers/ssd_metrics.h"
+#include "tiers/ssd/ssd_metrics.h"
 
 namespace kvtier {
 

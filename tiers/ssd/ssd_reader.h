@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "tiers/io_uring_ring.h"
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/io_uring_ring.h"
+#include "tiers/ssd/ssd_state.h"
 #include "tiers/tier.h"
 
 namespace kvtier {

@@ -1,4 +1,4 @@
-#include "tiers/ssd_fsck.h"
+#include "tiers/ssd/ssd_fsck.h"
 
 #include <unistd.h>
 
@@ -6,12 +6,12 @@
 #include <map>
 
 #include "base/aligned_buffer.h"
-#include "tiers/dir_lock.h"
-#include "tiers/record_check.h"
-#include "tiers/segment_file.h"
-#include "tiers/ssd_index.h"
-#include "tiers/ssd_manifest.h"
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/dir_lock.h"
+#include "tiers/ssd/record_check.h"
+#include "tiers/ssd/segment_file.h"
+#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/ssd_manifest.h"
+#include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "tiers/segment_file.h"
+#include "tiers/ssd/segment_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "tiers/io_uring_ring.h"
+#include "tiers/ssd/io_uring_ring.h"
 
 #include <cerrno>
 #include <cstring>

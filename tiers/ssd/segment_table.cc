@@ -1,4 +1,4 @@
-#include "tiers/segment_table.h"
+#include "tiers/ssd/segment_table.h"
 
 namespace kvtier {
 

@@ -19,12 +19,12 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "tiers/dir_lock.h"
-#include "tiers/spill_queue.h"
-#include "tiers/spill_writer.h"
-#include "tiers/ssd_manifest.h"
-#include "tiers/ssd_reader.h"
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/dir_lock.h"
+#include "tiers/ssd/spill_queue.h"
+#include "tiers/ssd/spill_writer.h"
+#include "tiers/ssd/ssd_manifest.h"
+#include "tiers/ssd/ssd_reader.h"
+#include "tiers/ssd/ssd_state.h"
 #include "tiers/tier.h"
 
 namespace kvtier {

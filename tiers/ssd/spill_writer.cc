@@ -1,4 +1,4 @@
-#include "tiers/spill_writer.h"
+#include "tiers/ssd/spill_writer.h"
 
 #include <unistd.h>
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include "tiers/segment_file.h"
-#include "tiers/ssd_index.h"
+#include "tiers/ssd/segment_file.h"
+#include "tiers/ssd/ssd_index.h"
 
 namespace kvtier {
 

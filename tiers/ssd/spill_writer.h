@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "serialize/frame.h"
-#include "tiers/io_uring_ring.h"
-#include "tiers/spill_queue.h"
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/io_uring_ring.h"
+#include "tiers/ssd/spill_queue.h"
+#include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {
 

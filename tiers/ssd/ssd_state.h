@@ -10,10 +10,10 @@
 
 #include "base/log.h"
 #include "serialize/layout_registry.h"
-#include "tiers/segment_table.h"
-#include "tiers/ssd_index.h"
-#include "tiers/ssd_metrics.h"
-#include "tiers/ssd_options.h"
+#include "tiers/ssd/segment_table.h"
+#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/ssd_metrics.h"
+#include "tiers/ssd/ssd_options.h"
 
 namespace kvtier {
 

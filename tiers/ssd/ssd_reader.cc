@@ -1,9 +1,9 @@
-#include "tiers/ssd_reader.h"
+#include "tiers/ssd/ssd_reader.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "tiers/record_check.h"
+#include "tiers/ssd/record_check.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "tiers/ssd_state.h"
+#include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "tiers/ssd_index.h"
+#include "tiers/ssd/ssd_index.h"
 
 #include <cstring>
 
