@@ -18,6 +18,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kUnavailable: return "Unavailable";
     case StatusCode::kConflict: return "Conflict";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
     case StatusCode::kInternal: return "Internal";
   }
   return "Unknown";
@@ -49,6 +50,7 @@ Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhauste
 Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 Status conflict(std::string m) { return {StatusCode::kConflict, std::move(m)}; }
+Status permission_denied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 Status errno_status(std::string_view what, int err) {

@@ -23,6 +23,7 @@ enum class StatusCode {
   kFailedPrecondition, // the system is not in a state that allows this (locked dir, mismatch)
   kUnavailable,        // a device or service is missing (no Vulkan device)
   kConflict,           // the same key already holds different content (hash collision)
+  kPermissionDenied,   // the caller is known but may not do this (another tenant's namespace)
   kInternal,           // a bug: an invariant broke
 };
 
@@ -62,6 +63,7 @@ Status resource_exhausted(std::string message);
 Status failed_precondition(std::string message);
 Status unavailable(std::string message);
 Status conflict(std::string message);
+Status permission_denied(std::string message);
 Status internal_error(std::string message);
 
 // Result<T> holds either a value or a non-ok Status.

@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   so.ram.capacity_bytes = (static_cast<uint64_t>(blocks) + 256 + 16) * (layout->dense_block_bytes() + 4096);
   auto stack = must(CacheStack::open(so));
   BlockService service(*stack, HashAlgorithm::kSha256);
-  HttpApi api(service, {"", 64, 0});
+  HttpApi api(service, {nullptr, 64, 0});
   const int port = must(api.bind("127.0.0.1", 0));
   std::thread server([&] { api.run(); });
   KvtierClient setup("127.0.0.1", port);

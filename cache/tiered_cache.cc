@@ -190,6 +190,9 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
       else metrics_.duplicate_inserts.inc();
       return r;
     }
+    // A namespace at its quota is refused, not diverted to a lower tier: the tenant decides what
+    // to free (the refusal is counted by the tier and answered as such).
+    if (r.status().code() == StatusCode::kNoSpace) return r.status();
     last = r.status();
   }
   metrics_.dropped_no_room.inc();

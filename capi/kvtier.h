@@ -40,7 +40,8 @@ typedef enum kvtier_status {
   KVTIER_FAILED_PRECONDITION = 7, /* the cache is closed; a directory locked by another process */
   KVTIER_UNAVAILABLE = 8,         /* no Vulkan device for a GPU tier */
   KVTIER_CONFLICT = 9,            /* another block with other tokens holds this hash */
-  KVTIER_INTERNAL = 10
+  KVTIER_INTERNAL = 10,
+  KVTIER_PERMISSION_DENIED = 11   /* not allowed to use this namespace */
 } kvtier_status;
 
 /* The message of the last call on this thread that failed ("" if none). Valid until the next

@@ -39,6 +39,7 @@ kvtier_status code_of(StatusCode c) {
     case StatusCode::kUnavailable: return KVTIER_UNAVAILABLE;
     case StatusCode::kConflict: return KVTIER_CONFLICT;
     case StatusCode::kInternal: return KVTIER_INTERNAL;
+    case StatusCode::kPermissionDenied: return KVTIER_PERMISSION_DENIED;
   }
   return KVTIER_INTERNAL;
 }
@@ -135,6 +136,7 @@ const char* kvtier_status_name(kvtier_status s) {
     case KVTIER_UNAVAILABLE: return "UNAVAILABLE";
     case KVTIER_CONFLICT: return "CONFLICT";
     case KVTIER_INTERNAL: return "INTERNAL";
+    case KVTIER_PERMISSION_DENIED: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

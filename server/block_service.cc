@@ -95,24 +95,30 @@ Result<InsertOutcome> BlockService::put(const BlockHash& hash, AlignedBuffer buf
   auto block = std::make_shared<const Block>(std::move(decoded).value());
   auto outcome = stack_.cache().insert(block);
   if (!outcome.ok()) {
-    Counter& c = outcome.status().code() == StatusCode::kConflict ? metrics_.puts_rejected_collision
-                                                                 : metrics_.puts_rejected_no_room;
-    Status st = outcome.status().code() == StatusCode::kConflict
-                    ? outcome.status()
-                    : resource_exhausted("no tier has room for the block: " + outcome.status().message());
-    return reject(c, st);
+    const StatusCode code = outcome.status().code();
+    if (code == StatusCode::kConflict) return reject(metrics_.puts_rejected_collision, outcome.status());
+    if (code == StatusCode::kNoSpace) return reject(metrics_.puts_rejected_quota, outcome.status());
+    return reject(metrics_.puts_rejected_no_room,
+                  resource_exhausted("no tier has room for the block: " + outcome.status().message()));
   }
+
   (*outcome == InsertOutcome::kInserted ? metrics_.puts_stored : metrics_.puts_duplicate).inc();
   return *outcome;
 }
 
-std::optional<BlockDocumentParts> BlockService::document_of(const PinnedBlocks::Entry& e, std::string_view ns) {
+BlockRef BlockService::block_of(const PinnedBlocks::Entry& e, std::string_view ns) {
   BlockRef block = e.block;
-  if (!block && stack_.gpu()) {  // served in place on the GPU: copy it down for the wire
+  if (!block && stack_.gpu()) {  // served in place on the GPU: copy it down
     auto r = stack_.gpu()->read({e.hash, {}});
     if (r.ok()) block = *r;
   }
-  if (!block || (!ns.empty() && block->identity().namespace_id != ns)) return std::nullopt;
+  if (!block || (!ns.empty() && block->identity().namespace_id != ns)) return nullptr;
+  return block;
+}
+
+std::optional<BlockDocumentParts> BlockService::document_of(const PinnedBlocks::Entry& e, std::string_view ns) {
+  BlockRef block = block_of(e, ns);
+  if (!block) return std::nullopt;
   if (block->any_quantized()) block = std::make_shared<const Block>(block->dequantized());
   auto header = block_document_header(*block);
   if (!header.ok()) {
@@ -152,7 +158,12 @@ std::vector<std::optional<BlockDocumentParts>> BlockService::batch_get(std::span
   return out;
 }
 
-bool BlockService::erase(const BlockHash& hash) {
+bool BlockService::erase(const BlockHash& hash, std::string_view ns) {
+  if (!ns.empty()) {  // another namespace's block must look exactly like an absent one
+    const BlockKey key{hash, {}};
+    PinnedBlocks pinned = stack_.cache().fetch(std::span(&key, 1));
+    if (pinned.size() != 1 || !block_of(pinned.entries()[0], ns)) return false;
+  }
   const bool held = stack_.cache().erase(hash);
   if (held) metrics_.deletes.inc();
   return held;
@@ -201,6 +212,8 @@ void BlockService::visit_metrics(MetricVisitor& v) const {
             metrics_.puts_rejected_collision.value());
   v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_no_room"}},
             metrics_.puts_rejected_no_room.value());
+  v.counter("kvtier_server_puts_total", put_help, {{"outcome", "rejected_quota"}},
+            metrics_.puts_rejected_quota.value());
   v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "hit"}}, metrics_.gets_hit.value());
   v.counter("kvtier_server_gets_total", "Blocks asked for by hash", {{"outcome", "miss"}}, metrics_.gets_miss.value());
   v.counter("kvtier_server_encode_failures_total", "Stored blocks that could not be encoded for a GET (served as misses)",

@@ -3,7 +3,8 @@
 // before it touches the cache: a stored block's hash must be what its parent, tokens, namespace
 // and extra keys hash to, and its layout must be the server's. Errors come back as Status codes
 // the HTTP layer maps to statuses: kInvalidArgument (malformed) 400, kFailedPrecondition
-// (well-formed but inconsistent) 422, kConflict 409, kNotFound 404, kResourceExhausted 503.
+// (well-formed but inconsistent) 422, kConflict 409, kNotFound 404, kResourceExhausted 503,
+// kPermissionDenied 403, kNoSpace (a namespace at its quota) 507.
 #pragma once
 
 #include <optional>
@@ -65,6 +66,7 @@ struct BlockServiceMetrics {
   Counter puts_rejected_inconsistent;  // wrong layout, hash or namespace
   Counter puts_rejected_collision;
   Counter puts_rejected_no_room;
+  Counter puts_rejected_quota;  // the namespace is at its RAM quota (507)
   Counter gets_hit;
   Counter gets_miss;
   Counter deletes;
@@ -94,7 +96,8 @@ class BlockService {
   // Each hash's document or nullopt for a miss, in request order; runs of present blocks are
   // fetched together (the SSD tier reads them in one batch).
   std::vector<std::optional<BlockDocumentParts>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
-  bool erase(const BlockHash& hash);
+  // With `ns` non-empty, only a block of that namespace is erased (another's is "not cached").
+  bool erase(const BlockHash& hash, std::string_view ns = {});
   // Reads the prompt's cached prefix from the SSD into RAM, ahead of a fetch.
   Result<PrefetchReply> prefetch(const PromptRequest& request);
 
@@ -105,6 +108,8 @@ class BlockService {
   PrefixHasher hasher_for(const std::string& ns) const;
   Status check_prompt(const PromptRequest& request) const;
   Status reject(Counter& counter, Status status);
+  // The entry's block (downloaded from the device tier), or nullptr when it is not of `ns`.
+  BlockRef block_of(const PinnedBlocks::Entry& entry, std::string_view ns);
   // The documents of the pinned entries (downloading device-tier blocks), namespace-checked.
   std::optional<BlockDocumentParts> document_of(const PinnedBlocks::Entry& entry, std::string_view ns);
 

@@ -2,9 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -39,6 +36,8 @@ int http_status_for(StatusCode code) {
     case StatusCode::kConflict: return 409;
     case StatusCode::kFailedPrecondition: return 422;
     case StatusCode::kResourceExhausted: return 503;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNoSpace: return 507;
     default: return 500;
   }
 }
@@ -50,6 +49,8 @@ const char* error_code_for(StatusCode code) {
     case StatusCode::kConflict: return "conflict";
     case StatusCode::kFailedPrecondition: return "failed_precondition";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kNoSpace: return "insufficient_storage";
     default: return "internal";
   }
 }
@@ -104,11 +105,6 @@ Result<BlockHash> path_hash(const httplib::Request& req) {
   return *h;
 }
 
-std::array<uint8_t, SHA256_DIGEST_LENGTH> sha256(std::string_view s) {
-  std::array<uint8_t, SHA256_DIGEST_LENGTH> d{};
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
-  return d;
-}
 
 }  // namespace
 
@@ -154,14 +150,33 @@ HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
 
 HttpApi::~HttpApi() = default;
 
-bool HttpApi::authorized(const httplib::Request& req) const {
-  if (options_.api_key.empty()) return true;
+const Tenant* HttpApi::tenant_of(const httplib::Request& req) const {
+  if (!auth_enabled()) return nullptr;
   const std::string header = req.get_header_value("Authorization");
   const std::string_view prefix = "Bearer ";
-  const std::string given = header.rfind(prefix, 0) == 0 ? header.substr(prefix.size()) : "";
-  // Digests first, so neither the key's length nor where it differs shows in the timing.
-  const auto a = sha256(given), b = sha256(options_.api_key);
-  return !given.empty() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  if (header.rfind(prefix, 0) != 0) return nullptr;
+  return options_.tenants->authenticate(std::string_view(header).substr(prefix.size()));
+}
+
+Result<std::string> HttpApi::namespace_for(const httplib::Request& req, const std::string& requested) const {
+  if (!auth_enabled()) return requested;
+  const Tenant* t = tenant_of(req);
+  if (!t) return permission_denied("unknown key");  // the pre-routing check answered 401 already
+  if (requested.empty()) {
+    if (t->admin) return requested;
+    if (auto ns = t->default_namespace()) return *ns;
+    return invalid_argument("name the namespace: this key may use several");
+  }
+  if (!t->may_use(requested)) {
+    return permission_denied("this key may not use namespace '" + requested + "'");
+  }
+  return requested;
+}
+
+Result<PromptRequest> HttpApi::scoped(const httplib::Request& req, Result<PromptRequest> request) const {
+  if (!request.ok()) return request;
+  KVTIER_ASSIGN_OR_RETURN(request->ns, namespace_for(req, request->ns));
+  return request;
 }
 
 void HttpApi::count(const httplib::Request& req, int status) {
@@ -181,13 +196,23 @@ HttpApi::Handler HttpApi::timed(const char* route, Handler handler) {
 void HttpApi::add_routes() {
   httplib::Server& s = *server_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/healthz" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
+    if (req.path == "/healthz" || !auth_enabled()) return httplib::Server::HandlerResponse::Unhandled;
+    const Tenant* t = tenant_of(req);
     // Refused before the body was read: the connection must close, or the unread body would be
     // parsed as the next request.
-    res.set_header("Connection", "close");
-    send_json(res, 401, error_json("unauthenticated", "missing or wrong 'Authorization: Bearer <api key>'"));
-    return httplib::Server::HandlerResponse::Handled;
+    if (!t) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_header("Connection", "close");
+      send_json(res, 401, error_json("unauthenticated", "missing or wrong 'Authorization: Bearer <api key>'"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Stats and metrics span every tenant's namespaces.
+    if (!t->admin && (req.path == "/metrics" || req.path == "/v1/stats")) {
+      res.set_header("Connection", "close");
+      send_json(res, 403, error_json("permission_denied", req.path + " needs an admin key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -244,14 +269,14 @@ void HttpApi::add_routes() {
                      {"hash", hash_algorithm_name(service_.hash_algorithm())},
                      {"block_bytes", l.dense_block_bytes()}});
         }));
-  post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-    auto r = parse_prompt_request(body);
+  post_json("/v1/lookup", "lookup", [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    auto r = scoped(req, parse_prompt_request(body));
     auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
   });
-  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-    auto r = parse_prompt_request(body);
+  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    auto r = scoped(req, parse_prompt_request(body));
     auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
@@ -268,7 +293,9 @@ void HttpApi::add_routes() {
   s.Get(kHashRoute, timed("get_block", [this](const httplib::Request& req, httplib::Response& res) {
           auto hash = path_hash(req);
           if (!hash.ok()) return send_error(res, hash.status());
-          auto doc = service_.get(*hash, req.get_param_value("namespace"));
+          auto ns = namespace_for(req, req.get_param_value("namespace"));
+          if (!ns.ok()) return send_error(res, ns.status());
+          auto doc = service_.get(*hash, *ns);
           if (!doc.ok()) return send_error(res, doc.status());
           auto body = std::make_shared<BodyPieces>();
           body->add(*doc);
@@ -277,18 +304,22 @@ void HttpApi::add_routes() {
   s.Delete(kHashRoute, timed("delete_block", [this](const httplib::Request& req, httplib::Response& res) {
              auto hash = path_hash(req);
              if (!hash.ok()) return send_error(res, hash.status());
-             if (!service_.erase(*hash)) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
+             auto ns = namespace_for(req, req.get_param_value("namespace"));
+             if (!ns.ok()) return send_error(res, ns.status());
+             if (!service_.erase(*hash, *ns)) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
              res.status = 204;
            }));
   // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
   // of block document; length 0 is a miss (a document is never empty).
-  post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request&, const std::string& req_body,
+  post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request& req, const std::string& req_body,
                                                         httplib::Response& res) {
            const size_t max_hashes = static_cast<size_t>(std::clamp<uint64_t>(
                kMaxBatchBytes / service_.layout().dense_block_bytes(), 1, kMaxBatchHashes));
            auto r = parse_batch_get_request(req_body, max_hashes);
            if (!r.ok()) return send_error(res, r.status());
-           auto docs = service_.batch_get(r->hashes, r->ns);
+           auto ns = namespace_for(req, r->ns);
+           if (!ns.ok()) return send_error(res, ns.status());
+           auto docs = service_.batch_get(r->hashes, *ns);
            auto body = std::make_shared<BodyPieces>();
            size_t found = 0;
            for (const auto& d : docs) {
@@ -341,6 +372,8 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
   }
   auto hash = path_hash(req);
   if (!hash.ok()) return refuse(400, "invalid_argument", hash.status().message());
+  auto ns = namespace_for(req, req.get_param_value("namespace"));
+  if (!ns.ok()) return refuse(http_status_for(ns.status().code()), error_code_for(ns.status().code()), ns.status().message());
   AlignedBuffer body(std::max<uint64_t>(length, 1), 64, /*zeroed=*/false);
   size_t got = 0;
   const bool complete = read([&](const char* data, size_t n) {
@@ -353,7 +386,7 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
     return refuse(400, "invalid_argument", "the body ended after " + std::to_string(got) + " of " +
                                                std::to_string(length) + " bytes");
   }
-  auto outcome = service_.put(*hash, std::move(body), got, req.get_param_value("namespace"));
+  auto outcome = service_.put(*hash, std::move(body), got, *ns);
   if (!outcome.ok()) return send_error(res, outcome.status());
   const bool stored = *outcome == InsertOutcome::kInserted;
   send_json(res, stored ? 201 : 200, {{"hash", hash->hex()}, {"stored", stored}});

@@ -12,6 +12,7 @@
 
 #include "base/metrics.h"
 #include "server/block_service.h"
+#include "server/tenant_table.h"
 
 namespace httplib {
 class Server;
@@ -23,7 +24,8 @@ struct Response;
 namespace kvtier {
 
 struct HttpApiOptions {
-  std::string api_key;  // empty: no auth
+  // Who may do what (--api-key, --api-keys); null or empty: no auth, every namespace open.
+  std::shared_ptr<const TenantTable> tenants;
   int threads = 64;
   uint64_t max_body_bytes = 0;  // 0: a block document of the layout plus 16 MiB
 };
@@ -52,7 +54,14 @@ class HttpApi {
   using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
   void post_json(const std::string& pattern, const char* route, JsonHandler handler);
   void put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read);
-  bool authorized(const httplib::Request& req) const;
+  // The request's tenant; nullptr when auth is off or the key is unknown.
+  const Tenant* tenant_of(const httplib::Request& req) const;
+  bool auth_enabled() const { return options_.tenants && !options_.tenants->empty(); }
+  // The namespace a request may act in: `requested` (or the tenant's only namespace when it names
+  // none) if the tenant may use it; kPermissionDenied otherwise. Without auth, `requested`.
+  Result<std::string> namespace_for(const httplib::Request& req, const std::string& requested) const;
+  // A parsed prompt request with its namespace checked (and filled in) by namespace_for.
+  Result<PromptRequest> scoped(const httplib::Request& req, Result<PromptRequest> request) const;
   void count(const httplib::Request& req, int status);
   std::string stats_json();
 

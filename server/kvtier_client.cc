@@ -49,10 +49,12 @@ Status status_from_http(int status, const std::string& body) {
   switch (status) {
     case 400: case 413: return invalid_argument(message);
     case 401: return failed_precondition(message);
+    case 403: return permission_denied(message);
     case 404: return not_found(message);
     case 409: return conflict(message);
     case 422: return failed_precondition(message);
     case 503: return resource_exhausted(message);
+    case 507: return no_space(message);
     default: return internal_error(message);
   }
 }
@@ -166,8 +168,8 @@ Result<std::vector<std::optional<Bytes>>> KvtierClient::batch_get(std::span<cons
   return out;
 }
 
-Status KvtierClient::erase(const BlockHash& hash) {
-  auto res = send_with_retry([&] { return http_->Delete(hash_path(hash, "")); });
+Status KvtierClient::erase(const BlockHash& hash, const std::string& ns) {
+  auto res = send_with_retry([&] { return http_->Delete(hash_path(hash, ns)); });
   if (!res) return transport_error(res.error());
   return res->status == 204 ? ok_status() : status_from_http(res->status, res->body);
 }

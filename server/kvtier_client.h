@@ -45,7 +45,7 @@ class KvtierClient {
   Result<Bytes> get(const BlockHash& hash, const std::string& ns = "");
   Result<std::vector<std::optional<Bytes>>> batch_get(std::span<const BlockHash> hashes,
                                                       const std::string& ns = "");
-  Status erase(const BlockHash& hash);
+  Status erase(const BlockHash& hash, const std::string& ns = "");
   Result<nlohmann::json> prefetch(const std::string& ns, std::span<const uint32_t> tokens,
                                   const std::vector<std::string>& extra_keys = {});
   Result<nlohmann::json> stats();

@@ -72,14 +72,18 @@ int serve(const ServerOptions& o) {
     return 1;
   }
   BlockService service(**stack, o.hash);
-  HttpApi api(service, {o.api_key, o.threads, 0});
+  HttpApi api(service, {o.tenants, o.threads, 0});
   auto port = api.bind(o.host, o.port);
   if (!port.ok()) {
     spdlog::error("{}", port.status().to_string());
     return 1;
   }
-  if (o.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+  if (!o.tenants && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
     spdlog::warn("listening on {} without --api-key: anyone who can reach it can read and write blocks", o.host);
+  }
+  if (o.tenants && !o.api_keys_file.empty()) {
+    spdlog::info("auth: {} keys from {}, {} namespaces with a RAM quota", o.tenants->key_count(), o.api_keys_file,
+                 o.tenants->quotas().size());
   }
   spdlog::info("layout {} ({} per block), hash {}, tiers: {}", o.resolved_layout->name,
                format_byte_size(o.resolved_layout->dense_block_bytes()), hash_algorithm_name(o.hash),

@@ -34,6 +34,7 @@ struct RawFlags {
   std::string compression = "none";
   std::string kv_cache_quantization = "off";
   std::string api_key;
+  std::string api_keys;
   std::string log_level = "info";
   int threads = 64;
   double shutdown_timeout_s = 30;
@@ -77,6 +78,8 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--api-key", f.api_key,
                  "Require 'Authorization: Bearer KEY' on every route but /healthz "
                  "(default: $KVTIER_API_KEY)");
+  app.add_option("--api-keys", f.api_keys,
+                 "JSON file of tenants: each key's namespaces (or admin), and per-namespace RAM quotas");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "HTTP worker threads (one per open connection)")
@@ -182,8 +185,17 @@ Result<ServerOptions> resolve(const RawFlags& f) {
                             "' is not off, 8 or 4");
   }
   o.api_key = f.api_key;
-  if (o.api_key.empty()) {
-    if (const char* env = std::getenv("KVTIER_API_KEY")) o.api_key = env;
+  if (!f.api_keys.empty()) {
+    if (!o.api_key.empty()) return invalid_argument("--api-key and --api-keys: give one of them (the file can hold an admin key)");
+    auto table = TenantTable::load(f.api_keys);
+    if (!table.ok()) return invalid_argument("--api-keys: " + table.status().message());
+    o.api_keys_file = f.api_keys;
+    o.tenants = std::make_shared<const TenantTable>(std::move(table).value());
+  } else {
+    if (o.api_key.empty()) {
+      if (const char* env = std::getenv("KVTIER_API_KEY")) o.api_key = env;
+    }
+    if (!o.api_key.empty()) o.tenants = std::make_shared<const TenantTable>(TenantTable::single_admin_key(o.api_key));
   }
   o.log_level = f.log_level;
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -241,6 +253,11 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
   c.ram.capacity_bytes = o.ram_capacity;
   c.ram.eviction = o.eviction;
   c.ssd_admission = o.ssd_admission;
+  if (o.tenants) {
+    for (const auto& [ns, q] : o.tenants->quotas()) {
+      if (q.ram_bytes) c.ram.namespace_quotas[ns] = *q.ram_bytes;
+    }
+  }
   if (o.kv_cache_quantization) c.ram.quantization = Quantization{*o.kv_cache_quantization, 64};
   if (!o.ssd_cache_dir.empty()) {
     SsdTierOptions s;

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
+#include "server/tenant_table.h"
 
 namespace kvtier {
 
@@ -32,13 +33,15 @@ struct ServerOptions {
   HashAlgorithm hash = HashAlgorithm::kSha256;
   FrameCodec compression = FrameCodec::kNone;
   std::optional<int> kv_cache_quantization;  // bits; group size 64
-  std::string api_key;
+  std::string api_key;                // one admin key (or $KVTIER_API_KEY)
+  std::string api_keys_file;          // tenants: keys, their namespaces, quotas
   std::string log_level = "info";
   int threads = 64;                   // HTTP worker threads (one per open connection)
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 
   std::shared_ptr<const KvLayout> resolved_layout;  // --layout, loaded and validated
+  std::shared_ptr<const TenantTable> tenants;       // from --api-keys or --api-key; null: no auth
 };
 
 // Either settings to run with, or an exit code (0 after --help/--version, 2 for an error, with

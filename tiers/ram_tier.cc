@@ -11,6 +11,17 @@ RamTier::RamTier(RamTierOptions options) : options_(std::move(options)) {
   auto policy = make_eviction_policy(options_.eviction);
   assert(policy.ok() && "RamTierOptions::eviction names no policy");
   policy_ = std::move(policy).value();
+  for (const auto& [ns, quota] : options_.namespace_quotas) shares_[ns].quota = quota;
+}
+
+RamTier::Share* RamTier::share_locked(const Block& block) {
+  if (shares_.empty()) return nullptr;
+  auto it = shares_.find(block.identity().namespace_id);
+  return it == shares_.end() ? nullptr : &it->second;
+}
+
+void RamTier::release_locked(const Block& block, uint64_t bytes) {
+  if (Share* s = share_locked(block)) s->used -= bytes;
 }
 
 std::string_view RamTier::eviction_policy() const { return policy_->name(); }
@@ -48,6 +59,14 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       metrics_.duplicate_inserts.inc();
       return InsertOutcome::kAlreadyPresent;
     }
+    Share* share = share_locked(*block);
+    if (share && share->used + bytes > share->quota) {
+      ++share->refused;
+      metrics_.rejected_quota.inc();
+      return no_space(options_.name + " tier: namespace '" + block->identity().namespace_id + "' holds " +
+                      format_byte_size(share->used) + " of its " + format_byte_size(share->quota) +
+                      " quota; a " + format_byte_size(bytes) + " block does not fit");
+    }
     // Evict the policy's victims until the new one fits; give up (changing nothing) when pinned
     // blocks leave no room.
     if (used_ + bytes - unpinned_bytes_ > options_.capacity_bytes) {
@@ -63,6 +82,7 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
     }
     const BlockHash hash = block->hash();
     policy_->inserted(hash, block->identity().parent_hash, bytes);
+    if (share) share->used += bytes;
     index_.emplace(hash, Entry{std::move(block), bytes, 0});
     used_ += bytes;
     unpinned_bytes_ += bytes;
@@ -80,6 +100,7 @@ void RamTier::evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims
   policy_->removed(hash);
   used_ -= it->second.bytes;
   unpinned_bytes_ -= it->second.bytes;
+  release_locked(*it->second.block, it->second.bytes);
   victims.push_back(std::move(it->second.block));
   index_.erase(it);
   metrics_.evictions.inc();
@@ -140,6 +161,7 @@ bool RamTier::erase_locked(const BlockHash& hash, BlockRef& dropped) {
   if (it->second.pins == 0) unpinned_bytes_ -= it->second.bytes;
   else metrics_.pinned_blocks.add(-1);
   used_ -= it->second.bytes;
+  release_locked(*it->second.block, it->second.bytes);
   dropped = std::move(it->second.block);
   index_.erase(it);
   metrics_.used_bytes.set(static_cast<int64_t>(used_));
@@ -202,6 +224,19 @@ void RamTier::visit_metrics(MetricVisitor& v) const {
             metrics_.duplicate_inserts.value());
   v.counter("kvtier_tier_rejected_total", "Inserts refused", {{"tier", options_.name}, {"reason", "no_room"}},
             metrics_.rejected_no_room.value());
+  v.counter("kvtier_tier_rejected_total", "Inserts refused", {{"tier", options_.name}, {"reason", "quota"}},
+            metrics_.rejected_quota.value());
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [ns, s] : shares_) {
+      const MetricLabels l{{"tier", options_.name}, {"namespace", ns}};
+      v.gauge("kvtier_namespace_used_bytes", "Bytes a namespace with a quota holds in the tier", l,
+              static_cast<double>(s.used));
+      v.gauge("kvtier_namespace_quota_bytes", "The namespace's quota in the tier", l, static_cast<double>(s.quota));
+      v.counter("kvtier_namespace_quota_refusals_total", "Inserts refused because the namespace was at its quota",
+                l, s.refused);
+    }
+  }
   v.counter("kvtier_tier_evictions_total", "Blocks evicted to the tier below", t,
             metrics_.evictions.value());
   v.counter("kvtier_tier_read_hits_total", "Reads that found the block", t, metrics_.hits.value());

@@ -5,7 +5,9 @@
 // they leave for SSD (by the SSD tier, on the evicting thread).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -23,12 +25,16 @@ struct RamTierOptions {
   std::string name = "ram";  // distinguishes several RAM tiers in metrics
   // A name make_eviction_policy() knows (the caller checks it: the tier asserts).
   std::string eviction = "chain-lru";
+  // Bytes a namespace may hold here. An insert that would take its namespace past its quota is
+  // refused (kNoSpace), changing nothing; its blocks leave as eviction or erases take them.
+  std::map<std::string, uint64_t, std::less<>> namespace_quotas;
 };
 
 struct RamTierMetrics {
   Counter inserts;
   Counter duplicate_inserts;
   Counter rejected_no_room;   // everything pinned, or a block larger than the tier
+  Counter rejected_quota;     // its namespace would pass its quota
   Counter evictions;
   Counter hits;
   Counter misses;
@@ -72,6 +78,14 @@ class RamTier final : public Tier {
   // Hands every orphan the policy names to `victims` (caller holds mu_ and gives them to the sink).
   void demote_orphans_locked(std::vector<BlockRef>& victims);
   bool erase_locked(const BlockHash& hash, BlockRef& dropped);
+  // A namespace with a quota: what it holds and how often it was refused.
+  struct Share {
+    uint64_t quota = 0;
+    uint64_t used = 0;
+    uint64_t refused = 0;
+  };
+  Share* share_locked(const Block& block);
+  void release_locked(const Block& block, uint64_t bytes);
 
   struct Entry {
     BlockRef block;
@@ -80,11 +94,12 @@ class RamTier final : public Tier {
   };
 
   const RamTierOptions options_;
-  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_
+  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_, shares_
   std::unordered_map<BlockHash, Entry> index_;
   std::unique_ptr<EvictionPolicy> policy_;
   uint64_t used_ = 0;
   uint64_t unpinned_bytes_ = 0;  // what eviction could free
+  std::map<std::string, Share, std::less<>> shares_;  // by namespace; fixed keys after construction
   RamTierMetrics metrics_;
   LogThrottle quantize_skip_log_;
 };

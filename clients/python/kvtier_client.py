@@ -69,14 +69,18 @@ class KvtierClient:
         return self._json("POST", "/v1/prefetch",
                           {"namespace": namespace, "tokens": list(tokens), "extra_keys": list(extra_keys)})
 
-    def put_block(self, block_hash, document):
+    @staticmethod
+    def _block_path(block_hash, namespace):
+        return "/v1/blocks/" + block_hash + ("?namespace=" + urllib.parse.quote(namespace) if namespace else "")
+
+    def put_block(self, block_hash, document, namespace=None):
         """True if stored (201), False if the server already held it (200)."""
-        status, _ = self._request("PUT", "/v1/blocks/" + block_hash, document, "application/octet-stream")
+        status, _ = self._request("PUT", self._block_path(block_hash, namespace), document, "application/octet-stream")
         return status == 201
 
     def get_block(self, block_hash, namespace=None):
         """The block's document, or None when it is not cached."""
-        path = "/v1/blocks/" + block_hash + ("?namespace=" + urllib.parse.quote(namespace) if namespace else "")
+        path = self._block_path(block_hash, namespace)
         try:
             return self._request("GET", path)[1]
         except KvtierError as e:
@@ -98,8 +102,8 @@ class KvtierClient:
             pos += n
         return out
 
-    def delete_block(self, block_hash):
-        self._request("DELETE", "/v1/blocks/" + block_hash)
+    def delete_block(self, block_hash, namespace=None):
+        self._request("DELETE", self._block_path(block_hash, namespace))
 
 
 def block_document(info, block_hash, parent_hash, tokens, namespace, layers, extra_keys=()):

@@ -36,6 +36,7 @@ PyObject* g_collision_error = nullptr;
     case StatusCode::kNoSpace:
     case StatusCode::kCorruption:
     case StatusCode::kAlreadyExists: type = PyExc_OSError; break;
+    case StatusCode::kPermissionDenied: type = PyExc_PermissionError; break;
     default: break;
   }
   PyErr_SetString(type, st.message().c_str());

@@ -117,7 +117,9 @@ TEST(RemoteTier, ContainsManyAnswersForEveryNodeInOneBatch) {
   for (int i = 0; i < 64; ++i) {
     BlockRef b = block(l, 2000 + i);
     hashes.push_back(b->hash());
-    if (i % 2 == 0) ASSERT_TRUE(tier->insert(b).ok());
+    if (i % 2 == 0) {
+      ASSERT_TRUE(tier->insert(b).ok());
+    }
   }
   tier->flush();
   const std::vector<bool> has = tier->contains_many(hashes);
