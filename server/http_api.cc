@@ -124,8 +124,22 @@ std::string route_of(const std::string& method, const std::string& path) {
   return "unknown";
 }
 
+namespace {
+
+std::unique_ptr<httplib::Server> make_server(const HttpApiOptions& o, Status& status) {
+  if (o.tls_cert.empty() && o.tls_key.empty()) return std::make_unique<httplib::Server>();
+  auto server = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(), o.tls_key.c_str());
+  if (!server->is_valid()) {
+    status = invalid_argument("TLS: cannot use certificate " + o.tls_cert + " with key " + o.tls_key +
+                              " (unreadable, not PEM, or the key does not match the certificate)");
+  }
+  return server;
+}
+
+}  // namespace
+
 HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
-    : service_(service), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+    : service_(service), options_(std::move(options)), server_(make_server(options_, status_)) {
   if (options_.max_body_bytes == 0) {
     options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
   }

@@ -27,13 +27,18 @@ struct HttpApiOptions {
   // Who may do what (--api-key, --api-keys); null or empty: no auth, every namespace open.
   std::shared_ptr<const TenantTable> tenants;
   int threads = 64;
-  uint64_t max_body_bytes = 0;  // 0: a block document of the layout plus 16 MiB
+  uint64_t max_body_bytes = 0;
+  // PEM files; both set: HTTPS only (the same routes, over OpenSSL).
+  std::string tls_cert;
+  std::string tls_key;  // 0: a block document of the layout plus 16 MiB
 };
 
 class HttpApi {
  public:
+  // Check ok() before bind(): a TLS certificate or key that cannot be loaded leaves no server.
   HttpApi(BlockService& service, HttpApiOptions options);
   ~HttpApi();
+  Status status() const { return status_; }
 
   // Binds the socket (port 0 picks a free one); returns the port.
   Result<int> bind(const std::string& host, int port);
@@ -67,6 +72,7 @@ class HttpApi {
 
   BlockService& service_;
   HttpApiOptions options_;
+  Status status_;
   std::unique_ptr<httplib::Server> server_;
   int listen_fd_ = -1;
   std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes

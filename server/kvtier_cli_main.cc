@@ -114,10 +114,13 @@ int main(int argc, char** argv) {
   std::string host = "127.0.0.1", api_key, ns = "default", file, hash_hex, dir, tokens_text;
   int port = 8417, blocks = 64;
   bool repair = false;
+  ClientTls tls;
   if (const char* env = std::getenv("KVTIER_API_KEY")) api_key = env;
   app.add_option("--host", host)->capture_default_str();
   app.add_option("--port", port)->capture_default_str();
   app.add_option("--api-key", api_key, "Bearer key (default: $KVTIER_API_KEY)");
+  app.add_flag("--tls", tls.enabled, "HTTPS (a kvtierd started with --tls-cert)");
+  app.add_option("--ca-cert", tls.ca_cert, "PEM file of the CA (or the self-signed certificate) to trust; implies --tls");
 
   auto* lookup = app.add_subcommand("lookup", "The cached prefix of a prompt");
   lookup->add_option("--namespace", ns)->capture_default_str();
@@ -128,8 +131,10 @@ int main(int argc, char** argv) {
   auto* get = app.add_subcommand("get", "Fetch a block document");
   get->add_option("hash", hash_hex)->required();
   get->add_option("-o,--output", file, "Where to write it (default: stdout)");
+  get->add_option("--namespace", ns, "The block's namespace (a key with several must name one)");
   auto* del = app.add_subcommand("delete", "Remove a block from every tier");
   del->add_option("hash", hash_hex)->required();
+  del->add_option("--namespace", ns, "The block's namespace (a key with several must name one)");
   auto* stats = app.add_subcommand("stats", "Tiers and metrics as JSON");
   auto* bench_cmd = app.add_subcommand("bench", "PUT then GET synthetic blocks; prints GB/s");
   bench_cmd->add_option("--blocks", blocks)->capture_default_str()->check(CLI::Range(1, 100000));
@@ -140,7 +145,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (fsck->parsed()) return run_fsck(dir, repair, false);
-  KvtierClient client(host, port, api_key);
+  tls.enabled = tls.enabled || !tls.ca_cert.empty();
+  KvtierClient client(host, port, api_key, tls);
+  const std::string block_ns = (get->count("--namespace") || del->count("--namespace")) ? ns : "";
   if (lookup->parsed()) {
     auto r = client.lookup(ns, parse_tokens(tokens_text));
     if (!r.ok()) return fail(r.status());
@@ -158,12 +165,12 @@ int main(int argc, char** argv) {
     auto h = BlockHash::from_hex(hash_hex);
     if (!h.ok()) return fail(h.status());
     if (del->parsed()) {
-      Status st = client.erase(*h);
+      Status st = client.erase(*h, block_ns);
       if (!st.ok()) return fail(st);
       std::cout << "deleted " << h->hex() << "\n";
       return 0;
     }
-    auto r = client.get(*h);
+    auto r = client.get(*h, block_ns);
     if (!r.ok()) return fail(r.status());
     if (file.empty()) {
       std::cout.write(reinterpret_cast<const char*>(r->data()), static_cast<std::streamsize>(r->size()));

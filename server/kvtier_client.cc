@@ -59,8 +59,14 @@ Status status_from_http(int status, const std::string& body) {
   }
 }
 
-KvtierClient::KvtierClient(const std::string& host, int port, std::string api_key)
-    : http_(std::make_unique<httplib::Client>(host, port)), api_key_(std::move(api_key)) {
+KvtierClient::KvtierClient(const std::string& host, int port, std::string api_key, const ClientTls& tls)
+    : http_(std::make_unique<httplib::Client>((tls.enabled ? "https://" : "http://") + host + ":" +
+                                              std::to_string(port))),
+      api_key_(std::move(api_key)) {
+  if (tls.enabled) {
+    if (!tls.ca_cert.empty()) http_->set_ca_cert_path(tls.ca_cert.c_str());
+    http_->enable_server_certificate_verification(true);
+  }
   http_->set_keep_alive(true);
   http_->set_tcp_nodelay(true);
   http_->set_connection_timeout(5);

@@ -29,10 +29,17 @@ struct HttpReply {
   std::string error;  // transport error when status == 0
 };
 
+// HTTPS to a kvtierd started with --tls-cert: the server's certificate is verified against
+// `ca_cert` (a PEM file; empty: the system's CA store), host name included.
+struct ClientTls {
+  bool enabled = false;
+  std::string ca_cert;
+};
+
 // Not thread-safe (one connection); one per thread.
 class KvtierClient {
  public:
-  KvtierClient(const std::string& host, int port, std::string api_key = "");
+  KvtierClient(const std::string& host, int port, std::string api_key = "", const ClientTls& tls = {});
   ~KvtierClient();
 
   Status healthz();

@@ -72,14 +72,22 @@ int serve(const ServerOptions& o) {
     return 1;
   }
   BlockService service(**stack, o.hash);
-  HttpApi api(service, {o.tenants, o.threads, 0});
+  HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key});
+  if (!api.status().ok()) {
+    spdlog::error("{}", api.status().message());
+    return 2;
+  }
   auto port = api.bind(o.host, o.port);
   if (!port.ok()) {
     spdlog::error("{}", port.status().to_string());
     return 1;
   }
   if (!o.tenants && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
-    spdlog::warn("listening on {} without --api-key: anyone who can reach it can read and write blocks", o.host);
+    spdlog::warn("listening on {} without --api-key or --api-keys: anyone who can reach it can read and write blocks",
+                 o.host);
+  }
+  if (o.tls_cert.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+    spdlog::warn("listening on {} without --tls-cert: keys and blocks cross the network in clear text", o.host);
   }
   if (o.tenants && !o.api_keys_file.empty()) {
     spdlog::info("auth: {} keys from {}, {} namespaces with a RAM quota", o.tenants->key_count(), o.api_keys_file,
@@ -89,7 +97,7 @@ int serve(const ServerOptions& o) {
                format_byte_size(o.resolved_layout->dense_block_bytes()), hash_algorithm_name(o.hash),
                describe_tiers(**stack));
   // Printed whatever the log level: supervisors and tests wait for this line.
-  std::printf("kvtierd: listening on http://%s:%d\n", o.host.c_str(), *port);
+  std::printf("kvtierd: listening on %s://%s:%d\n", o.tls_cert.empty() ? "http" : "https", o.host.c_str(), *port);
   std::fflush(stdout);
 
   std::atomic<bool> serving{true};

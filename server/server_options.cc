@@ -35,6 +35,8 @@ struct RawFlags {
   std::string kv_cache_quantization = "off";
   std::string api_key;
   std::string api_keys;
+  std::string tls_cert;
+  std::string tls_key;
   std::string log_level = "info";
   int threads = 64;
   double shutdown_timeout_s = 30;
@@ -80,6 +82,8 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "(default: $KVTIER_API_KEY)");
   app.add_option("--api-keys", f.api_keys,
                  "JSON file of tenants: each key's namespaces (or admin), and per-namespace RAM quotas");
+  app.add_option("--tls-cert", f.tls_cert, "PEM certificate (chain); with --tls-key the server speaks HTTPS only");
+  app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--threads", f.threads, "HTTP worker threads (one per open connection)")
@@ -197,6 +201,14 @@ Result<ServerOptions> resolve(const RawFlags& f) {
     }
     if (!o.api_key.empty()) o.tenants = std::make_shared<const TenantTable>(TenantTable::single_admin_key(o.api_key));
   }
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return invalid_argument(f.tls_cert.empty() ? "--tls-key needs --tls-cert" : "--tls-cert needs --tls-key");
+  }
+  for (const auto& [flag, path] : {std::pair{"--tls-cert", &f.tls_cert}, std::pair{"--tls-key", &f.tls_key}}) {
+    if (!path->empty() && !std::ifstream(*path)) return invalid_argument(std::string(flag) + ": cannot read " + *path);
+  }
+  o.tls_cert = f.tls_cert;
+  o.tls_key = f.tls_key;
   o.log_level = f.log_level;
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), o.log_level) == std::end(kLevels)) {

@@ -35,6 +35,8 @@ struct ServerOptions {
   std::optional<int> kv_cache_quantization;  // bits; group size 64
   std::string api_key;                // one admin key (or $KVTIER_API_KEY)
   std::string api_keys_file;          // tenants: keys, their namespaces, quotas
+  std::string tls_cert;               // PEM certificate chain; with tls_key: HTTPS only
+  std::string tls_key;                // PEM private key
   std::string log_level = "info";
   int threads = 64;                   // HTTP worker threads (one per open connection)
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown

@@ -11,6 +11,7 @@ Blocks are safetensors documents (8-byte little-endian header length, JSON heade
 KV bytes are passed through untouched, so bf16 stays bf16, bit for bit.
 """
 import json
+import ssl
 import struct
 import urllib.error
 import urllib.parse
@@ -28,8 +29,10 @@ class KvtierError(Exception):
 
 
 class KvtierClient:
-    def __init__(self, url="http://127.0.0.1:8417", api_key=None, timeout=60):
+    def __init__(self, url="http://127.0.0.1:8417", api_key=None, timeout=60, ca_cert=None):
+        """url https://... talks TLS; ca_cert is the PEM file to trust (default: the system's CAs)."""
         self.url, self.api_key, self.timeout = url.rstrip("/"), api_key, timeout
+        self._tls = ssl.create_default_context(cafile=ca_cert) if self.url.startswith("https://") else None
 
     def _request(self, method, path, body=None, content_type="application/json"):
         req = urllib.request.Request(self.url + path, data=body, method=method)
@@ -38,7 +41,7 @@ class KvtierClient:
         if self.api_key:
             req.add_header("Authorization", "Bearer " + self.api_key)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._tls) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             raw = e.read()

@@ -2,7 +2,8 @@
 // KVTIER_LOAD_SECONDS to change it) against a RAM tier of a few blocks and an SSD tier small
 // enough that its segments are reclaimed all the time. The only acceptable failures are misses
 // of blocks the cache has evicted; every block served must be the bytes that were stored; the
-// server's memory stays bounded; and it shuts down cleanly afterwards.
+// server's memory stays bounded; and it shuts down cleanly afterwards. Once over plain HTTP and
+// once over TLS (a self-signed certificate made for the test).
 #include <signal.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include "server/kvtier_client.h"
 #include "tests/server/server_process.h"
 #include "tests/server/wire_blocks.h"
+#include "tests/support/self_signed_cert.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvtier {
@@ -24,14 +26,22 @@ struct Tally {
   std::atomic<uint64_t> requests{0}, misses{0}, errors{0}, wrong_bytes{0}, bytes{0};
 };
 
-TEST(ServerLoadTest, ThirtyTwoClientsUnderEvictionPressure) {
+class ServerLoadTest : public ::testing::TestWithParam<bool> {};  // param: TLS
+
+TEST_P(ServerLoadTest, ThirtyTwoClientsUnderEvictionPressure) {
   const int seconds = std::getenv("KVTIER_LOAD_SECONDS") ? std::atoi(std::getenv("KVTIER_LOAD_SECONDS")) : 30;
   testing::TempDir dir;
   // qwen3-0.6b blocks are 1.75 MiB: 24 MiB of RAM holds ~13, 8 segments of 8 MiB hold ~32.
-  testing::ServerProcess server((dir / "kvtierd.log").string(),
-                                {"--layout", "qwen3-0.6b", "--ram-capacity", "24M", "--ssd-cache-dir",
-                                 (dir / "ssd").string(), "--ssd-capacity", "64M", "--ssd-segment-size", "8M",
-                                 "--log-level", "warn"});
+  std::vector<std::string> args{"--layout", "qwen3-0.6b", "--ram-capacity", "24M", "--ssd-cache-dir",
+                                (dir / "ssd").string(), "--ssd-capacity", "64M", "--ssd-segment-size", "8M",
+                                "--log-level", "warn"};
+  ClientTls tls;
+  if (GetParam()) {
+    const auto cert = testing::write_self_signed_cert(dir.str());
+    args.insert(args.end(), {"--tls-cert", cert.cert, "--tls-key", cert.key});
+    tls = {true, cert.cert};
+  }
+  testing::ServerProcess server((dir / "kvtierd.log").string(), args);
   ASSERT_GT(server.port(), 0) << server.log();
   const auto layout = std::make_shared<const KvLayout>(layout_preset("qwen3-0.6b").value());
 
@@ -49,7 +59,7 @@ TEST(ServerLoadTest, ThirtyTwoClientsUnderEvictionPressure) {
   std::vector<std::thread> clients;
   for (int c = 0; c < 32; ++c) {
     clients.emplace_back([&, c] {
-      KvtierClient client("127.0.0.1", server.port());
+      KvtierClient client("127.0.0.1", server.port(), "", tls);
       std::mt19937 rng(c);
       auto check = [&](const testing::WireBlock& want, const Result<Bytes>& got) {
         if (got.ok()) {
@@ -94,7 +104,7 @@ TEST(ServerLoadTest, ThirtyTwoClientsUnderEvictionPressure) {
   }
   for (auto& c : clients) c.join();
 
-  KvtierClient client("127.0.0.1", server.port());
+  KvtierClient client("127.0.0.1", server.port(), "", tls);
   auto stats = client.stats();
   ASSERT_TRUE(stats.ok());
   uint64_t reclaimed = 0;
@@ -117,6 +127,9 @@ TEST(ServerLoadTest, ThirtyTwoClientsUnderEvictionPressure) {
 #endif
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Transport, ServerLoadTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "tls" : "plain"; });
 
 }  // namespace
 }  // namespace kvtier

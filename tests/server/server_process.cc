@@ -17,7 +17,7 @@ ServerProcess::ServerProcess(const std::string& log_path, std::vector<std::strin
   std::vector<std::string> argv{KVTIER_KVTIERD_PATH, "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = spawn_process(argv, log_path_);
-  const std::regex listening(R"(listening on http://[^:]+:(\d+))");
+  const std::regex listening(R"(listening on https?://[^:]+:(\d+))");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
