@@ -11,6 +11,7 @@
 #include "serialize/block_codec.h"
 #include "serialize/block_document.h"
 #include "base/metrics_exporters.h"
+#include "server/connection_threads.h"
 #include "server/request_json.h"
 
 namespace kvtier {
@@ -143,8 +144,8 @@ HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
   if (options_.max_body_bytes == 0) {
     options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
   }
-  const int threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  const size_t threads = static_cast<size_t>(options_.threads);
+  server_->new_task_queue = [this, threads] { return new ConnectionThreads(threads, connections_); };
   server_->set_payload_max_length(options_.max_body_bytes);
   server_->set_keep_alive_max_count(100000);
   // An idle keep-alive connection holds its worker until this runs out, and shutdown waits for
@@ -440,6 +441,15 @@ void HttpApi::visit_metrics(MetricVisitor& v) const {
   }
   v.counter("kvtier_http_handler_exceptions_total", "Handlers that threw (answered 500)", {},
             handler_exceptions_.value());
+  v.counter("kvtier_http_connections_total", "Connections accepted", {}, connections_.accepted.value());
+  v.gauge("kvtier_http_connections_open", "Connections being served (one thread each)", {},
+          static_cast<double>(connections_.open.value()));
+  v.gauge("kvtier_http_connections_waiting", "Connections waiting for a thread (--threads reached)", {},
+          static_cast<double>(connections_.waiting.value()));
+  v.counter("kvtier_http_connections_waited_total", "Connections that found --threads busy and waited", {},
+            connections_.waited.value());
+  v.counter("kvtier_http_thread_failures_total", "Connections the OS gave no thread (served by a running one)",
+            {}, connections_.thread_failures.value());
 }
 
 Result<int> HttpApi::bind(const std::string& host, int port) {

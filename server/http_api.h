@@ -12,6 +12,7 @@
 
 #include "base/metrics.h"
 #include "server/block_service.h"
+#include "server/connection_threads.h"
 #include "server/tenant_table.h"
 
 namespace httplib {
@@ -26,7 +27,7 @@ namespace kvtier {
 struct HttpApiOptions {
   // Who may do what (--api-key, --api-keys); null or empty: no auth, every namespace open.
   std::shared_ptr<const TenantTable> tenants;
-  int threads = 64;
+  int threads = 4096;  // connections served at once, a thread each (started on demand)
   uint64_t max_body_bytes = 0;
   // PEM files; both set: HTTPS only (the same routes, over OpenSSL).
   std::string tls_cert;
@@ -79,6 +80,7 @@ class HttpApi {
   mutable std::mutex counts_mu_;
   std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests
   Counter handler_exceptions_;
+  ConnectionMetrics connections_;
   LogThrottle reject_log_;
 };
 

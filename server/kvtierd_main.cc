@@ -4,6 +4,7 @@
 // spill queue (bounded by --shutdown-timeout, saying what was left), then closes RocksDB.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -42,8 +43,24 @@ sigset_t block_shutdown_signals() {
   return set;
 }
 
+// Every connection is a descriptor, and the soft limit is often 1024: a few hundred idle clients
+// would make accept() fail. Raise it to the hard limit, as servers do.
+void raise_descriptor_limit(int connections) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur < static_cast<rlim_t>(connections) + 256) {
+    spdlog::warn("open files limited to {}: fewer than --threads {} connections can be accepted", lim.rlim_cur,
+                 connections);
+  }
+}
+
 int serve(const ServerOptions& o) {
   const sigset_t signals = block_shutdown_signals();  // before the tiers start their threads
+  raise_descriptor_limit(o.threads);
   std::unique_ptr<VulkanContext> vulkan;
   CacheStackOptions stack_options = cache_stack_options(o);
   if (o.gpu_memory > 0) {

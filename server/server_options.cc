@@ -38,7 +38,7 @@ struct RawFlags {
   std::string tls_cert;
   std::string tls_key;
   std::string log_level = "info";
-  int threads = 64;
+  int threads = 4096;
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
   std::string config;
@@ -86,8 +86,10 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
-  app.add_option("--threads", f.threads, "HTTP worker threads (one per open connection)")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--threads", f.threads,
+                 "Connections served at once, a thread each, started when a connection arrives; "
+                 "more wait for a free one")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
                  "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));

@@ -38,7 +38,7 @@ struct ServerOptions {
   std::string tls_cert;               // PEM certificate chain; with tls_key: HTTPS only
   std::string tls_key;                // PEM private key
   std::string log_level = "info";
-  int threads = 64;                   // HTTP worker threads (one per open connection)
+  int threads = 4096;                 // connections served at once (a thread each, started on demand)
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 
