@@ -40,6 +40,12 @@ install(FILES ${CMAKE_BINARY_DIR}/kvtier.pc DESTINATION lib/pkgconfig)
 install(DIRECTORY ${KVTIER_PYTHON_BUILD_DIR}/kvtier DESTINATION ${KVTIER_PYTHON_INSTALL_DIR}
   PATTERN __pycache__ EXCLUDE)
 
+# The systemd unit names the installed kvtierd, so it is written at install time, when the prefix
+# (and the package's staging DESTDIR) are known.
+install(CODE "configure_file(\"${PROJECT_SOURCE_DIR}/packaging/systemd/kvtierd.service.in\"
+  \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/kvtierd.service\" @ONLY)")
+install(FILES README.md DESTINATION share/doc/kvtier)
+
 # `make package`: one .deb. Its library dependencies come from dpkg-shlibdeps (the Debian packages
 # of every shared library the binaries load); the rest are named here.
 set(CPACK_GENERATOR DEB)

@@ -14,6 +14,16 @@ for f in bin/kvtierd bin/kvtier bin/kvtier-fsck lib/libkvtier.so include/kvtier.
          include/kvtier/embed/embedded_cache.h lib/cmake/kvtier/kvtierConfig.cmake lib/pkgconfig/kvtier.pc; do
   [[ -e $prefix/$f ]] || { echo "missing after install: $f"; exit 1; }
 done
+# The systemd unit names the installed kvtierd and passes systemd's own check (strict: a warning
+# such as an unknown sandboxing value fails it too).
+unit=$prefix/lib/systemd/system/kvtierd.service
+grep -q "^ExecStart=$prefix/bin/kvtierd " "$unit" || { echo "the unit does not start $prefix/bin/kvtierd"; exit 1; }
+if command -v systemd-analyze >/dev/null; then
+  out=$(systemd-analyze verify "$unit" 2>&1) || { echo "$out"; exit 1; }
+  [[ -z $out ]] || { echo "systemd-analyze verify: $out"; exit 1; }
+fi
+[[ -e $prefix/share/doc/kvtier/README.md ]] || { echo "missing after install: share/doc/kvtier/README.md"; exit 1; }
+
 # Internal headers stay out of the install.
 if [[ -e $prefix/include/kvtier/tiers/ssd/ssd_tier.h || -e $prefix/include/kvtier/cache/tiered_cache.h ]]; then
   echo "internal headers were installed"; exit 1

@@ -15,9 +15,11 @@ for lib in librocksdb liburing libvulkan python3; do
 done
 files=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/kvtierd ./usr/bin/kvtier-fsck ./usr/lib/libkvtier.so.0 ./usr/include/kvtier.h \
-         ./usr/lib/cmake/kvtier/kvtierConfig.cmake; do
+         ./usr/lib/cmake/kvtier/kvtierConfig.cmake ./usr/lib/systemd/system/kvtierd.service; do
   grep -qx "$f" <<<"$files" || { echo "the package lacks $f"; exit 1; }
 done
 grep -q '^./usr/lib/python3\.[0-9]*/dist-packages/kvtier/_kvtier\..*\.so$' <<<"$files" \
   || { echo "the package lacks the Python extension"; exit 1; }
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/kvtierd.service | grep -q '^ExecStart=/usr/bin/kvtierd ' \
+  || { echo "the packaged unit does not start /usr/bin/kvtierd"; exit 1; }
 echo "package ok: $(basename "$deb")"
