@@ -1,5 +1,7 @@
 #include "server/kvtier_client.h"
 
+#include <csignal>
+
 #include <httplib.h>
 
 namespace kvtier {
@@ -60,8 +62,10 @@ Status status_from_http(int status, const std::string& body) {
 }
 
 KvtierClient::KvtierClient(const std::string& host, int port, std::string api_key, const ClientTls& tls)
-    : http_(std::make_unique<httplib::Client>((tls.enabled ? "https://" : "http://") + host + ":" +
-                                              std::to_string(port))),
+    : ignore_sigpipe_(ignore_sigpipe()),
+      // Not httplib::Client("https://..."): it parses the URL with a function-local std::regex.
+      http_(tls.enabled ? std::make_unique<httplib::SSLClient>(host, port)
+                        : std::make_unique<httplib::ClientImpl>(host, port)),
       api_key_(std::move(api_key)) {
   if (tls.enabled) {
     if (!tls.ca_cert.empty()) http_->set_ca_cert_path(tls.ca_cert.c_str());
@@ -76,6 +80,17 @@ KvtierClient::KvtierClient(const std::string& host, int port, std::string api_ke
 }
 
 KvtierClient::~KvtierClient() = default;
+
+bool KvtierClient::ignore_sigpipe() {
+  // Writing to a connection the server closed (a keep-alive that timed out between requests)
+  // raises SIGPIPE, whose default kills the process; OpenSSL writes without MSG_NOSIGNAL. The
+  // write must fail instead, so the retry can reconnect. cpp-httplib's server does the same.
+  static const bool done = [] {
+    std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  return done;
+}
 
 HttpReply KvtierClient::raw(const std::string& method, const std::string& path, const std::string& body,
                             const std::string& content_type, const std::optional<std::string>& authorization) {

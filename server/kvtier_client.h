@@ -17,7 +17,7 @@
 #include "serialize/block_hash.h"
 
 namespace httplib {
-class Client;
+class ClientImpl;
 }
 
 namespace kvtier {
@@ -36,7 +36,8 @@ struct ClientTls {
   std::string ca_cert;
 };
 
-// Not thread-safe (one connection); one per thread.
+// Not thread-safe (one connection); one per thread. The first client ignores SIGPIPE for the
+// whole process: a write to a connection the server closed must fail and be retried, not kill it.
 class KvtierClient {
  public:
   KvtierClient(const std::string& host, int port, std::string api_key = "", const ClientTls& tls = {});
@@ -65,7 +66,10 @@ class KvtierClient {
  private:
   Result<nlohmann::json> post_json(const std::string& path, const nlohmann::json& body);
 
-  std::unique_ptr<httplib::Client> http_;
+  static bool ignore_sigpipe();
+
+  bool ignore_sigpipe_;  // first member: set before any connection exists
+  std::unique_ptr<httplib::ClientImpl> http_;  // an SSLClient for TLS
   std::string api_key_;
 };
 
