@@ -11,6 +11,7 @@
 #include "serialize/block_codec.h"
 #include "serialize/block_document.h"
 #include "base/metrics_exporters.h"
+#include "server/connection_closer.h"
 #include "server/connection_threads.h"
 #include "server/request_json.h"
 
@@ -148,9 +149,8 @@ HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
   server_->new_task_queue = [this, threads] { return new ConnectionThreads(threads, connections_); };
   server_->set_payload_max_length(options_.max_body_bytes);
   server_->set_keep_alive_max_count(100000);
-  // An idle keep-alive connection holds its worker until this runs out, and shutdown waits for
-  // every worker: keep it short (clients reconnect transparently).
-  server_->set_keep_alive_timeout(5);
+  // Also the wait for a new connection's first request (clients reconnect transparently).
+  server_->set_keep_alive_timeout(options_.idle_timeout_s);
   server_->set_read_timeout(30);
   server_->set_write_timeout(30);
   server_->set_tcp_nodelay(true);
@@ -465,11 +465,19 @@ Result<int> HttpApi::bind(const std::string& host, int port) {
   if (listen_fd_ >= 0 && ::listen(listen_fd_, 4096) != 0) {
     spdlog::warn("http: could not raise the listen backlog: {}", std::strerror(errno));
   }
+  port_ = bound;
   return bound;
 }
 
 bool HttpApi::run() { return server_->listen_after_bind(); }
 
-void HttpApi::stop() { server_->stop(); }
+void HttpApi::stop() {
+  server_->stop();
+  // Kept-alive connections would otherwise hold the shutdown for --idle-timeout.
+  if (port_ > 0) {
+    const int shut = shut_accepted_connections(port_);
+    if (shut > 0) spdlog::info("http: closed {} connections still open", shut);
+  }
+}
 
 }  // namespace kvtier

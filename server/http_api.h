@@ -28,10 +28,13 @@ struct HttpApiOptions {
   // Who may do what (--api-key, --api-keys); null or empty: no auth, every namespace open.
   std::shared_ptr<const TenantTable> tenants;
   int threads = 4096;  // connections served at once, a thread each (started on demand)
-  uint64_t max_body_bytes = 0;
+  uint64_t max_body_bytes = 0;  // 0: a block document of the layout plus 16 MiB
   // PEM files; both set: HTTPS only (the same routes, over OpenSSL).
   std::string tls_cert;
-  std::string tls_key;  // 0: a block document of the layout plus 16 MiB
+  std::string tls_key;
+  // A connection that sends no request for this long is closed: it holds a thread until then,
+  // and shutdown waits for it.
+  int idle_timeout_s = 5;
 };
 
 class HttpApi {
@@ -43,8 +46,8 @@ class HttpApi {
 
   // Binds the socket (port 0 picks a free one); returns the port.
   Result<int> bind(const std::string& host, int port);
-  // Serves until stop(); in-flight requests finish before it returns. False when the listener
-  // failed rather than being stopped.
+  // Serves until stop(); requests being handled finish before it returns, and connections
+  // waiting for their next request are closed. False when the listener failed, not stopped.
   bool run();
   // Thread-safe; async-signal-unsafe (call it from a normal thread).
   void stop();
@@ -76,6 +79,7 @@ class HttpApi {
   Status status_;
   std::unique_ptr<httplib::Server> server_;
   int listen_fd_ = -1;
+  int port_ = 0;  // bound
   std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes
   mutable std::mutex counts_mu_;
   std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests

@@ -39,6 +39,7 @@ struct RawFlags {
   std::string tls_key;
   std::string log_level = "info";
   int threads = 4096;
+  int idle_timeout_s = 5;
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
   std::string config;
@@ -90,6 +91,9 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "Connections served at once, a thread each, started when a connection arrives; "
                  "more wait for a free one")
       ->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_option("--idle-timeout", f.idle_timeout_s,
+                 "Seconds a connection may wait before sending its next request; then it is closed")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
                  "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
@@ -218,6 +222,7 @@ Result<ServerOptions> resolve(const RawFlags& f) {
                             "' is not trace, debug, info, warn, error or off");
   }
   o.threads = f.threads;
+  o.idle_timeout_s = f.idle_timeout_s;
   o.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1000));
   o.persist_on_shutdown = f.persist_on_shutdown;
   return o;

@@ -39,6 +39,7 @@ struct ServerOptions {
   std::string tls_key;                // PEM private key
   std::string log_level = "info";
   int threads = 4096;                 // connections served at once (a thread each, started on demand)
+  int idle_timeout_s = 5;             // a connection that sends no request for this long is closed
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 

@@ -87,6 +87,7 @@ TEST(ServerOptions, BadValuesNameTheirFlag) {
       {{"--layout", "gpt-9"}, "--layout"},
       {{"--port", "70000"}, "--port"},
       {{"--threads", "0"}, "--threads"},
+      {{"--idle-timeout", "0"}, "--idle-timeout"},
   };
   for (const auto& [args, flag] : cases) {
     auto p = parse(args);
