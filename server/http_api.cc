@@ -14,6 +14,7 @@
 #include "server/connection_closer.h"
 #include "server/connection_threads.h"
 #include "server/request_json.h"
+#include "server/status_codes.h"
 
 namespace kvtier {
 namespace {
@@ -29,32 +30,6 @@ constexpr uint64_t kMaxBatchBytes = 256ull << 20;
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
-}
-
-int http_status_for(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kConflict: return 409;
-    case StatusCode::kFailedPrecondition: return 422;
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kNoSpace: return 507;
-    default: return 500;
-  }
-}
-
-const char* error_code_for(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kConflict: return "conflict";
-    case StatusCode::kFailedPrecondition: return "failed_precondition";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kPermissionDenied: return "permission_denied";
-    case StatusCode::kNoSpace: return "insufficient_storage";
-    default: return "internal";
-  }
 }
 
 void send_error(httplib::Response& res, const Status& st) {
@@ -175,17 +150,7 @@ const Tenant* HttpApi::tenant_of(const httplib::Request& req) const {
 
 Result<std::string> HttpApi::namespace_for(const httplib::Request& req, const std::string& requested) const {
   if (!auth_enabled()) return requested;
-  const Tenant* t = tenant_of(req);
-  if (!t) return permission_denied("unknown key");  // the pre-routing check answered 401 already
-  if (requested.empty()) {
-    if (t->admin) return requested;
-    if (auto ns = t->default_namespace()) return *ns;
-    return invalid_argument("name the namespace: this key may use several");
-  }
-  if (!t->may_use(requested)) {
-    return permission_denied("this key may not use namespace '" + requested + "'");
-  }
-  return requested;
+  return namespace_of(tenant_of(req), requested);
 }
 
 Result<PromptRequest> HttpApi::scoped(const httplib::Request& req, Result<PromptRequest> request) const {
@@ -261,14 +226,17 @@ void HttpApi::add_routes() {
     }
   });
 
-  s.Get("/healthz", timed("healthz", [](const httplib::Request&, httplib::Response& res) {
-          send_json(res, 200, {{"status", "ok"}});
+  s.Get("/healthz", timed("healthz", [this](const httplib::Request&, httplib::Response& res) {
+          json body{{"status", "ok"}};
+          if (binary_port_ > 0) body["binary_port"] = binary_port_;
+          send_json(res, 200, body);
         }));
   s.Get("/metrics", timed("metrics", [this](const httplib::Request&, httplib::Response& res) {
           PrometheusTextWriter w;
           service_.stack().cache().visit_metrics(w);
           service_.visit_metrics(w);
           visit_metrics(w);
+          for (const auto& source : metric_sources_) source(w);
           res.set_content(w.text(), "text/plain; version=0.0.4");
         }));
   s.Get("/v1/stats", timed("stats", [this](const httplib::Request&, httplib::Response& res) {
@@ -420,6 +388,7 @@ std::string HttpApi::stats_json() {
   stack.cache().visit_metrics(w);
   service_.visit_metrics(w);
   visit_metrics(w);
+  for (const auto& source : metric_sources_) source(w);
   return json{{"layout", stack.layout().name},
               {"block_bytes", stack.layout().dense_block_bytes()},
               {"tiers", tiers},

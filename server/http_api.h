@@ -54,6 +54,11 @@ class HttpApi {
 
   void visit_metrics(MetricVisitor& visitor) const;
 
+  // Before run(): /healthz tells clients the binary protocol's port, and /metrics and /v1/stats
+  // also report `source` (the binary server's counters).
+  void offer_binary_port(int port) { binary_port_ = port; }
+  void add_metrics(std::function<void(MetricVisitor&)> source) { metric_sources_.push_back(std::move(source)); }
+
  private:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void add_routes();
@@ -80,6 +85,8 @@ class HttpApi {
   std::unique_ptr<httplib::Server> server_;
   int listen_fd_ = -1;
   int port_ = 0;  // bound
+  int binary_port_ = 0;  // 0: none offered
+  std::vector<std::function<void(MetricVisitor&)>> metric_sources_;
   std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes
   mutable std::mutex counts_mu_;
   std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests

@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 
+#include "server/wire/wire_client.h"
+
 namespace kvtier {
 namespace {
 
@@ -66,7 +68,9 @@ KvtierClient::KvtierClient(const std::string& host, int port, std::string api_ke
       // Not httplib::Client("https://..."): it parses the URL with a function-local std::regex.
       http_(tls.enabled ? std::make_unique<httplib::SSLClient>(host, port)
                         : std::make_unique<httplib::ClientImpl>(host, port)),
-      api_key_(std::move(api_key)) {
+      api_key_(std::move(api_key)),
+      host_(host),
+      tls_(tls.enabled) {
   if (tls.enabled) {
     if (!tls.ca_cert.empty()) http_->set_ca_cert_path(tls.ca_cert.c_str());
     http_->enable_server_certificate_verification(true);
@@ -136,7 +140,31 @@ Result<json> KvtierClient::prefetch(const std::string& ns, std::span<const uint3
   return post_json("/v1/prefetch", prompt_body(ns, tokens, extra_keys));
 }
 
+WireClient* KvtierClient::wire() {
+  if (binary_checked_) return wire_.get();
+  binary_checked_ = true;
+  // The binary port has no TLS: a client told to verify the server never leaves HTTPS.
+  if (!binary_allowed_ || tls_) return nullptr;
+  auto res = send_with_retry([&] { return http_->Get("/healthz"); });
+  if (!res || res->status != 200) return nullptr;
+  json j = json::parse(res->body, nullptr, false);
+  if (j.is_object() && j.contains("binary_port") && j["binary_port"].is_number_integer()) {
+    wire_ = std::make_unique<WireClient>(host_, j["binary_port"].get<int>(), api_key_);
+  }
+  return wire_.get();
+}
+
+bool KvtierClient::wire_answered(const Status& status) {
+  if (status.ok() || wire_->ever_connected()) return true;
+  wire_.reset();  // a port the server offers but this client cannot reach (a firewall): HTTP
+  return false;
+}
+
 Result<bool> KvtierClient::put(const BlockHash& hash, std::span<const uint8_t> document, const std::string& ns) {
+  if (WireClient* w = wire()) {
+    auto r = w->put(hash, document, ns);
+    if (wire_answered(r.status())) return r;
+  }
   auto res = send_with_retry([&] { return http_->Put(hash_path(hash, ns), reinterpret_cast<const char*>(document.data()), document.size(),
                         "application/octet-stream"); });
   if (!res) return transport_error(res.error());
@@ -145,6 +173,10 @@ Result<bool> KvtierClient::put(const BlockHash& hash, std::span<const uint8_t> d
 }
 
 Result<Bytes> KvtierClient::get(const BlockHash& hash, const std::string& ns) {
+  if (WireClient* w = wire()) {
+    auto r = w->get(hash, ns);
+    if (wire_answered(r.status())) return r;
+  }
   Bytes out;
   auto res = send_with_retry([&] {
     out.clear();
@@ -166,6 +198,10 @@ Result<Bytes> KvtierClient::get(const BlockHash& hash, const std::string& ns) {
 
 Result<std::vector<std::optional<Bytes>>> KvtierClient::batch_get(std::span<const BlockHash> hashes,
                                                                   const std::string& ns) {
+  if (WireClient* w = wire()) {
+    auto r = w->batch_get(hashes, ns);
+    if (wire_answered(r.status())) return r;
+  }
   json body{{"hashes", json::array()}};
   for (const BlockHash& h : hashes) body["hashes"].push_back(h.hex());
   if (!ns.empty()) body["namespace"] = ns;
@@ -190,6 +226,10 @@ Result<std::vector<std::optional<Bytes>>> KvtierClient::batch_get(std::span<cons
 }
 
 Status KvtierClient::erase(const BlockHash& hash, const std::string& ns) {
+  if (WireClient* w = wire()) {
+    Status st = w->erase(hash, ns);
+    if (wire_answered(st)) return st;
+  }
   auto res = send_with_retry([&] { return http_->Delete(hash_path(hash, ns)); });
   if (!res) return transport_error(res.error());
   return res->status == 204 ? ok_status() : status_from_http(res->status, res->body);

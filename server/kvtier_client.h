@@ -1,7 +1,8 @@
-// KvtierClient: a C++ client of kvtierd's HTTP API, used by the `kvtier` CLI, the server tests
-// and server_bench. Blocks travel as raw documents without extra copies; an HTTP error comes back
-// as the Status whose code the server's status names (404 kNotFound, 409 kConflict, ...), with
-// the server's message.
+// KvtierClient: a C++ client of kvtierd, used by the `kvtier` CLI, the server tests and
+// server_bench. Blocks travel as raw documents without extra copies, over the binary protocol
+// when the server offers it (its /healthz names the port) and over HTTP otherwise; an error comes
+// back as the Status whose code the server's HTTP status names (404 kNotFound, 409 kConflict,
+// ...), with the server's message, whichever way the block went.
 #pragma once
 
 #include <memory>
@@ -21,6 +22,8 @@ class ClientImpl;
 }
 
 namespace kvtier {
+
+class WireClient;
 
 // One HTTP exchange as it happened, for tests that check statuses and bodies themselves.
 struct HttpReply {
@@ -42,6 +45,12 @@ class KvtierClient {
  public:
   KvtierClient(const std::string& host, int port, std::string api_key = "", const ClientTls& tls = {});
   ~KvtierClient();
+
+  // false: blocks over HTTP even when the server offers the binary protocol (tests of the HTTP
+  // routes). Call before the first block operation.
+  void use_binary(bool allowed) { binary_allowed_ = allowed; }
+  // Whether block operations go over the binary protocol (asks the server on first use).
+  bool binary_in_use() { return wire() != nullptr; }
 
   Status healthz();
   Result<nlohmann::json> layout();
@@ -67,10 +76,20 @@ class KvtierClient {
   Result<nlohmann::json> post_json(const std::string& path, const nlohmann::json& body);
 
   static bool ignore_sigpipe();
+  // The binary-protocol client, when the server offers one and it can be reached; else null.
+  WireClient* wire();
+  // After a binary call: true when its result stands; false when the port could not be reached
+  // at all, and the call should go over HTTP (the binary client is then dropped).
+  bool wire_answered(const Status& status);
 
   bool ignore_sigpipe_;  // first member: set before any connection exists
   std::unique_ptr<httplib::ClientImpl> http_;  // an SSLClient for TLS
   std::string api_key_;
+  std::string host_;
+  bool tls_ = false;
+  bool binary_allowed_ = true;
+  bool binary_checked_ = false;
+  std::unique_ptr<WireClient> wire_;
 };
 
 // The Status an HTTP error reply stands for.

@@ -19,6 +19,7 @@
 #include "engine/vulkan_context.h"
 #include "server/block_service.h"
 #include "server/http_api.h"
+#include "server/wire/wire_server.h"
 #include "server/server_options.h"
 
 using namespace kvtier;
@@ -99,6 +100,21 @@ int serve(const ServerOptions& o) {
     spdlog::error("{}", port.status().to_string());
     return 1;
   }
+  std::unique_ptr<WireServer> wire;
+  if (o.binary_port) {
+    wire = std::make_unique<WireServer>(
+        service, WireServerOptions{o.tenants, o.threads, o.max_connections_per_client,
+                                   std::chrono::seconds(o.idle_timeout_s), std::chrono::seconds(o.request_timeout_s), 0});
+    const int wanted = *o.binary_port >= 0 ? *o.binary_port : (o.port == 0 ? 0 : *port + 1);
+    auto bound = wire->bind(o.host, wanted);
+    if (!bound.ok()) {
+      spdlog::error("{} (--binary-port off turns it off)", bound.status().message());
+      return 1;
+    }
+    api.offer_binary_port(*bound);
+    api.add_metrics([w = wire.get()](MetricVisitor& v) { w->visit_metrics(v); });
+    spdlog::info("binary block protocol on {}:{}", o.host, *bound);
+  }
   if (!o.tenants && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
     spdlog::warn("listening on {} without --api-key or --api-keys: anyone who can reach it can read and write blocks",
                  o.host);
@@ -125,8 +141,20 @@ int serve(const ServerOptions& o) {
     if (!serving) return;  // woken by serve() itself: the listener already stopped
     spdlog::info("{}: no new connections; finishing requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
     api.stop();
+    if (wire) wire->stop();
   });
+  std::thread wire_thread;
+  if (wire) {
+    wire_thread = std::thread([&] {
+      name_this_thread("kvtierd-wire");
+      wire->run();
+    });
+  }
   const bool served = api.run();
+  if (wire) {
+    wire->stop();  // the HTTP listener failed on its own: this one stops with it
+    wire_thread.join();
+  }
   if (serving.exchange(false) && !served) {
     // The listener failed on its own: wake the signal thread (it would wait forever) and still
     // shut down cleanly, so nothing queued for the SSD is lost.

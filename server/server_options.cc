@@ -40,6 +40,9 @@ struct RawFlags {
   std::string log_level = "info";
   int threads = 4096;
   int idle_timeout_s = 5;
+  std::string binary_port = "auto";
+  int max_connections_per_client = 256;
+  int request_timeout_s = 30;
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
   std::string config;
@@ -93,6 +96,15 @@ void add_flags(CLI::App& app, RawFlags& f) {
       ->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--idle-timeout", f.idle_timeout_s,
                  "Seconds a connection may wait before sending its next request; then it is closed")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--binary-port", f.binary_port,
+                 "Port of the binary block protocol: auto (the HTTP port + 1; off with TLS), off, or a number")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-client", f.max_connections_per_client,
+                 "Binary port: connections one client address may hold; more are refused")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--request-timeout", f.request_timeout_s,
+                 "Binary port: seconds a request may take to arrive, or a reply to be read; then the connection closes")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
                  "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")
@@ -223,6 +235,23 @@ Result<ServerOptions> resolve(const RawFlags& f) {
   }
   o.threads = f.threads;
   o.idle_timeout_s = f.idle_timeout_s;
+  o.max_connections_per_client = f.max_connections_per_client;
+  o.request_timeout_s = f.request_timeout_s;
+  if (f.binary_port == "off") {
+    o.binary_port.reset();
+  } else if (f.binary_port == "auto") {
+    o.binary_port = o.tls_cert.empty() ? std::optional<int>(-1) : std::nullopt;
+  } else {
+    char* end = nullptr;
+    const long port = std::strtol(f.binary_port.c_str(), &end, 10);
+    if (f.binary_port.empty() || *end != '\0' || port < 0 || port > 65535) {
+      return invalid_argument("--binary-port: '" + f.binary_port + "' is not auto, off or a port number");
+    }
+    if (!o.tls_cert.empty()) {
+      return invalid_argument("--binary-port: the binary protocol has no TLS; leave it off (auto) with --tls-cert");
+    }
+    o.binary_port = static_cast<int>(port);
+  }
   o.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1000));
   o.persist_on_shutdown = f.persist_on_shutdown;
   return o;

@@ -40,6 +40,11 @@ struct ServerOptions {
   std::string log_level = "info";
   int threads = 4096;                 // connections served at once (a thread each, started on demand)
   int idle_timeout_s = 5;             // a connection that sends no request for this long is closed
+  // The binary data plane (server/wire): -1 the HTTP port + 1 (any free port when --port is 0),
+  // 0 any free port, otherwise the port; nullopt: off (always with TLS: it speaks only TCP).
+  std::optional<int> binary_port = -1;
+  int max_connections_per_client = 256;  // binary port: per client address
+  int request_timeout_s = 30;            // binary port: a whole request read, or a reply written
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 

@@ -12,6 +12,19 @@
 #include "base/byte_size.h"
 
 namespace kvtier {
+
+Result<std::string> namespace_of(const Tenant* t, const std::string& requested) {
+  if (!t) return permission_denied("unknown key");
+  if (requested.empty()) {
+    if (t->admin) return requested;
+    if (auto ns = t->default_namespace()) return *ns;
+    return invalid_argument("name the namespace: this key may use several");
+  }
+  if (!t->may_use(requested)) {
+    return permission_denied("this key may not use namespace '" + requested + "'");
+  }
+  return requested;
+}
 namespace {
 
 using nlohmann::json;

@@ -34,6 +34,12 @@ struct NamespaceQuota {
   std::optional<uint64_t> ram_bytes;
 };
 
+// The namespace a request of `tenant` acts in: `requested` if the tenant may use it, its only
+// namespace when it names none (an admin's empty request stays empty: every namespace);
+// kPermissionDenied or kInvalidArgument otherwise. For servers with auth on (`tenant` null: an
+// unknown key).
+Result<std::string> namespace_of(const Tenant* tenant, const std::string& requested);
+
 class TenantTable {
  public:
   // {"keys": [{"tenant": "a", "key": "…" | "key_sha256": "<hex>", "namespaces": ["a", "a-*"],

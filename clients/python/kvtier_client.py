@@ -1,4 +1,4 @@
-"""A client of kvtierd's HTTP API in one file, standard library only.
+"""A client of kvtierd in one file, standard library only.
 
     from kvtier_client import KvtierClient, block_document
     c = KvtierClient("http://127.0.0.1:8417", api_key=None)
@@ -8,9 +8,12 @@
     c.put_block(hash, doc); c.get_block(hash)
 
 Blocks are safetensors documents (8-byte little-endian header length, JSON header, raw data);
-KV bytes are passed through untouched, so bf16 stays bf16, bit for bit.
+KV bytes are passed through untouched, so bf16 stays bf16, bit for bit. Blocks travel over the
+server's binary port (docs/wire-protocol.md) when its /healthz offers one and the URL is not
+https; everything else, and every block when binary=False, over HTTP.
 """
 import json
+import socket
 import ssl
 import struct
 import urllib.error
@@ -28,11 +31,89 @@ class KvtierError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+_MAGIC = b"KVT1"
+_OP_HELLO, _OP_PUT, _OP_GET, _OP_BATCH_GET, _OP_DELETE = 1, 2, 3, 4, 5
+_STREAMED = (1 << 64) - 1
+
+
+class _WireConnection:
+    """One connection to the binary port; every op is idempotent, so a closed one is retried once."""
+
+    def __init__(self, host, port, api_key, timeout):
+        self.address, self.api_key, self.timeout, self.sock = (host, port), api_key, timeout, None
+
+    def _connect(self):
+        self.sock = socket.create_connection(self.address, timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.api_key:
+            self._exchange(_OP_HELLO, b"\0" * 32, "", self.api_key.encode(), retry=False)
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def recv_exact(self, n):
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionError("kvtierd closed the connection")
+            got += k
+        return bytes(buf)
+
+    def _exchange(self, op, block_hash, namespace, body, retry=True):
+        """Sends a request; returns (status, body_len) with the body (if any) still to read."""
+        fresh = self.sock is None
+        try:
+            if fresh:
+                self._connect()
+            ns = (namespace or "").encode()
+            head = _MAGIC + struct.pack("<BBHQ", op, 0, len(ns), len(body)) + block_hash
+            self.sock.sendall(head + ns)
+            if body:
+                self.sock.sendall(body)
+            reply = self.recv_exact(16)
+        except (ConnectionError, OSError):
+            self.close()
+            if fresh or not retry:
+                raise
+            return self._exchange(op, block_hash, namespace, body, retry=False)
+        if reply[:4] != _MAGIC:
+            self.close()
+            raise KvtierError(0, "protocol", "not a kvtier binary reply")
+        status, _, length = struct.unpack_from("<HHQ", reply, 4)
+        if status >= 400:
+            raw = self.recv_exact(length)
+            try:
+                err = json.loads(raw)["error"]
+                raise KvtierError(status, err["code"], err["message"])
+            except (ValueError, KeyError):
+                raise KvtierError(status, "http_error", raw.decode(errors="replace")) from None
+        return status, length
+
+
 class KvtierClient:
-    def __init__(self, url="http://127.0.0.1:8417", api_key=None, timeout=60, ca_cert=None):
-        """url https://... talks TLS; ca_cert is the PEM file to trust (default: the system's CAs)."""
+    def __init__(self, url="http://127.0.0.1:8417", api_key=None, timeout=60, ca_cert=None, binary=True):
+        """url https://... talks TLS; ca_cert is the PEM file to trust (default: the system's CAs).
+        binary=False keeps blocks on HTTP even when the server offers its binary port."""
         self.url, self.api_key, self.timeout = url.rstrip("/"), api_key, timeout
         self._tls = ssl.create_default_context(cafile=ca_cert) if self.url.startswith("https://") else None
+        self._binary_allowed = binary and self._tls is None
+        self._wire = None
+        self._wire_checked = False
+
+    def binary_in_use(self):
+        """Whether blocks go over the binary port (asks the server once)."""
+        if not self._wire_checked:
+            self._wire_checked = True
+            if self._binary_allowed:
+                port = self.healthz().get("binary_port")
+                if port:
+                    host = urllib.parse.urlsplit(self.url).hostname
+                    self._wire = _WireConnection(host, port, self.api_key, self.timeout)
+        return self._wire is not None
 
     def _request(self, method, path, body=None, content_type="application/json"):
         req = urllib.request.Request(self.url + path, data=body, method=method)
@@ -78,11 +159,22 @@ class KvtierClient:
 
     def put_block(self, block_hash, document, namespace=None):
         """True if stored (201), False if the server already held it (200)."""
+        if self.binary_in_use():
+            status, _ = self._wire._exchange(_OP_PUT, bytes.fromhex(block_hash), namespace, document)
+            return status == 201
         status, _ = self._request("PUT", self._block_path(block_hash, namespace), document, "application/octet-stream")
         return status == 201
 
     def get_block(self, block_hash, namespace=None):
         """The block's document, or None when it is not cached."""
+        if self.binary_in_use():
+            try:
+                _, length = self._wire._exchange(_OP_GET, bytes.fromhex(block_hash), namespace, b"")
+            except KvtierError as e:
+                if e.status == 404:
+                    return None
+                raise
+            return self._wire.recv_exact(length)
         path = self._block_path(block_hash, namespace)
         try:
             return self._request("GET", path)[1]
@@ -93,6 +185,18 @@ class KvtierClient:
 
     def batch_get(self, hashes, namespace=None):
         """A list with each hash's document, or None for a miss."""
+        if self.binary_in_use():
+            hashes = list(hashes)
+            body = b"".join(bytes.fromhex(h) for h in hashes)
+            _, length = self._wire._exchange(_OP_BATCH_GET, b"\0" * 32, namespace, body)
+            if length != _STREAMED:
+                self._wire.close()
+                raise KvtierError(0, "protocol", "a batch GET reply without its item stream")
+            out = []
+            for _ in hashes:
+                (n,) = struct.unpack("<Q", self._wire.recv_exact(8))
+                out.append(self._wire.recv_exact(n) if n else None)
+            return out
         payload = {"hashes": list(hashes)}
         if namespace:
             payload["namespace"] = namespace
@@ -106,6 +210,9 @@ class KvtierClient:
         return out
 
     def delete_block(self, block_hash, namespace=None):
+        if self.binary_in_use():
+            self._wire._exchange(_OP_DELETE, bytes.fromhex(block_hash), namespace, b"")
+            return
         self._request("DELETE", self._block_path(block_hash, namespace))
 
 

@@ -10,7 +10,7 @@ import torch
 from conftest import SOURCE_DIR, Kvtierd, block_layers, open_cache, paged_arrays, same_bits, tokens_for
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "clients", "python"))
-from kvtier_client import KvtierClient, block_document  # noqa: E402
+from kvtier_client import KvtierClient, KvtierError, block_document  # noqa: E402
 
 NAMESPACE = "interop-model"
 
@@ -107,3 +107,30 @@ def test_a_block_one_process_stores_is_a_remote_hit_for_another_and_for_kvtierd(
             assert [blk.tier for blk in b.lookup(tokens).blocks] == ["ram"] * 3, "promoted into RAM"
         with Kvtierd(tmp_path, ["--layout", "tiny", "--remote", redis.url, "--log-level", "warn"]) as server:
             assert KvtierClient(server.url).lookup(NAMESPACE, tokens)["matched_tokens"] == 48
+
+
+def test_python_client_moves_blocks_over_the_binary_port(tmp_path, gen):
+    layout = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 64, "block_size": 16, "dtype": "BF16"}
+    tokens = tokens_for(42, 16 * 3)
+    k, v = paged_arrays(layout, 3, gen)
+    with cache(tmp_path) as c:
+        assert c.save_blocks(tokens, [0, 1, 2], k, v).stored == 3
+        hashes = c.block_hashes(tokens)
+    with Kvtierd(tmp_path, server_args(tmp_path / "ssd")) as server:
+        binary, http = KvtierClient(server.url), KvtierClient(server.url, binary=False)
+        assert binary.binary_in_use() and not http.binary_in_use()
+        docs = [http.get_block(h, namespace=NAMESPACE) for h in hashes]
+        assert [binary.get_block(h, namespace=NAMESPACE) for h in hashes] == docs
+        assert binary.batch_get([hashes[2], "ee" * 32, hashes[0]], namespace=NAMESPACE) == [docs[2], None, docs[0]]
+        binary.delete_block(hashes[1], namespace=NAMESPACE)
+        assert http.get_block(hashes[1], namespace=NAMESPACE) is None
+        assert binary.get_block(hashes[1], namespace=NAMESPACE) is None
+        assert binary.put_block(hashes[1], docs[1], namespace=NAMESPACE) is True
+        assert binary.put_block(hashes[1], docs[1], namespace=NAMESPACE) is False
+        assert http.get_block(hashes[1], namespace=NAMESPACE) == docs[1]
+        try:
+            binary.put_block(hashes[0], docs[1], namespace=NAMESPACE)  # under another block's hash
+            raise AssertionError("a document under the wrong hash was stored")
+        except KvtierError as e:
+            assert e.status == 422, e
+        assert binary.get_block(hashes[0], namespace=NAMESPACE) == docs[0], "the refusal changed nothing"

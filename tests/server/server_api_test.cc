@@ -59,6 +59,9 @@ TEST_P(ServerDtypeTest, BlocksRoundTripBitExact) {
   const auto layout = testing::tiny_layout(GetParam());
   auto server = start({"--layout", testing::write_layout_file(dir_.str(), GetParam()), "--ssd-cache-dir", ssd()});
   KvtierClient c("127.0.0.1", server->port());
+  ASSERT_TRUE(c.binary_in_use()) << "kvtierd offers its binary port by default";
+  KvtierClient http("127.0.0.1", server->port());
+  http.use_binary(false);
   const auto tokens = testing::prompt(1, 5 * 16 + 3);
   const auto blocks = testing::prompt_blocks(layout, "model-a", tokens);
   ASSERT_EQ(blocks.size(), 5u);
@@ -72,7 +75,9 @@ TEST_P(ServerDtypeTest, BlocksRoundTripBitExact) {
 
   put_all(c, blocks, /*expect_stored=*/true);
   put_all(c, blocks, /*expect_stored=*/false);
+  put_all(http, blocks, /*expect_stored=*/false);  // one store behind both doors
   expect_served(c, blocks);
+  expect_served(http, blocks);
 
   auto after = c.lookup("model-a", tokens);
   ASSERT_TRUE(after.ok());
@@ -82,14 +87,16 @@ TEST_P(ServerDtypeTest, BlocksRoundTripBitExact) {
   EXPECT_EQ((*other_ns)["matched_tokens"], 0) << "namespaces share no blocks";
 
   std::vector<BlockHash> ask{blocks[3].hash, testing::prompt_blocks(layout, "x", tokens)[0].hash, blocks[0].hash};
-  auto batch = c.batch_get(ask);
-  ASSERT_TRUE(batch.ok()) << batch.status().to_string();
-  ASSERT_EQ(batch->size(), 3u);
-  EXPECT_TRUE((*batch)[0] && *(*batch)[0] == blocks[3].document);
-  EXPECT_FALSE((*batch)[1]);
-  EXPECT_TRUE((*batch)[2] && *(*batch)[2] == blocks[0].document);
-  EXPECT_EQ(c.get(blocks[0].hash, "model-b").status().code(), StatusCode::kNotFound)
-      << "a block is not served to another namespace";
+  for (KvtierClient* client : {&c, &http}) {
+    auto batch = client->batch_get(ask);
+    ASSERT_TRUE(batch.ok()) << batch.status().to_string();
+    ASSERT_EQ(batch->size(), 3u);
+    EXPECT_TRUE((*batch)[0] && *(*batch)[0] == blocks[3].document);
+    EXPECT_FALSE((*batch)[1]);
+    EXPECT_TRUE((*batch)[2] && *(*batch)[2] == blocks[0].document);
+    EXPECT_EQ(client->get(blocks[0].hash, "model-b").status().code(), StatusCode::kNotFound)
+        << "a block is not served to another namespace";
+  }
   EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
 }
 
@@ -243,7 +250,12 @@ TEST_F(ServerApiTest, ConcurrentPutsOfOneBlockStoreItOnce) {
 TEST_F(ServerApiTest, MetricsAreOnePrometheusFamilyPerName) {
   auto server = start({"--layout", "tiny", "--ssd-cache-dir", ssd()});
   KvtierClient c("127.0.0.1", server->port());
-  put_all(c, testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(5, 32)), true);
+  c.use_binary(false);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(5, 32));
+  put_all(c, blocks, true);
+  KvtierClient binary("127.0.0.1", server->port());
+  ASSERT_TRUE(binary.binary_in_use());
+  put_all(binary, blocks, false);
   auto text = c.metrics();
   ASSERT_TRUE(text.ok());
   std::map<std::string, int> types;
@@ -255,6 +267,8 @@ TEST_F(ServerApiTest, MetricsAreOnePrometheusFamilyPerName) {
   EXPECT_NE(text->find("kvtier_http_requests_total{route=\"put_block\",code=\"201\"} 2"), std::string::npos);
   EXPECT_NE(text->find("kvtier_tier_inserts_total{tier=\"ram\"} 2"), std::string::npos);
   EXPECT_NE(text->find("kvtier_http_request_seconds_bucket{route=\"put_block\",le=\"+Inf\"} 2"), std::string::npos);
+  EXPECT_NE(text->find("kvtier_wire_requests_total{op=\"put\",code=\"200\"} 2"), std::string::npos) << *text;
+  EXPECT_NE(text->find("kvtier_wire_connections_total 1"), std::string::npos) << *text;
   EXPECT_TRUE(types.count("kvtier_ssd_used_bytes") || types.count("kvtier_ssd_segments")) << *text;
 }
 

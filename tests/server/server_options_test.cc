@@ -88,6 +88,8 @@ TEST(ServerOptions, BadValuesNameTheirFlag) {
       {{"--port", "70000"}, "--port"},
       {{"--threads", "0"}, "--threads"},
       {{"--idle-timeout", "0"}, "--idle-timeout"},
+      {{"--binary-port", "x"}, "--binary-port"},
+      {{"--max-connections-per-client", "0"}, "--max-connections-per-client"},
   };
   for (const auto& [args, flag] : cases) {
     auto p = parse(args);
