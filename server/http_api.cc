@@ -22,10 +22,17 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kHashRoute = R"(/v1/blocks/([^/:]+))";
-// A batchGet reply is built in memory: bound it by count and by bytes (256 MiB is 128 Llama-3-8B
-// blocks), so one request cannot make the server allocate gigabytes.
-constexpr size_t kMaxBatchHashes = 4096;
-constexpr uint64_t kMaxBatchBytes = 256ull << 20;
+// A batchGet reply streams (chunked) and pins one slice of its blocks at a time, so its size is
+// bounded by neither memory nor a byte cap; the count is bounded by the JSON request's size.
+constexpr size_t kMaxBatchHashes = 65536;
+constexpr uint64_t kBatchSliceBytes = 64ull << 20;
+
+// The hashes of one batchGet and how far its reply has been written.
+struct BatchGetStream {
+  std::vector<BlockHash> hashes;
+  std::string ns;
+  size_t next = 0;
+};
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -296,25 +303,33 @@ void HttpApi::add_routes() {
   // of block document; length 0 is a miss (a document is never empty).
   post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request& req, const std::string& req_body,
                                                         httplib::Response& res) {
-           const size_t max_hashes = static_cast<size_t>(std::clamp<uint64_t>(
-               kMaxBatchBytes / service_.layout().dense_block_bytes(), 1, kMaxBatchHashes));
-           auto r = parse_batch_get_request(req_body, max_hashes);
+           auto r = parse_batch_get_request(req_body, kMaxBatchHashes);
            if (!r.ok()) return send_error(res, r.status());
            auto ns = namespace_for(req, r->ns);
            if (!ns.ok()) return send_error(res, ns.status());
-           auto docs = service_.batch_get(r->hashes, *ns);
-           auto body = std::make_shared<BodyPieces>();
-           size_t found = 0;
-           for (const auto& d : docs) {
-             const uint64_t n = d ? d->size() : 0;
-             std::string length(8, '\0');
-             for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(n >> (8 * i));
-             body->add(std::move(length));
-             if (d) body->add(*d);
-             found += d ? 1 : 0;
-           }
-           res.set_header("X-Kvtier-Found", std::to_string(found));
-           send_pieces(res, std::move(body), "application/x-kvtier-blocks");
+           auto stream = std::make_shared<BatchGetStream>(BatchGetStream{std::move(r->hashes), *ns, 0});
+           const size_t slice = static_cast<size_t>(
+               std::max<uint64_t>(1, kBatchSliceBytes / std::max<uint64_t>(1, service_.layout().dense_block_bytes())));
+           res.set_chunked_content_provider("application/x-kvtier-blocks", [this, stream, slice](size_t, httplib::DataSink& sink) {
+             if (stream->next >= stream->hashes.size()) {
+               sink.done();
+               return true;
+             }
+             const size_t n = std::min(slice, stream->hashes.size() - stream->next);
+             auto docs = service_.batch_get(std::span(stream->hashes).subspan(stream->next, n), stream->ns);
+             stream->next += n;
+             for (const auto& d : docs) {
+               const uint64_t size = d ? d->size() : 0;
+               std::string head(8, '\0');
+               for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(size >> (8 * i));
+               if (d) head += d->head;
+               if (!sink.write(head.data(), head.size())) return false;
+               if (d && !sink.write(reinterpret_cast<const char*>(d->block->data().data()), d->block->data().size())) {
+                 return false;
+               }
+             }
+             return true;
+           });
          });
 }
 

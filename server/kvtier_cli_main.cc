@@ -121,6 +121,8 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", api_key, "Bearer key (default: $KVTIER_API_KEY)");
   app.add_flag("--tls", tls.enabled, "HTTPS (a kvtierd started with --tls-cert)");
   app.add_option("--ca-cert", tls.ca_cert, "PEM file of the CA (or the self-signed certificate) to trust; implies --tls");
+  bool http_only = false;
+  app.add_flag("--http", http_only, "Blocks over HTTP even when the server offers its binary port");
 
   auto* lookup = app.add_subcommand("lookup", "The cached prefix of a prompt");
   lookup->add_option("--namespace", ns)->capture_default_str();
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
   if (fsck->parsed()) return run_fsck(dir, repair, false);
   tls.enabled = tls.enabled || !tls.ca_cert.empty();
   KvtierClient client(host, port, api_key, tls);
+  client.use_binary(!http_only);
   const std::string block_ns = (get->count("--namespace") || del->count("--namespace")) ? ns : "";
   if (lookup->parsed()) {
     auto r = client.lookup(ns, parse_tokens(tokens_text));
@@ -187,7 +190,7 @@ int main(int argc, char** argv) {
     auto r = bench(client, blocks, ns);
     if (!r.ok()) return fail(r.status());
     std::cout << "PUT " << r->put_gbps << " GB/s, GET " << r->get_gbps << " GB/s (" << blocks
-              << " blocks, one connection)\n";
+              << " blocks, one connection, " << (client.binary_in_use() ? "binary protocol" : "HTTP") << ")\n";
   }
   return 0;
 }

@@ -1,8 +1,8 @@
 // The binary block protocol on the real kvtierd: frames built by hand from the byte layout that
 // docs/wire-protocol.md gives, the C++ client against the HTTP routes on one store, the same
 // statuses for the same faults, auth and namespaces, and the limits HTTP could not have (a cap of
-// connections per client, a deadline on a trickled request, a batch GET past the old 256 MiB /
-// 4096-hash caps, streamed).
+// connections per client, a deadline on a trickled request), and batch GETs that stream past the
+// old 256 MiB / 4096-hash caps on both doors.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -274,35 +274,38 @@ TEST_F(ServerWireTest, ATrickledRequestOrASilentConnectionIsClosedAtItsDeadline)
   EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
 }
 
-TEST_F(ServerWireTest, BatchGetStreamsPastTheHttpCapsInRequestOrder) {
+TEST_F(ServerWireTest, BatchGetStreamsPastTheOldCapsInRequestOrderOnBothDoors) {
   auto server = start({});
-  const int port = binary_port(server->port());
   const auto layout = testing::tiny_layout(DType::kBF16);
   const auto blocks = testing::prompt_blocks(layout, "m", testing::prompt(11, 16 * 12));
-  WireClient c("127.0.0.1", port);
-  for (const auto& b : blocks) ASSERT_TRUE(c.put(b.hash, b.document, "m").ok());
-  // 9,000 hashes (the HTTP route takes 4,096), the stored ones on both sides of the server's
-  // 64 MiB slices (4,096 tiny blocks each).
+  KvtierClient binary("127.0.0.1", server->port()), http("127.0.0.1", server->port());
+  http.use_binary(false);
+  ASSERT_TRUE(binary.binary_in_use());
+  for (const auto& b : blocks) ASSERT_TRUE(binary.put(b.hash, b.document, "m").ok());
+  // 9,000 hashes (the HTTP route used to take 4,096), the stored ones on both sides of the
+  // server's 64 MiB slices (4,096 tiny blocks each).
   std::vector<BlockHash> ask(9000);
   for (size_t i = 0; i < ask.size(); ++i) ask[i].bytes[0] = static_cast<uint8_t>(i), ask[i].bytes[1] = static_cast<uint8_t>(i >> 8), ask[i].bytes[31] = 0xee;
   const std::vector<size_t> at{0, 4095, 4096, 4097, 8191, 8192, 8999, 17, 5000, 6000, 7000, 100};
   for (size_t i = 0; i < blocks.size(); ++i) ask[at[i]] = blocks[i].hash;
-  auto got = c.batch_get(ask, "m");
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
-  ASSERT_EQ(got->size(), ask.size());
-  size_t hits = 0;
-  for (size_t i = 0; i < ask.size(); ++i) {
-    const auto where = std::find(at.begin(), at.end(), i);
-    if (where == at.end()) {
-      EXPECT_FALSE((*got)[i]) << i;
-      continue;
+  for (KvtierClient* c : {&binary, &http}) {
+    auto got = c->batch_get(ask, "m");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), ask.size());
+    size_t hits = 0;
+    for (size_t i = 0; i < ask.size(); ++i) {
+      const auto where = std::find(at.begin(), at.end(), i);
+      if (where == at.end()) {
+        EXPECT_FALSE((*got)[i]) << i;
+        continue;
+      }
+      ASSERT_TRUE((*got)[i]) << i;
+      EXPECT_TRUE(*(*got)[i] == blocks[where - at.begin()].document) << i;
+      ++hits;
     }
-    ASSERT_TRUE((*got)[i]) << i;
-    EXPECT_TRUE(*(*got)[i] == blocks[where - at.begin()].document) << i;
-    ++hits;
+    EXPECT_EQ(hits, blocks.size());
+    EXPECT_TRUE(c->get(blocks[0].hash, "m").ok()) << "the connection is usable after the stream";
   }
-  EXPECT_EQ(hits, blocks.size());
-  EXPECT_TRUE(c.get(blocks[0].hash, "m").ok()) << "the connection is usable after the stream";
   EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
 }
 
