@@ -15,9 +15,14 @@
 
 namespace kvtier {
 
+enum class LogFormat {
+  kText,  // 2026-11-23T10:00:00.123 I [tid] message
+  kJson,  // one JSON object a line: {"time", "level", "thread", "msg"}, for log shippers
+};
+
 // Sets the level ("trace", "debug", "info", "warn", "error", "off") and the line format.
 // Returns false when the level name is unknown.
-bool init_logging(std::string_view level);
+bool init_logging(std::string_view level, LogFormat format = LogFormat::kText);
 
 // Names the calling thread (visible in top, gdb and perf); names are cut to 15 characters.
 void name_this_thread(const char* name);

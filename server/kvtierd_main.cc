@@ -13,6 +13,8 @@
 #include <iostream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "base/byte_size.h"
 #include "base/memory_policy.h"
 #include "base/log.h"
@@ -130,7 +132,12 @@ int serve(const ServerOptions& o) {
                format_byte_size(o.resolved_layout->dense_block_bytes()), hash_algorithm_name(o.hash),
                describe_tiers(**stack));
   // Printed whatever the log level: supervisors and tests wait for this line.
-  std::printf("kvtierd: listening on %s://%s:%d\n", o.tls_cert.empty() ? "http" : "https", o.host.c_str(), *port);
+  const std::string url = std::string(o.tls_cert.empty() ? "http" : "https") + "://" + o.host + ":" + std::to_string(*port);
+  if (o.log_format == LogFormat::kJson) {
+    std::printf("%s\n", nlohmann::json::object({{"msg", "kvtierd: listening on " + url}, {"url", url}}).dump().c_str());
+  } else {
+    std::printf("kvtierd: listening on %s\n", url.c_str());
+  }
   std::fflush(stdout);
 
   std::atomic<bool> serving{true};
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
   keep_freed_block_memory();
   ParsedCommandLine cl = parse_server_command_line(argc, argv, std::cout, std::cerr);
   if (!cl.options) return cl.exit_code;
-  init_logging(cl.options->log_level);
+  init_logging(cl.options->log_level, cl.options->log_format);
   name_this_thread("kvtierd");
   return serve(*cl.options);
 }

@@ -45,6 +45,7 @@ struct RawFlags {
   int request_timeout_s = 30;
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
+  std::string log_format = "text";
   std::string config;
 };
 
@@ -90,6 +91,8 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert");
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  app.add_option("--log-format", f.log_format, "text, or json: one JSON object a line")
+      ->capture_default_str()->check(CLI::IsMember({"text", "json"}));
   app.add_option("--threads", f.threads,
                  "Connections served at once, a thread each, started when a connection arrives; "
                  "more wait for a free one")
@@ -233,6 +236,7 @@ Result<ServerOptions> resolve(const RawFlags& f) {
     return invalid_argument("--log-level: '" + o.log_level +
                             "' is not trace, debug, info, warn, error or off");
   }
+  o.log_format = f.log_format == "json" ? LogFormat::kJson : LogFormat::kText;
   o.threads = f.threads;
   o.idle_timeout_s = f.idle_timeout_s;
   o.max_connections_per_client = f.max_connections_per_client;

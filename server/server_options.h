@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
@@ -38,6 +39,7 @@ struct ServerOptions {
   std::string tls_cert;               // PEM certificate chain; with tls_key: HTTPS only
   std::string tls_key;                // PEM private key
   std::string log_level = "info";
+  LogFormat log_format = LogFormat::kText;
   int threads = 4096;                 // connections served at once (a thread each, started on demand)
   int idle_timeout_s = 5;             // a connection that sends no request for this long is closed
   // The binary data plane (server/wire): -1 the HTTP port + 1 (any free port when --port is 0),

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -315,6 +316,64 @@ TEST_F(ServerApiTest, BadSettingsFailBeforeAnythingStarts) {
   EXPECT_NE(second.output.find("in use by another process"), std::string::npos) << second.output;
   KvtierClient c("127.0.0.1", first->port());
   EXPECT_TRUE(c.healthz().ok());
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// --log-format json: every line kvtierd writes is one JSON object, also when a refusal quotes
+// a client's JSON and bytes that are not UTF-8.
+TEST_F(ServerApiTest, JsonLogFormatWritesOneObjectPerLine) {
+  auto server = start({"--layout", "tiny", "--log-format", "json", "--log-level", "info"});
+  KvtierClient c("127.0.0.1", server->port());
+  const HttpReply bad = c.raw("POST", "/v1/lookup", "{\"namespace\": \"q\\\"uote\xff\", \"tokens\": [1,");
+  EXPECT_EQ(bad.status, 400);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(3, 32));
+  EXPECT_FALSE(c.put(blocks[1].hash, blocks[0].document).ok());  // a refusal, logged with its reason
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+  std::istringstream lines(server->log());
+  int parsed = 0, warnings = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON object: " << line;
+    ASSERT_TRUE(j.contains("msg")) << line;
+    ++parsed;
+    warnings += j.value("level", "") == "warning";
+  }
+  EXPECT_GE(parsed, 4);
+  EXPECT_GE(warnings, 2) << server->log();
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// docs/metrics.md lists every family a kvtierd with every local tier and both doors exports.
+TEST_F(ServerApiTest, DocsListEveryMetricFamily) {
+  auto server = start({"--layout", "tiny", "--ssd-cache-dir", ssd(), "--gpu-memory", "1M"});
+  KvtierClient c("127.0.0.1", server->port());
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(4, 32));
+  put_all(c, blocks, true);
+  auto text = c.metrics();
+  ASSERT_TRUE(text.ok());
+  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/docs/metrics.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(doc.empty());
+  std::istringstream lines(*text);
+  int families = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    ++families;
+    EXPECT_NE(doc.find("`" + name + "`"), std::string::npos) << name << " is not in docs/metrics.md";
+  }
+  EXPECT_GT(families, 80);
+  EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
 }  // namespace

@@ -90,6 +90,7 @@ TEST(ServerOptions, BadValuesNameTheirFlag) {
       {{"--idle-timeout", "0"}, "--idle-timeout"},
       {{"--binary-port", "x"}, "--binary-port"},
       {{"--max-connections-per-client", "0"}, "--max-connections-per-client"},
+      {{"--log-format", "xml"}, "--log-format"},
   };
   for (const auto& [args, flag] : cases) {
     auto p = parse(args);

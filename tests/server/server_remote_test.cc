@@ -2,6 +2,9 @@
 // stores the other serves bit for bit, a corrupt value is a counted miss, Redis down or failing
 // over is a miss and never an error or wrong bytes, and a wrong password stops kvtierd at start.
 // The tests share one cluster (one CTest test); the failover test, which changes it, runs last.
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -122,6 +125,17 @@ TEST_F(ServerRemoteTest, AGarbageValueIsAMissCountedAndDeleted) {
   EXPECT_EQ(metric(cb, "kvtier_remote_reads_total", "outcome", "corrupt"), 1);
   auto gone = (*redis)->execute(std::vector<RedisCommand>{{"EXISTS", key}});
   EXPECT_EQ(gone.front()->integer(), 0) << "the garbage was deleted";
+  // docs/metrics.md lists the remote tier's families too.
+  auto text = cb.metrics();
+  ASSERT_TRUE(text.ok());
+  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/docs/metrics.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE kvtier_remote_", 0) != 0) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    EXPECT_NE(doc.find("`" + name + "`"), std::string::npos) << name << " is not in docs/metrics.md";
+  }
 }
 
 TEST_F(ServerRemoteTest, BothHostsRestartAndStillHit) {
