@@ -29,20 +29,6 @@
 namespace kvtier {
 namespace {
 
-int connect_idle(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // The server's gauge of connections being served, read over a connection of its own.
 double open_connections(KvtierClient& client) {
   auto metrics = client.metrics();
@@ -76,7 +62,7 @@ TEST(ServerIdleTest, AThousandIdleConnectionsDoNotStarveThirtyTwoWorkingClients)
 
   std::vector<int> idle;
   for (int i = 0; i < 1000; ++i) {
-    const int fd = connect_idle(server.port());
+    const int fd = testing::connect_loopback(server.port());
     ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
     idle.push_back(fd);
   }
@@ -163,7 +149,7 @@ TEST(ServerIdleTest, AConnectionThatSendsNothingIsClosedAfterTheIdleTimeout) {
   ASSERT_GT(server.port(), 0) << server.log();
   std::vector<int> idle;
   for (int i = 0; i < 20; ++i) {
-    const int fd = connect_idle(server.port());
+    const int fd = testing::connect_loopback(server.port());
     ASSERT_GE(fd, 0) << std::strerror(errno);
     idle.push_back(fd);
   }
@@ -189,7 +175,7 @@ TEST(ServerIdleTest, ShutdownDoesNotWaitForKeptAliveConnections) {
   ASSERT_GT(server.port(), 0) << server.log();
   KvtierClient client("127.0.0.1", server.port());
   ASSERT_TRUE(client.healthz().ok());  // its connection stays open, waiting for a next request
-  const int silent = connect_idle(server.port());
+  const int silent = testing::connect_loopback(server.port());
   ASSERT_GE(silent, 0);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();

@@ -40,4 +40,8 @@ struct ProgramRun {
 };
 ProgramRun run_program(const std::vector<std::string>& argv, const std::string& log_path);
 
+// A plain TCP connection to 127.0.0.1:port (a client that says nothing, or speaks bytes by hand);
+// -1 with errno set when it cannot connect.
+int connect_loopback(int port);
+
 }  // namespace kvtier::testing
