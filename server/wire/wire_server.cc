@@ -306,6 +306,7 @@ void WireServer::run() {
     if (fd < 0) {
       if (stopping_.load()) break;
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      metrics_.accept_failures.inc();
       if (auto n = error_log_.admit()) spdlog::error("wire: accept failed: {} ({} similar suppressed)", std::strerror(errno), *n);
       // Out of descriptors or memory: a pause lets connections end instead of spinning.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -392,6 +393,8 @@ void WireServer::visit_metrics(MetricVisitor& v) const {
           static_cast<double>(m.connections.open.value()));
   v.counter("kvtier_wire_connections_refused_total", "Connections refused: the client address had its cap open",
             {{"reason", "per_client_cap"}}, m.refused_per_client.value());
+  v.counter("kvtier_wire_accept_failures_total", "accept() failures other than interruptions (out of descriptors or memory)",
+            {}, m.accept_failures.value());
   v.counter("kvtier_wire_idle_closed_total", "Connections closed after --idle-timeout without a request", {},
             m.idle_closed.value());
   v.counter("kvtier_wire_timeouts_total", "Connections closed: a request or reply outlasted --request-timeout", {},

@@ -52,6 +52,7 @@ class WireServer {
   struct Metrics {
     ConnectionMetrics connections;
     Counter refused_per_client;
+    Counter accept_failures;
     Counter idle_closed;
     Counter timeouts;
     Counter protocol_errors;
