@@ -11,10 +11,11 @@
 #include "serialize/block_codec.h"
 #include "serialize/block_document.h"
 #include "base/metrics_exporters.h"
-#include "server/connection_closer.h"
-#include "server/connection_threads.h"
+#include "server/net/connection_stream.h"
+#include "server/net/tls_context.h"
 #include "server/request_json.h"
 #include "server/status_codes.h"
+#include "server/wire/socket_io.h"
 
 namespace kvtier {
 namespace {
@@ -110,44 +111,59 @@ std::string route_of(const std::string& method, const std::string& path) {
 
 namespace {
 
-std::unique_ptr<httplib::Server> make_server(const HttpApiOptions& o, Status& status) {
-  if (o.tls_cert.empty() && o.tls_key.empty()) return std::make_unique<httplib::Server>();
-  auto server = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(), o.tls_key.c_str());
-  if (!server->is_valid()) {
-    status = invalid_argument("TLS: cannot use certificate " + o.tls_cert + " with key " + o.tls_key +
-                              " (unreadable, not PEM, or the key does not match the certificate)");
-  }
-  return server;
-}
+// What a connection's thread knows of the request it is serving. cpp-httplib hands handlers only
+// the Request, and serves each request on its connection's thread from first byte to last.
+struct RequestContext {
+  const Tenant* tenant = nullptr;  // authenticated once, when the headers are in
+  bool close = false;              // the answer said "Connection: close"
+};
+thread_local RequestContext* t_request = nullptr;
+
+const Tenant* request_tenant() { return t_request ? t_request->tenant : nullptr; }
 
 }  // namespace
 
+// cpp-httplib's Server as a request parser and router only: kvtierd accepts the connections and
+// hands each request to process_request (protected, hence this class) on its own stream.
+class HttpApi::RequestServer final : public httplib::Server {
+ public:
+  // cpp-httplib takes a server without a listening socket for one shutting down, and then writes
+  // no body from a content provider. It never touches this value while it is not listening
+  // itself (its stop() and accept loop are never called).
+  RequestServer() { svr_sock_ = 0; }
+
+  bool serve_one(httplib::Stream& stream, bool& connection_closed,
+                 const std::function<void(httplib::Request&)>& setup) {
+    return process_request(stream, /*close_connection=*/false, connection_closed, setup);
+  }
+};
+
 HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
-    : service_(service), options_(std::move(options)), server_(make_server(options_, status_)) {
+    : service_(service),
+      options_(std::move(options)),
+      server_(std::make_unique<RequestServer>()),
+      listener_(options_.tls_cert.empty() ? "http" : "https", options_.threads, options_.max_connections_per_client) {
   if (options_.max_body_bytes == 0) {
     options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
   }
-  const size_t threads = static_cast<size_t>(options_.threads);
-  server_->new_task_queue = [this, threads] { return new ConnectionThreads(threads, connections_); };
+  if (!options_.tls_cert.empty() || !options_.tls_key.empty()) {
+    auto tls = TlsContext::load(options_.tls_cert, options_.tls_key);
+    if (tls.ok()) {
+      tls_ = std::move(*tls);
+    } else {
+      status_ = tls.status();
+    }
+  }
   server_->set_payload_max_length(options_.max_body_bytes);
+  // Only what the Keep-Alive header tells clients: the wait itself is serve()'s.
   server_->set_keep_alive_max_count(100000);
-  // Also the wait for a new connection's first request (clients reconnect transparently).
   server_->set_keep_alive_timeout(options_.idle_timeout_s);
-  server_->set_read_timeout(30);
-  server_->set_write_timeout(30);
-  server_->set_tcp_nodelay(true);
-  // cpp-httplib listens with a backlog of 5: a burst of new connections (a client pool starting
-  // up) overflows it and some fail. Remember the socket so bind() can raise the backlog.
-  server_->set_socket_options([this](int sock) {
-    httplib::default_socket_options(sock);
-    listen_fd_ = sock;
-  });
   add_routes();
 }
 
 HttpApi::~HttpApi() = default;
 
-const Tenant* HttpApi::tenant_of(const httplib::Request& req) const {
+const Tenant* HttpApi::authenticate(const httplib::Request& req) const {
   if (!auth_enabled()) return nullptr;
   const std::string header = req.get_header_value("Authorization");
   const std::string_view prefix = "Bearer ";
@@ -155,14 +171,14 @@ const Tenant* HttpApi::tenant_of(const httplib::Request& req) const {
   return options_.tenants->authenticate(std::string_view(header).substr(prefix.size()));
 }
 
-Result<std::string> HttpApi::namespace_for(const httplib::Request& req, const std::string& requested) const {
+Result<std::string> HttpApi::namespace_for(const std::string& requested) const {
   if (!auth_enabled()) return requested;
-  return namespace_of(tenant_of(req), requested);
+  return namespace_of(request_tenant(), requested);
 }
 
-Result<PromptRequest> HttpApi::scoped(const httplib::Request& req, Result<PromptRequest> request) const {
+Result<PromptRequest> HttpApi::scoped(Result<PromptRequest> request) const {
   if (!request.ok()) return request;
-  KVTIER_ASSIGN_OR_RETURN(request->ns, namespace_for(req, request->ns));
+  KVTIER_ASSIGN_OR_RETURN(request->ns, namespace_for(request->ns));
   return request;
 }
 
@@ -184,7 +200,7 @@ void HttpApi::add_routes() {
   httplib::Server& s = *server_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/healthz" || !auth_enabled()) return httplib::Server::HandlerResponse::Unhandled;
-    const Tenant* t = tenant_of(req);
+    const Tenant* t = request_tenant();
     // Refused before the body was read: the connection must close, or the unread body would be
     // parsed as the next request.
     if (!t) {
@@ -226,6 +242,8 @@ void HttpApi::add_routes() {
   // the reason its JSON body gives, at most once a second plus a count of the ones folded in.
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     count(req, res.status);
+    // A refusal before the body was read closes: the unread body is not the next request.
+    if (t_request && res.get_header_value("Connection") == "close") t_request->close = true;
     if (res.status >= 400 && res.status != 404) {
       if (auto n = reject_log_.admit()) {
         spdlog::warn("{} {} -> {}: {} ({} similar suppressed)", req.method, req.path, res.status, res.body, *n);
@@ -259,14 +277,14 @@ void HttpApi::add_routes() {
                      {"hash", hash_algorithm_name(service_.hash_algorithm())},
                      {"block_bytes", l.dense_block_bytes()}});
         }));
-  post_json("/v1/lookup", "lookup", [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    auto r = scoped(req, parse_prompt_request(body));
+  post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    auto r = scoped(parse_prompt_request(body));
     auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
   });
-  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
-    auto r = scoped(req, parse_prompt_request(body));
+  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    auto r = scoped(parse_prompt_request(body));
     auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
@@ -283,7 +301,7 @@ void HttpApi::add_routes() {
   s.Get(kHashRoute, timed("get_block", [this](const httplib::Request& req, httplib::Response& res) {
           auto hash = path_hash(req);
           if (!hash.ok()) return send_error(res, hash.status());
-          auto ns = namespace_for(req, req.get_param_value("namespace"));
+          auto ns = namespace_for(req.get_param_value("namespace"));
           if (!ns.ok()) return send_error(res, ns.status());
           auto doc = service_.get(*hash, *ns);
           if (!doc.ok()) return send_error(res, doc.status());
@@ -294,18 +312,18 @@ void HttpApi::add_routes() {
   s.Delete(kHashRoute, timed("delete_block", [this](const httplib::Request& req, httplib::Response& res) {
              auto hash = path_hash(req);
              if (!hash.ok()) return send_error(res, hash.status());
-             auto ns = namespace_for(req, req.get_param_value("namespace"));
+             auto ns = namespace_for(req.get_param_value("namespace"));
              if (!ns.ok()) return send_error(res, ns.status());
              if (!service_.erase(*hash, *ns)) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
              res.status = 204;
            }));
   // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
   // of block document; length 0 is a miss (a document is never empty).
-  post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request& req, const std::string& req_body,
+  post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request&, const std::string& req_body,
                                                         httplib::Response& res) {
            auto r = parse_batch_get_request(req_body, kMaxBatchHashes);
            if (!r.ok()) return send_error(res, r.status());
-           auto ns = namespace_for(req, r->ns);
+           auto ns = namespace_for(r->ns);
            if (!ns.ok()) return send_error(res, ns.status());
            auto stream = std::make_shared<BatchGetStream>(BatchGetStream{std::move(r->hashes), *ns, 0});
            const size_t slice = static_cast<size_t>(
@@ -370,7 +388,7 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
   }
   auto hash = path_hash(req);
   if (!hash.ok()) return refuse(400, "invalid_argument", hash.status().message());
-  auto ns = namespace_for(req, req.get_param_value("namespace"));
+  auto ns = namespace_for(req.get_param_value("namespace"));
   if (!ns.ok()) return refuse(http_status_for(ns.status().code()), error_code_for(ns.status().code()), ns.status().message());
   AlignedBuffer body(std::max<uint64_t>(length, 1), 64, /*zeroed=*/false);
   size_t got = 0;
@@ -425,43 +443,92 @@ void HttpApi::visit_metrics(MetricVisitor& v) const {
   }
   v.counter("kvtier_http_handler_exceptions_total", "Handlers that threw (answered 500)", {},
             handler_exceptions_.value());
-  v.counter("kvtier_http_connections_total", "Connections accepted", {}, connections_.accepted.value());
+  const ListenerMetrics& l = listener_.metrics();
+  v.counter("kvtier_http_connections_total", "Connections accepted", {}, l.connections.accepted.value());
   v.gauge("kvtier_http_connections_open", "Connections being served (one thread each)", {},
-          static_cast<double>(connections_.open.value()));
+          static_cast<double>(l.connections.open.value()));
   v.gauge("kvtier_http_connections_waiting", "Connections waiting for a thread (--threads reached)", {},
-          static_cast<double>(connections_.waiting.value()));
+          static_cast<double>(l.connections.waiting.value()));
   v.counter("kvtier_http_connections_waited_total", "Connections that found --threads busy and waited", {},
-            connections_.waited.value());
+            l.connections.waited.value());
   v.counter("kvtier_http_thread_failures_total", "Connections the OS gave no thread (served by a running one)",
-            {}, connections_.thread_failures.value());
+            {}, l.connections.thread_failures.value());
+  v.counter("kvtier_http_connections_refused_total", "Connections refused: the client address had its cap open",
+            {{"reason", "per_client_cap"}}, l.refused_per_client.value());
+  v.counter("kvtier_http_accept_failures_total", "accept() failures other than interruptions (out of descriptors or memory)",
+            {}, l.accept_failures.value());
+  v.counter("kvtier_http_idle_closed_total", "Connections closed after --idle-timeout without a request", {},
+            idle_closed_.value());
+  v.counter("kvtier_http_timeouts_total", "Connections closed: a request or a reply's write outlasted --request-timeout",
+            {}, timeouts_.value());
+  v.counter("kvtier_http_tls_handshake_failures_total", "TLS connections whose handshake failed or timed out", {},
+            tls_failures_.value());
 }
 
-Result<int> HttpApi::bind(const std::string& host, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = server_->bind_to_any_port(host);
-    if (bound <= 0) return io_error("cannot listen on " + host + " (any port)");
-  } else if (!server_->bind_to_port(host, port)) {
-    return io_error("cannot listen on " + host + ":" + std::to_string(port) +
-                    " (in use, or not an address of this machine)");
-  }
-  // listen() again on a listening socket only changes its backlog (capped by somaxconn).
-  if (listen_fd_ >= 0 && ::listen(listen_fd_, 4096) != 0) {
-    spdlog::warn("http: could not raise the listen backlog: {}", std::strerror(errno));
-  }
-  port_ = bound;
-  return bound;
+Result<int> HttpApi::bind(const std::string& host, int port) { return listener_.bind(host, port); }
+
+bool HttpApi::run() {
+  const Status st = listener_.run([this](int fd, const std::string&) { serve(fd); },
+                                  [this](int fd, const std::string& message) {
+                                    const std::string body = error_json("resource_exhausted", message).dump();
+                                    const std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                                             "Content-Length: " + std::to_string(body.size()) +
+                                                             "\r\nConnection: close\r\n\r\n" + body;
+                                    // Over TLS the client reads a failed handshake, not this.
+                                    if (tls_) return;
+                                    iovec piece{const_cast<char*>(text.data()), text.size()};
+                                    (void)wire::send_all(fd, std::span(&piece, 1),
+                                                         std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+                                  });
+  if (!st.ok()) spdlog::error("{}", st.message());
+  return st.ok();
 }
 
-bool HttpApi::run() { return server_->listen_after_bind(); }
-
-void HttpApi::stop() {
-  server_->stop();
-  // Kept-alive connections would otherwise hold the shutdown for --idle-timeout.
-  if (port_ > 0) {
-    const int shut = shut_accepted_connections(port_);
-    if (shut > 0) spdlog::info("http: closed {} connections still open", shut);
+void HttpApi::serve(int fd) {
+  using Clock = std::chrono::steady_clock;
+  const std::chrono::seconds request_timeout(options_.request_timeout_s);
+  SSL* ssl = nullptr;
+  if (tls_ && !(ssl = tls_->new_session(fd))) {
+    tls_failures_.inc();
+    if (auto n = connection_log_.admit()) spdlog::error("https: no TLS session for a connection: {} ({} similar suppressed)", tls_error_text("out of memory"), *n);
+    return;
   }
+  ConnectionStream conn(fd, ssl, request_timeout);
+  if (Status st = conn.handshake(Clock::now() + request_timeout); !st.ok()) {
+    tls_failures_.inc();
+    if (auto n = connection_log_.admit()) spdlog::warn("https: {} ({} similar suppressed)", st.message(), *n);
+    return;
+  }
+  RequestContext context;
+  t_request = &context;
+  while (!listener_.stopping()) {
+    if (!conn.wait_request(std::chrono::seconds(options_.idle_timeout_s))) {
+      idle_closed_.inc();
+      break;
+    }
+    conn.begin_request(Clock::now() + request_timeout);
+    context = RequestContext{};
+    bool closed = false;
+    const bool served = server_->serve_one(conn, closed, [this, &context](httplib::Request& req) {
+      context.tenant = authenticate(req);
+    });
+    if (conn.timed_out()) {
+      timeouts_.inc();
+      if (auto n = connection_log_.admit()) {
+        spdlog::warn("http: closed a connection whose request did not arrive, or whose reply was not read, within "
+                     "--request-timeout ({} similar suppressed)", *n);
+      }
+      break;
+    }
+    if (context.close) {
+      conn.linger();
+      break;
+    }
+    if (!served || closed) break;
+  }
+  t_request = nullptr;
 }
+
+void HttpApi::stop() { listener_.stop(); }
 
 }  // namespace kvtier

@@ -1,7 +1,9 @@
-// HttpApi: kvtierd's HTTP face (cpp-httplib). JSON for control, raw block documents for data;
-// every error is a JSON body {"error": {"code", "message"}} with a status that says whose fault
-// it is. Auth (Bearer key, compared in constant time), body limits, per-route latency histograms
-// and status counters live here; what a route does lives in BlockService.
+// HttpApi: kvtierd's HTTP face: cpp-httplib's parser and routes on kvtierd's own accept loop
+// (ConnectionListener: per-client connection caps, idle and per-request deadlines, TLS). JSON for
+// control, raw block documents for data; every error is a JSON body {"error": {"code",
+// "message"}} with a status that says whose fault it is. Auth (Bearer key, compared in constant
+// time), body limits, per-route latency histograms and status counters live here; what a route
+// does lives in BlockService.
 #pragma once
 
 #include <atomic>
@@ -12,17 +14,18 @@
 
 #include "base/metrics.h"
 #include "server/block_service.h"
-#include "server/connection_threads.h"
+#include "server/net/connection_listener.h"
 #include "server/tenant_table.h"
 
 namespace httplib {
-class Server;
 class ContentReader;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace kvtier {
+
+class TlsContext;
 
 struct HttpApiOptions {
   // Who may do what (--api-key, --api-keys); null or empty: no auth, every namespace open.
@@ -32,9 +35,12 @@ struct HttpApiOptions {
   // PEM files; both set: HTTPS only (the same routes, over OpenSSL).
   std::string tls_cert;
   std::string tls_key;
-  // A connection that sends no request for this long is closed: it holds a thread until then,
-  // and shutdown waits for it.
+  // A connection that sends no request for this long is closed (it holds a thread until then).
   int idle_timeout_s = 5;
+  int max_connections_per_client = 256;  // per peer address; more are refused with a 503
+  // A request (TLS handshake, headers and body) must arrive within this many seconds of its first
+  // byte, and each write of a reply must make progress within it.
+  int request_timeout_s = 30;
 };
 
 class HttpApi {
@@ -47,7 +53,7 @@ class HttpApi {
   // Binds the socket (port 0 picks a free one); returns the port.
   Result<int> bind(const std::string& host, int port);
   // Serves until stop(); requests being handled finish before it returns, and connections
-  // waiting for their next request are closed. False when the listener failed, not stopped.
+  // waiting for their next request are closed. False when it could not serve (never bound).
   bool run();
   // Thread-safe; async-signal-unsafe (call it from a normal thread).
   void stop();
@@ -60,7 +66,10 @@ class HttpApi {
   void add_metrics(std::function<void(MetricVisitor&)> source) { metric_sources_.push_back(std::move(source)); }
 
  private:
+  class RequestServer;
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  // One connection, from accept (and TLS handshake) to close.
+  void serve(int fd);
   void add_routes();
   Handler timed(const char* route, Handler handler);
   // A POST route whose body is JSON, read whatever Content-Type the client sent: `curl -d` says
@@ -68,31 +77,36 @@ class HttpApi {
   using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
   void post_json(const std::string& pattern, const char* route, JsonHandler handler);
   void put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read);
-  // The request's tenant; nullptr when auth is off or the key is unknown.
-  const Tenant* tenant_of(const httplib::Request& req) const;
+  // The tenant of the key a request presents; nullptr when auth is off or the key is unknown.
+  // Called once per request (when its headers are in); handlers read the answer back from the
+  // request being served with request_tenant().
+  const Tenant* authenticate(const httplib::Request& req) const;
   bool auth_enabled() const { return options_.tenants && !options_.tenants->empty(); }
   // The namespace a request may act in: `requested` (or the tenant's only namespace when it names
   // none) if the tenant may use it; kPermissionDenied otherwise. Without auth, `requested`.
-  Result<std::string> namespace_for(const httplib::Request& req, const std::string& requested) const;
+  Result<std::string> namespace_for(const std::string& requested) const;
   // A parsed prompt request with its namespace checked (and filled in) by namespace_for.
-  Result<PromptRequest> scoped(const httplib::Request& req, Result<PromptRequest> request) const;
+  Result<PromptRequest> scoped(Result<PromptRequest> request) const;
   void count(const httplib::Request& req, int status);
   std::string stats_json();
 
   BlockService& service_;
   HttpApiOptions options_;
   Status status_;
-  std::unique_ptr<httplib::Server> server_;
-  int listen_fd_ = -1;
-  int port_ = 0;  // bound
+  std::unique_ptr<TlsContext> tls_;  // null: plain HTTP
+  std::unique_ptr<RequestServer> server_;
+  ConnectionListener listener_;
   int binary_port_ = 0;  // 0: none offered
   std::vector<std::function<void(MetricVisitor&)>> metric_sources_;
   std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes
   mutable std::mutex counts_mu_;
   std::map<std::pair<std::string, int>, uint64_t> counts_;  // (route, status) -> requests
   Counter handler_exceptions_;
-  ConnectionMetrics connections_;
+  Counter idle_closed_;
+  Counter timeouts_;
+  Counter tls_failures_;
   LogThrottle reject_log_;
+  LogThrottle connection_log_;
 };
 
 // The route a request names, for metrics ("lookup", "put_block", ..., "unknown").

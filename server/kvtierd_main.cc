@@ -92,7 +92,8 @@ int serve(const ServerOptions& o) {
     return 1;
   }
   BlockService service(**stack, o.hash);
-  HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s});
+  HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s, o.max_connections_per_client,
+                        o.request_timeout_s});
   if (!api.status().ok()) {
     spdlog::error("{}", api.status().message());
     return 2;

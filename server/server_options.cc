@@ -104,10 +104,11 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "Port of the binary block protocol: auto (the HTTP port + 1; off with TLS), off, or a number")
       ->capture_default_str();
   app.add_option("--max-connections-per-client", f.max_connections_per_client,
-                 "Binary port: connections one client address may hold; more are refused")
+                 "Connections one client address may hold on each port (HTTP, binary); more are refused with a 503")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--request-timeout", f.request_timeout_s,
-                 "Binary port: seconds a request may take to arrive, or a reply to be read; then the connection closes")
+                 "Seconds a request (TLS handshake, headers, body) may take to arrive, or a reply's write may wait for the "
+                 "client to read; then the connection closes")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
                  "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")

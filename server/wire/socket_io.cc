@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace kvtier::wire {
 namespace {
@@ -22,7 +23,13 @@ int millis_until(Deadline deadline) {
   return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1 << 30));
 }
 
-// Waits for `events` until the deadline; false when it passed.
+Status socket_error(const char* what, int err) {
+  if (err == ECONNRESET || err == EPIPE || err == ENOTCONN) return unavailable(std::string("connection closed by the peer during ") + what);
+  return io_error(std::string(what) + ": " + std::strerror(err));
+}
+
+}  // namespace
+
 bool wait_for(int fd, short events, Deadline deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
@@ -32,13 +39,6 @@ bool wait_for(int fd, short events, Deadline deadline) {
     if (errno != EINTR) return true;  // let the next call report the error
   }
 }
-
-Status socket_error(const char* what, int err) {
-  if (err == ECONNRESET || err == EPIPE || err == ENOTCONN) return unavailable(std::string("connection closed by the peer during ") + what);
-  return io_error(std::string(what) + ": " + std::strerror(err));
-}
-
-}  // namespace
 
 Status recv_exact(int fd, void* data, size_t size, Deadline deadline) {
   auto* p = static_cast<uint8_t*>(data);
@@ -94,6 +94,19 @@ bool is_deadline(const Status& status) {
 
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {
   return wait_for(fd, POLLIN, std::chrono::steady_clock::now() + timeout);
+}
+
+void linger(int fd) {
+  using Clock = std::chrono::steady_clock;
+  ::shutdown(fd, SHUT_WR);
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  std::vector<uint8_t> sink(64 << 10);
+  for (uint64_t discarded = 0; discarded < (64ull << 20) && Clock::now() < until;) {
+    if (!wait_for(fd, POLLIN, until)) return;
+    const ssize_t n = ::recv(fd, sink.data(), sink.size(), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+    if (n > 0) discarded += static_cast<uint64_t>(n);
+  }
 }
 
 Result<int> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout) {

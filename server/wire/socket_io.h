@@ -24,8 +24,16 @@ Status recv_exact(int fd, void* data, size_t size, Deadline deadline);
 Status send_all(int fd, std::span<iovec> pieces, Deadline deadline);
 // True for the Status recv_exact or send_all return when their deadline passed.
 bool is_deadline(const Status& status);
+// Waits for poll() `events` on `fd` (or an error or end of stream). False when the deadline passed.
+bool wait_for(int fd, short events, Deadline deadline);
 // Waits until `fd` has something to read (or an end of stream). False after `timeout`.
 bool wait_readable(int fd, std::chrono::milliseconds timeout);
+
+// A lingering close, for a server that refused a request before reading all of it: a close with
+// unread input sends a reset, which can destroy the refusal before the client reads it. Says it
+// is done writing, then discards what still arrives (at most 64 MiB, for at most 2 s), as web
+// servers do. The caller closes `fd` after.
+void linger(int fd);
 
 // A connection to host:port with TCP_NODELAY, or kUnavailable.
 Result<int> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);

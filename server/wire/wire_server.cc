@@ -1,7 +1,5 @@
 #include "server/wire/wire_server.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -29,16 +27,6 @@ using Clock = std::chrono::steady_clock;
 // with no cap on its total, and the server holds at most this much of it.
 constexpr uint64_t kBatchSliceBytes = 64ull << 20;
 
-std::string peer_address(const sockaddr_storage& a) {
-  char text[INET6_ADDRSTRLEN] = "?";
-  if (a.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof(text));
-  } else if (a.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof(text));
-  }
-  return text;
-}
-
 iovec piece(const void* p, size_t n) { return {const_cast<void*>(p), n}; }
 
 }  // namespace
@@ -52,7 +40,7 @@ class WireServer::Session {
       : s_(server), fd_(fd), authenticated_(!s_.options_.tenants || s_.options_.tenants->empty()) {}
 
   void run() {
-    while (!s_.stopping_.load()) {
+    while (!s_.listener_.stopping()) {
       if (!wire::wait_readable(fd_, s_.options_.idle_timeout)) {
         s_.metrics_.idle_closed.inc();
         return;
@@ -63,33 +51,24 @@ class WireServer::Session {
       if (!received(recv(head.data(), head.size()), "a request header")) return;
       auto header = wire::decode_request(head);
       if (!header.ok()) {
-        s_.metrics_.protocol_errors.inc();
+        s_.metrics_.protocol_errors.inc();  // not a request of any op
         refused_ = true;
+        counted_ = true;
         reply_error(header.status());
         return linger();
       }
       keep_open_ = true;
-      const int status = handle(*header);
-      s_.count(header->op, status, std::chrono::duration<double>(Clock::now() - t0).count());
+      op_ = header->op;
+      counted_ = false;
+      handle(*header);
+      s_.ops_.at(op_)->seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
       if (!keep_open_) return linger();
     }
   }
 
  private:
-  // After a refusal with request bytes still coming: a close with unread input sends a reset,
-  // which can destroy the refusal before the client reads it. Say we are done writing, then
-  // discard what still arrives for a moment (a lingering close, as web servers do).
   void linger() {
-    if (!refused_) return;
-    ::shutdown(fd_, SHUT_WR);
-    const auto until = Clock::now() + std::chrono::seconds(2);
-    std::vector<uint8_t> sink(64 << 10);
-    for (uint64_t discarded = 0; discarded < (64ull << 20) && Clock::now() < until;) {
-      if (!wire::wait_readable(fd_, std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()))) return;
-      const ssize_t n = ::recv(fd_, sink.data(), sink.size(), MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
-      if (n > 0) discarded += static_cast<uint64_t>(n);
-    }
+    if (refused_) wire::linger(fd_);
   }
 
   Status recv(void* p, size_t n) {
@@ -101,7 +80,9 @@ class WireServer::Session {
   Status send(std::span<iovec> pieces) {
     uint64_t n = 0;
     for (const iovec& p : pieces) n += p.iov_len;
-    Status st = wire::send_all(fd_, pieces, deadline_);
+    // A reply may be a stream of gigabytes: each write (at most one 64 MiB slice) gets the whole
+    // --request-timeout, so only a client that stops reading loses its connection.
+    Status st = wire::send_all(fd_, pieces, Clock::now() + s_.options_.request_timeout);
     if (st.ok()) s_.metrics_.bytes_sent.inc(n);
     return st;
   }
@@ -124,6 +105,9 @@ class WireServer::Session {
   }
 
   int reply(int status, std::span<iovec> body = {}) {
+    // Counted before it goes out: a client that reads the metrics next sees this request in them.
+    if (!counted_) s_.count(op_, status);
+    counted_ = true;
     uint64_t n = 0;
     for (const iovec& p : body) n += p.iov_len;
     auto head = wire::encode(wire::ResponseHeader{static_cast<uint16_t>(status), n});
@@ -257,122 +241,38 @@ class WireServer::Session {
   Deadline deadline_{};
   bool keep_open_ = true;
   bool refused_ = false;  // answered before reading the whole request
+  Op op_ = Op::kHello;
+  bool counted_ = false;
 };
 
 WireServer::WireServer(BlockService& service, WireServerOptions options)
-    : service_(service), options_(std::move(options)) {
+    : service_(service),
+      options_(std::move(options)),
+      listener_("binary port", options_.threads, options_.max_connections_per_client) {
   if (options_.max_body_bytes == 0) options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
   for (Op op : {Op::kHello, Op::kPut, Op::kGet, Op::kBatchGet, Op::kDelete}) ops_[op] = std::make_unique<OpStats>();
 }
 
-WireServer::~WireServer() {
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-}
+WireServer::~WireServer() = default;
 
-Result<int> WireServer::bind(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string where = host + ":" + std::to_string(port);
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
-    return io_error("binary port: cannot resolve " + host);
-  }
-  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
-  const int one = 1;
-  const bool ok = fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
-                  ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 4096) == 0;
-  const int err = errno;
-  ::freeaddrinfo(found);
-  if (!ok) {
-    if (fd >= 0) ::close(fd);
-    return io_error("binary port: cannot listen on " + where + ": " + std::strerror(err));
-  }
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen_fd_ = fd;
-  return addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port)
-                                    : ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
-}
+Result<int> WireServer::bind(const std::string& host, int port) { return listener_.bind(host, port); }
 
 void WireServer::run() {
-  threads_ = std::make_unique<ConnectionThreads>(static_cast<size_t>(options_.threads), metrics_.connections);
-  while (!stopping_.load()) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (stopping_.load()) break;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      metrics_.accept_failures.inc();
-      if (auto n = error_log_.admit()) spdlog::error("wire: accept failed: {} ({} similar suppressed)", std::strerror(errno), *n);
-      // Out of descriptors or memory: a pause lets connections end instead of spinning.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    const std::string peer = peer_address(addr);
-    if (!admit(fd, peer)) continue;
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    threads_->enqueue([this, fd, peer] {
-      Session(*this, fd).run();
-      forget(fd, peer);
-    });
-  }
-  threads_->shutdown();
+  const Status st = listener_.run([this](int fd, const std::string&) { Session(*this, fd).run(); },
+                                  [](int fd, const std::string& message) {
+                                    const std::string text = error_json("resource_exhausted", message).dump();
+                                    auto head = wire::encode(wire::ResponseHeader{503, text.size()});
+                                    std::array<iovec, 2> pieces{piece(head.data(), head.size()),
+                                                                piece(text.data(), text.size())};
+                                    (void)wire::send_all(fd, pieces, Clock::now() + std::chrono::milliseconds(100));
+                                  });
+  if (!st.ok()) spdlog::error("{}", st.message());
 }
 
-bool WireServer::admit(int fd, const std::string& peer) {
-  std::unique_lock lock(mu_);
-  int& n = per_client_[peer];
-  if (n >= options_.max_connections_per_client && !stopping_.load()) {
-    if (n == 0) per_client_.erase(peer);
-    lock.unlock();
-    metrics_.refused_per_client.inc();
-    if (auto k = refuse_log_.admit()) {
-      spdlog::warn("wire: refused a connection from {}: it has {} open (--max-connections-per-client; {} similar suppressed)",
-                   peer, options_.max_connections_per_client, *k);
-    }
-    // Said in a response frame, so the client's first request reads why instead of a reset.
-    const std::string text = error_json("resource_exhausted", "too many connections from " + peer).dump();
-    auto head = wire::encode(wire::ResponseHeader{503, text.size()});
-    std::array<iovec, 2> pieces{piece(head.data(), head.size()), piece(text.data(), text.size())};
-    (void)wire::send_all(fd, pieces, Clock::now() + std::chrono::milliseconds(100));
-    ::close(fd);
-    return false;
-  }
-  if (stopping_.load()) {
-    lock.unlock();
-    ::close(fd);
-    return false;
-  }
-  ++n;
-  open_fds_.insert(fd);
-  return true;
-}
+void WireServer::stop() { listener_.stop(); }
 
-void WireServer::forget(int fd, const std::string& peer) {
-  {
-    std::lock_guard lock(mu_);
-    open_fds_.erase(fd);
-    if (auto it = per_client_.find(peer); it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
-  }
-  ::close(fd);  // after leaving the set: stop() never shuts a reused descriptor
-}
-
-void WireServer::stop() {
-  stopping_.store(true);
-  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
-  std::lock_guard lock(mu_);
-  for (int fd : open_fds_) ::shutdown(fd, SHUT_RD);  // ends the waits; a reply still goes out
-}
-
-void WireServer::count(Op op, int status, double seconds) {
+void WireServer::count(Op op, int status) {
   OpStats& s = *ops_.at(op);
-  s.seconds.observe(seconds);
-  if (status == 0) return;  // the request never arrived whole
   std::lock_guard lock(s.mu);
   ++s.by_status[status];
 }
@@ -388,13 +288,14 @@ void WireServer::visit_metrics(MetricVisitor& v) const {
     }
   }
   const auto& m = metrics_;
-  v.counter("kvtier_wire_connections_total", "Binary-protocol connections accepted", {}, m.connections.accepted.value());
+  const ListenerMetrics& l = listener_.metrics();
+  v.counter("kvtier_wire_connections_total", "Binary-protocol connections accepted", {}, l.connections.accepted.value());
   v.gauge("kvtier_wire_connections_open", "Binary-protocol connections being served", {},
-          static_cast<double>(m.connections.open.value()));
+          static_cast<double>(l.connections.open.value()));
   v.counter("kvtier_wire_connections_refused_total", "Connections refused: the client address had its cap open",
-            {{"reason", "per_client_cap"}}, m.refused_per_client.value());
+            {{"reason", "per_client_cap"}}, l.refused_per_client.value());
   v.counter("kvtier_wire_accept_failures_total", "accept() failures other than interruptions (out of descriptors or memory)",
-            {}, m.accept_failures.value());
+            {}, l.accept_failures.value());
   v.counter("kvtier_wire_idle_closed_total", "Connections closed after --idle-timeout without a request", {},
             m.idle_closed.value());
   v.counter("kvtier_wire_timeouts_total", "Connections closed: a request or reply outlasted --request-timeout", {},

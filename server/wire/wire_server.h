@@ -1,8 +1,8 @@
-// WireServer: kvtierd's binary data plane (wire_format.h) on its own port. It owns its accept
-// loop, so it does what cpp-httplib cannot: cap connections per client address, close a
-// connection that sends nothing for --idle-timeout without waking it every 10 ms, and bound
-// every request by a deadline (a client that trickles a header or a body, or stops reading a
-// response, loses its connection, not a thread for ever). Same keys and namespaces as HTTP, same
+// WireServer: kvtierd's binary data plane (wire_format.h) on its own port. On the same accept
+// loop as HTTP (ConnectionListener: per-client connection caps, a thread per connection), it
+// closes a connection that sends nothing for --idle-timeout and bounds every request by a
+// deadline (a client that trickles a header or a body, or stops reading a response, loses its
+// connection, not a thread for ever). Same keys and namespaces as HTTP, same
 // BlockService: a block stored through either door is the same block.
 #pragma once
 
@@ -11,13 +11,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "base/log.h"
 #include "base/metrics.h"
 #include "server/block_service.h"
-#include "server/connection_threads.h"
+#include "server/net/connection_listener.h"
 #include "server/tenant_table.h"
 #include "server/wire/wire_format.h"
 
@@ -50,9 +49,6 @@ class WireServer {
  private:
   class Session;
   struct Metrics {
-    ConnectionMetrics connections;
-    Counter refused_per_client;
-    Counter accept_failures;
     Counter idle_closed;
     Counter timeouts;
     Counter protocol_errors;
@@ -65,21 +61,13 @@ class WireServer {
     std::map<int, uint64_t> by_status;
   };
 
-  void serve(int fd, const std::string& peer);
-  bool admit(int fd, const std::string& peer);  // under the per-client cap
-  void forget(int fd, const std::string& peer);
-  void count(wire::Op op, int status, double seconds);
+  void count(wire::Op op, int status);  // a request answered
 
   BlockService& service_;
   WireServerOptions options_;
-  int listen_fd_ = -1;
-  std::atomic<bool> stopping_{false};
+  ConnectionListener listener_;
   Metrics metrics_;
-  std::unique_ptr<ConnectionThreads> threads_;
   std::map<wire::Op, std::unique_ptr<OpStats>> ops_;  // fixed after construction
-  std::mutex mu_;
-  std::set<int> open_fds_;
-  std::map<std::string, int> per_client_;
   LogThrottle refuse_log_;
   LogThrottle error_log_;
 };

@@ -1,11 +1,10 @@
 // Idle connections must not starve working ones: 1,000 clients connect to the real kvtierd and
 // send nothing while 32 others ask for /healthz and a block. With a fixed pool of 64 workers each
 // idle connection held a worker until its keep-alive timeout ran out, so requests waited tens of
-// seconds; with a thread per connection none waits for a worker. The bound asserted here is
-// 500 ms, not the 50 ms: on a 2-core machine the idle threads are not free, because
-// cpp-httplib waits for a connection's next request by polling every 10 ms (the figures are
-// printed, and the closing note gives them). And a connection that never sends a request is
-// closed after --idle-timeout, so it cannot hold its thread for ever.
+// seconds; with a thread per connection none waits for a worker, and an idle one sleeps in one
+// poll() (cpp-httplib's own loop woke each every 10 ms, which on 2 cores put the p99 near 60 ms).
+// The bound is the issue's: 50 ms p99. And a connection that never sends a request is closed
+// after --idle-timeout, so it cannot hold its thread for ever.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -54,7 +53,8 @@ TEST(ServerIdleTest, AThousandIdleConnectionsDoNotStarveThirtyTwoWorkingClients)
   // A long idle timeout: on a loaded 2-core CI machine accepting the thousand took 4.6 s, and
   // the default 5 s closed the first of them before the end.
   testing::ServerProcess server((dir / "kvtierd.log").string(),
-                                {"--layout", "tiny", "--log-level", "warn", "--idle-timeout", "300"});
+                                {"--layout", "tiny", "--log-level", "warn", "--idle-timeout", "300",
+                                 "--max-connections-per-client", "2000"});
   ASSERT_GT(server.port(), 0) << server.log();
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "idle", testing::prompt(3, 16));
   KvtierClient setup("127.0.0.1", server.port());
@@ -134,9 +134,9 @@ TEST(ServerIdleTest, AThousandIdleConnectionsDoNotStarveThirtyTwoWorkingClients)
   EXPECT_EQ(wrong, 0);
   // A connection that waited for a worker would wait for --idle-timeout (300 s).
   EXPECT_LT(*std::max_element(first_ms.begin(), first_ms.end()), 5000.0) << "a new connection waited for a worker";
-  EXPECT_LT(p99(healthz_ms), 500.0);
-  EXPECT_LT(p99(get_ms), 500.0);
-  EXPECT_LT(p99(binary_get_ms), 500.0);
+  EXPECT_LT(p99(healthz_ms), 50.0);
+  EXPECT_LT(p99(get_ms), 50.0);
+  EXPECT_LT(p99(binary_get_ms), 50.0);
   // The idle ones are still held, each by its own thread.
   EXPECT_GE(held, 1000.0);
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();

@@ -1,11 +1,9 @@
-// ConnectionThreads: cpp-httplib's task queue, one thread per open connection, started when the
-// connection arrives and ended when it closes. cpp-httplib serves a connection on one thread
-// from accept to close, so a fixed pool of N threads is stalled by N idle clients (64 of them made
-// /healthz wait 5 s each); here an idle connection costs one parked thread (a small stack) and
-// never delays another. Past `max_threads` connections wait for a thread (counted).
+// ConnectionThreads: one thread per open connection, started when the connection arrives and
+// ended when it closes. A connection is served on one thread from accept to close, so a fixed
+// pool of N threads is stalled by N idle clients (64 of them once made /healthz wait 5 s each);
+// here an idle connection costs one parked thread (a small stack) and never delays another. Past
+// `max_threads` connections wait for a thread (counted).
 #pragma once
-
-#include <httplib.h>
 
 #include <condition_variable>
 #include <deque>
@@ -16,7 +14,7 @@
 
 namespace kvtier {
 
-// Owned by the server (the task queue lives only while it listens).
+// Owned by the listener (the threads live only while it accepts).
 struct ConnectionMetrics {
   Counter accepted;
   Counter waited;      // found every thread busy and waited for one
@@ -25,14 +23,14 @@ struct ConnectionMetrics {
   Gauge waiting;
 };
 
-class ConnectionThreads final : public httplib::TaskQueue {
+class ConnectionThreads {
  public:
   ConnectionThreads(size_t max_threads, ConnectionMetrics& metrics);
-  ~ConnectionThreads() override;
+  ~ConnectionThreads();
 
-  void enqueue(std::function<void()> fn) override;
-  // Returns when every connection has been served (cpp-httplib calls it after the listener stops).
-  void shutdown() override;
+  void enqueue(std::function<void()> fn);
+  // Returns when every connection has been served.
+  void shutdown();
 
  private:
   void run(std::function<void()> fn);  // on its own thread: fn, then queued work, then exit

@@ -1,4 +1,4 @@
-#include "server/connection_threads.h"
+#include "server/net/connection_threads.h"
 
 #include <pthread.h>
 
@@ -73,7 +73,7 @@ bool ConnectionThreads::start_thread(std::function<void()>& fn) {
   if (err != 0) {
     fn = std::move(start->fn);
     static LogThrottle log;
-    if (auto n = log.admit()) spdlog::error("http: cannot start a connection thread (errno {}; {} similar suppressed)", err, *n);
+    if (auto n = log.admit()) spdlog::error("cannot start a connection thread (errno {}; {} similar suppressed)", err, *n);
     return false;
   }
   start.release();  // the thread owns it
