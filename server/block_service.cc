@@ -160,9 +160,16 @@ std::vector<std::optional<BlockDocumentParts>> BlockService::batch_get(std::span
 
 bool BlockService::erase(const BlockHash& hash, std::string_view ns) {
   if (!ns.empty()) {  // another namespace's block must look exactly like an absent one
-    const BlockKey key{hash, {}};
-    PinnedBlocks pinned = stack_.cache().fetch(std::span(&key, 1));
-    if (pinned.size() != 1 || !block_of(pinned.entries()[0], ns)) return false;
+    // Read where it lies, not fetched: a fetch would promote it up the tiers (and refresh its
+    // recency) only to delete it, or for a probe of another tenant's hash.
+    bool ours = false;
+    for (const auto& tier : stack_.cache().tiers()) {
+      if (!tier->contains(hash)) continue;
+      auto block = tier->read({hash, {}});
+      ours = block.ok() && (*block)->identity().namespace_id == ns;
+      break;
+    }
+    if (!ours) return false;
   }
   const bool held = stack_.cache().erase(hash);
   if (held) metrics_.deletes.inc();

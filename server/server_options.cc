@@ -318,6 +318,11 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
     s.capacity_bytes = o.ssd_capacity;
     s.segment_size = o.ssd_segment_size;
     s.codec = o.compression;
+    if (o.tenants) {
+      for (const auto& [ns, q] : o.tenants->quotas()) {
+        if (q.ssd_bytes) s.namespace_quotas[ns] = *q.ssd_bytes;
+      }
+    }
     s.reset = o.ssd_reset;
     s.drain_timeout = o.shutdown_timeout;
     c.ssd = s;

@@ -141,13 +141,13 @@ Result<TenantTable> TenantTable::parse(std::string_view text) {
       const json& q = it.value();
       if (!q.is_object()) return invalid_argument("quota of '" + it.key() + "' must be an object");
       for (auto f = q.begin(); f != q.end(); ++f) {
-        if (f.key() == "ssd") {
-          return invalid_argument("quota of '" + it.key() + "': SSD quotas are not supported yet (RAM only)");
+        if (f.key() != "ram" && f.key() != "ssd") {
+          return invalid_argument("quota of '" + it.key() + "': unknown field '" + f.key() + "' (ram, ssd)");
         }
-        if (f.key() != "ram") return invalid_argument("quota of '" + it.key() + "': unknown field '" + f.key() + "' (ram)");
       }
       NamespaceQuota quota;
       KVTIER_ASSIGN_OR_RETURN(quota.ram_bytes, quota_size(q, "ram", it.key()));
+      KVTIER_ASSIGN_OR_RETURN(quota.ssd_bytes, quota_size(q, "ssd", it.key()));
       table.quotas_.emplace(it.key(), quota);
     }
   }

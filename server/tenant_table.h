@@ -28,10 +28,11 @@ struct Tenant {
   std::optional<std::string> default_namespace() const;
 };
 
-// Byte limits of one namespace (absent: no limit). Only the RAM tier's so far: the SSD tier does
-// not yet count bytes per namespace, and a file that asks for an SSD quota is refused.
+// Byte limits of one namespace in each tier (absent: no limit). A RAM quota refuses PUTs past it
+// (507); an SSD quota refuses spills past it (the block leaves the cache when RAM evicts it).
 struct NamespaceQuota {
   std::optional<uint64_t> ram_bytes;
+  std::optional<uint64_t> ssd_bytes;
 };
 
 // The namespace a request of `tenant` acts in: `requested` if the tenant may use it, its only

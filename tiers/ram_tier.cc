@@ -7,21 +7,15 @@
 
 namespace kvtier {
 
-RamTier::RamTier(RamTierOptions options) : options_(std::move(options)) {
+RamTier::RamTier(RamTierOptions options)
+    : options_(std::move(options)), namespaces_(options_.name, options_.namespace_quotas) {
   auto policy = make_eviction_policy(options_.eviction);
   assert(policy.ok() && "RamTierOptions::eviction names no policy");
   policy_ = std::move(policy).value();
-  for (const auto& [ns, quota] : options_.namespace_quotas) shares_[ns].quota = quota;
-}
-
-RamTier::Share* RamTier::share_locked(const Block& block) {
-  if (shares_.empty()) return nullptr;
-  auto it = shares_.find(block.identity().namespace_id);
-  return it == shares_.end() ? nullptr : &it->second;
 }
 
 void RamTier::release_locked(const Block& block, uint64_t bytes) {
-  if (Share* s = share_locked(block)) s->used -= bytes;
+  namespaces_.add(block.identity().namespace_id, -static_cast<int64_t>(bytes));
 }
 
 std::string_view RamTier::eviction_policy() const { return policy_->name(); }
@@ -59,17 +53,14 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       metrics_.duplicate_inserts.inc();
       return InsertOutcome::kAlreadyPresent;
     }
-    Share* share = share_locked(*block);
-    if (share && share->used + bytes > share->quota) {
-      ++share->refused;
+    if (Status quota = namespaces_.charge(block->identity().namespace_id, bytes); !quota.ok()) {
       metrics_.rejected_quota.inc();
-      return no_space(options_.name + " tier: namespace '" + block->identity().namespace_id + "' holds " +
-                      format_byte_size(share->used) + " of its " + format_byte_size(share->quota) +
-                      " quota; a " + format_byte_size(bytes) + " block does not fit");
+      return quota;
     }
     // Evict the policy's victims until the new one fits; give up (changing nothing) when pinned
     // blocks leave no room.
     if (used_ + bytes - unpinned_bytes_ > options_.capacity_bytes) {
+      release_locked(*block, bytes);
       metrics_.rejected_no_room.inc();
       return resource_exhausted(options_.name + " tier: no room for a " +
                                 format_byte_size(bytes) + " block: " +
@@ -82,7 +73,6 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
     }
     const BlockHash hash = block->hash();
     policy_->inserted(hash, block->identity().parent_hash, bytes);
-    if (share) share->used += bytes;
     index_.emplace(hash, Entry{std::move(block), bytes, 0});
     used_ += bytes;
     unpinned_bytes_ += bytes;
@@ -226,17 +216,7 @@ void RamTier::visit_metrics(MetricVisitor& v) const {
             metrics_.rejected_no_room.value());
   v.counter("kvtier_tier_rejected_total", "Inserts refused", {{"tier", options_.name}, {"reason", "quota"}},
             metrics_.rejected_quota.value());
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [ns, s] : shares_) {
-      const MetricLabels l{{"tier", options_.name}, {"namespace", ns}};
-      v.gauge("kvtier_namespace_used_bytes", "Bytes a namespace with a quota holds in the tier", l,
-              static_cast<double>(s.used));
-      v.gauge("kvtier_namespace_quota_bytes", "The namespace's quota in the tier", l, static_cast<double>(s.quota));
-      v.counter("kvtier_namespace_quota_refusals_total", "Inserts refused because the namespace was at its quota",
-                l, s.refused);
-    }
-  }
+  namespaces_.visit_metrics(v);
   v.counter("kvtier_tier_evictions_total", "Blocks evicted to the tier below", t,
             metrics_.evictions.value());
   v.counter("kvtier_tier_read_hits_total", "Reads that found the block", t, metrics_.hits.value());

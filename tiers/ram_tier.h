@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "tiers/policy/eviction_policy.h"
+#include "tiers/namespace_usage.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -78,13 +79,6 @@ class RamTier final : public Tier {
   // Hands every orphan the policy names to `victims` (caller holds mu_ and gives them to the sink).
   void demote_orphans_locked(std::vector<BlockRef>& victims);
   bool erase_locked(const BlockHash& hash, BlockRef& dropped);
-  // A namespace with a quota: what it holds and how often it was refused.
-  struct Share {
-    uint64_t quota = 0;
-    uint64_t used = 0;
-    uint64_t refused = 0;
-  };
-  Share* share_locked(const Block& block);
   void release_locked(const Block& block, uint64_t bytes);
 
   struct Entry {
@@ -94,12 +88,12 @@ class RamTier final : public Tier {
   };
 
   const RamTierOptions options_;
-  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_, shares_
+  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_
   std::unordered_map<BlockHash, Entry> index_;
   std::unique_ptr<EvictionPolicy> policy_;
   uint64_t used_ = 0;
   uint64_t unpinned_bytes_ = 0;  // what eviction could free
-  std::map<std::string, Share, std::less<>> shares_;  // by namespace; fixed keys after construction
+  NamespaceUsage namespaces_;  // quotas: charged and released under mu_, with the rest
   RamTierMetrics metrics_;
   LogThrottle quantize_skip_log_;
 };

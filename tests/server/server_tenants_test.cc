@@ -3,7 +3,9 @@
 // a namespace past its RAM quota gets 507 with nothing stored, and no key ever reaches the log.
 #include <openssl/sha.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -156,6 +158,79 @@ TEST_F(ServerTenantsTest, ANamespacePastItsRamQuotaIsRefusedWith507AndKeepsWhatI
       << *metrics;
 }
 
+// An SSD quota bounds what a namespace's spills may take on disk: RAM (three blocks here) evicts
+// to the SSD, which takes the namespace's records up to its quota and refuses the rest (counted).
+// Every GET is the exact block or a miss; a namespace without a quota keeps all it spilled.
+TEST(ServerSsdQuotaTest, SpillsPastANamespacesSsdQuotaAreRefusedAndCounted) {
+  testing::TempDir dir;
+  const json table{{"keys", {{{"tenant", "b"}, {"key", kKeyB}, {"namespaces", {"b", "q"}}},
+                             {{"tenant", "ops"}, {"key", kAdmin}, {"admin", true}}}},
+                   {"quotas", {{"q", {{"ssd", "60K"}}}}}};  // about three 20 KiB records
+  std::ofstream((dir / "keys.json").string()) << table.dump();
+  ServerProcess server((dir / "kvtierd.log").string(),
+                       {"--layout", "tiny", "--api-keys", (dir / "keys.json").string(), "--ram-capacity", "64K",
+                        "--ssd-cache-dir", (dir / "ssd").string()});
+  ASSERT_GT(server.port(), 0) << server.log();
+  KvtierClient b("127.0.0.1", server.port(), kKeyB), ops("127.0.0.1", server.port(), kAdmin);
+  const auto layout = testing::tiny_layout(DType::kBF16);
+  const auto tokens = testing::prompt(21, 10 * 16);
+  const auto quoted = testing::prompt_blocks(layout, "q", tokens);
+  const auto free = testing::prompt_blocks(layout, "b", tokens);
+  for (size_t i = 0; i < quoted.size(); ++i) {
+    ASSERT_TRUE(b.put(quoted[i].hash, quoted[i].document, "q").ok());
+    ASSERT_TRUE(b.put(free[i].hash, free[i].document, "b").ok());
+  }
+  std::string m;
+  const std::string refusals = "kvtier_namespace_quota_refusals_total{tier=\"ssd\",namespace=\"q\"} ";
+  for (int attempt = 0; attempt < 250; ++attempt) {  // the spills are written in the background
+    m = *ops.metrics();
+    const size_t at = m.find(refusals);
+    if (at != std::string::npos && std::stoul(m.substr(at + refusals.size())) > 0 &&
+        m.find("kvtier_spill_queue_bytes 0") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const size_t at = m.find(refusals);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_GE(std::stoul(m.substr(at + refusals.size())), 1u) << m;
+  const std::string used = "kvtier_namespace_used_bytes{tier=\"ssd\",namespace=\"q\"} ";
+  const size_t u = m.find(used);
+  ASSERT_NE(u, std::string::npos) << m;
+  EXPECT_LE(std::stod(m.substr(u + used.size())), 60.0 * 1024) << m;
+  EXPECT_GT(std::stod(m.substr(u + used.size())), 0.0) << m;
+  EXPECT_NE(m.find("kvtier_spill_dropped_total{reason=\"quota\"} "), std::string::npos);
+
+  size_t quoted_held = 0, free_held = 0;
+  for (size_t i = 0; i < quoted.size(); ++i) {
+    auto got = b.get(quoted[i].hash, "q");
+    if (got.ok()) {
+      EXPECT_TRUE(*got == quoted[i].document);
+      ++quoted_held;
+    } else {
+      EXPECT_EQ(got.status().code(), StatusCode::kNotFound) << got.status().to_string();
+    }
+    auto theirs = b.get(free[i].hash, "b");
+    ASSERT_TRUE(theirs.ok()) << "b has no SSD quota: " << theirs.status().to_string();
+    EXPECT_TRUE(*theirs == free[i].document);
+    ++free_held;
+  }
+  EXPECT_LT(quoted_held, quoted.size()) << "the quota held some of q's spills back";
+
+  // A DELETE naming another namespace is a miss and moves nothing: the block on the SSD is not
+  // promoted into RAM on the way.
+  const auto promotions = [&] {
+    const std::string text = *ops.metrics(), name = "\nkvtier_promotions_total ";
+    return std::stoul(text.substr(text.find(name) + name.size()));
+  };
+  const uint64_t before = promotions();
+  EXPECT_EQ(b.erase(free[0].hash, "q").code(), StatusCode::kNotFound);
+  EXPECT_EQ(promotions(), before);
+  EXPECT_TRUE(b.get(free[0].hash, "b").ok()) << "still there for its own namespace";
+  EXPECT_EQ(free_held, free.size());
+  EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
+}
+
 TEST(TenantTable, RefusesFilesItCannotEnforce) {
   auto parse = [](const std::string& text) { return TenantTable::parse(text).status(); };
   EXPECT_TRUE(parse(R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}]})").ok());
@@ -169,7 +244,8 @@ TEST(TenantTable, RefusesFilesItCannotEnforce) {
       {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]},)"
        R"({"tenant":"b","key":"0123456789abcdef","namespaces":["b"]}]})", "twice"},
       {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"],"nmespaces":[]}]})", "unknown field"},
-      {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}],"quotas":{"a":{"ssd":"1G"}}})", "not supported"},
+      {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}],"quotas":{"a":{"disk":"1G"}}})", "unknown field"},
+      {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}],"quotas":{"a":{"ssd":"lots"}}})", "ssd"},
       {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}],"quotas":{"a":{"ram":"lots"}}})", "ram"},
       {R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}],"quota":{}})", "unknown key"},
   };

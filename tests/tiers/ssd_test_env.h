@@ -30,8 +30,8 @@ inline SsdTierOptions small_ssd_options(const std::string& dir) {
 // A one-block prompt's block for `layout`, identified by a real prefix hash of its tokens
 // (seed*block_size ...), with data derived from the seed.
 inline BlockRef seeded_block(const std::shared_ptr<const KvLayout>& layout, uint64_t seed,
-                             Values values = Values::kRandom) {
-  PrefixHasher h(HashAlgorithm::kSha256, Namespace{"test", layout->fingerprint(), ""},
+                             Values values = Values::kRandom, const std::string& ns = "test") {
+  PrefixHasher h(HashAlgorithm::kSha256, Namespace{ns, layout->fingerprint(), ""},
                  layout->block_size);
   std::vector<uint32_t> tokens(layout->block_size);
   std::iota(tokens.begin(), tokens.end(), static_cast<uint32_t>(seed * layout->block_size));

@@ -16,6 +16,7 @@ namespace {
 using testing::request_for;
 using testing::seeded_block;
 using testing::small_ssd_options;
+using testing::Values;
 
 class SsdTierTest : public ::testing::Test {
  protected:
@@ -284,6 +285,70 @@ TEST_F(SsdTierTest, BlocksReadSinceTheyWereWrittenSurviveTheirSegmentsReclaim) {
   ASSERT_TRUE(got.ok()) << "the block that was read moved on";
   EXPECT_TRUE(testing::same_bytes(**got, *hot));
   EXPECT_FALSE(tier->contains(cold->hash())) << "the one never read went with its segment";
+}
+
+// A namespace's SSD quota: its spills past it are refused and counted, other namespaces are not
+// bound by it, an erase makes room, and the count is rebuilt from the index at open, so a restart
+// does not reset it.
+TEST_F(SsdTierTest, ANamespacePastItsSsdQuotaIsRefusedAndItsCountSurvivesRestart) {
+  auto block = [&](uint64_t seed, const char* ns) { return seeded_block(by_dtype_[2], seed, Values::kRandom, ns); };
+  uint64_t record = 0;  // the bytes one such block takes on disk
+  {
+    testing::TempDir scratch;
+    auto t = open(small_ssd_options(scratch.str()));
+    ASSERT_TRUE(t->insert(block(0, "a")).ok());
+    t->flush();
+    record = (entry_of(*t, block(0, "a")).length + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+  }
+  auto o = small_ssd_options(dir_.str());
+  o.namespace_quotas = {{"a", 3 * record}};
+  auto tier = open(o);
+  for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(tier->insert(block(s, "a")).ok());
+  const auto refused = tier->insert(block(3, "a"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kNoSpace);
+  EXPECT_NE(refused.status().message().find("quota"), std::string::npos) << refused.status().to_string();
+  for (uint64_t s = 0; s < 5; ++s) EXPECT_TRUE(tier->insert(block(s, "b")).ok()) << "b has no quota";
+  tier->flush();
+  NamespaceUsage& usage = *tier->state_for_testing().namespaces;
+  EXPECT_EQ(usage.held("a"), 3 * record);
+  EXPECT_EQ(usage.refusals(), 1u);
+  EXPECT_EQ(tier->metrics().spill_dropped_quota.value(), 1u);
+  EXPECT_FALSE(tier->contains(block(3, "a")->hash())) << "nothing of the refused block";
+  for (uint64_t s = 0; s < 3; ++s) EXPECT_TRUE(tier->read(request_for(block(s, "a"))).ok());
+
+  ASSERT_TRUE(tier->erase(block(1, "a")->hash()));
+  EXPECT_EQ(usage.held("a"), 2 * record);
+  ASSERT_TRUE(tier->insert(block(3, "a")).ok()) << "the erase made room";
+  tier->flush();
+  tier->close();
+
+  tier = open(o);
+  EXPECT_EQ(tier->state_for_testing().namespaces->held("a"), 3 * record) << "recounted from the index";
+  EXPECT_EQ(tier->insert(block(4, "a")).status().code(), StatusCode::kNoSpace);
+  tier->close();
+  o.namespace_quotas = {{"a", 4 * record}};
+  tier = open(o);
+  EXPECT_TRUE(tier->insert(block(4, "a")).ok()) << "a larger quota takes effect at open";
+}
+
+// Reclaiming a segment gives its namespaces their bytes back.
+TEST_F(SsdTierTest, ReclaimedRecordsNoLongerCountAgainstTheirNamespace) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 3 << 20;  // three 1 MiB segments
+  o.reinsert_read_blocks = false;
+  o.namespace_quotas = {{"a", 1 << 20}};
+  auto tier = open(o);
+  for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(tier->insert(seeded_block(by_dtype_[2], s, Values::kRandom, "a")).ok());
+  tier->flush();
+  NamespaceUsage& usage = *tier->state_for_testing().namespaces;
+  EXPECT_GT(usage.held("a"), 0u);
+  for (uint64_t s = 10; s < 260; ++s) {  // ~5 MiB of b: a's segment is reclaimed
+    ASSERT_TRUE(tier->insert(seeded_block(by_dtype_[2], s, Values::kRandom, "b")).ok());
+    if (s % 20 == 0) tier->flush();
+  }
+  tier->flush();
+  EXPECT_FALSE(tier->contains(seeded_block(by_dtype_[2], 0, Values::kRandom, "a")->hash()));
+  EXPECT_EQ(usage.held("a"), 0u);
 }
 
 TEST_F(SsdTierTest, EraseRemovesQueuedAndWrittenBlocks) {

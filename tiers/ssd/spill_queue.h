@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tiers/namespace_usage.h"
 #include "base/aligned_buffer.h"
 #include "serialize/block_hash.h"
 
@@ -30,6 +31,9 @@ struct SpillItem {
   std::string namespace_id;
   uint64_t ticket = 0;          // order of acceptance, for flush()
   uint64_t charged_bytes = 0;
+  // What the record's namespace was charged against its SSD quota (none for reinsertions: the
+  // record already counted before its segment was reclaimed).
+  NamespaceCharge charge;
   // Set for records moved by reinsertion: the buffer already holds a whole frame.
   bool preframed = false;
   size_t frame_size = 0;

@@ -356,6 +356,7 @@ void SpillWriter::commit(Group& g) {
   std::map<uint64_t, std::pair<int64_t, int64_t>> live;  // segment -> (bytes, entries)
   std::vector<size_t> committed;
   std::unordered_map<BlockHash, IndexEntry> in_batch;  // entries this group already places
+  std::vector<IndexEntry> superseded;
   for (size_t i = 0; i < g.records.size(); ++i) {
     Record& r = g.records[i];
     if (!r.ok) continue;
@@ -383,6 +384,7 @@ void SpillWriter::commit(Group& g) {
     e.namespace_id = item.namespace_id;
     // A newer copy supersedes an older one (the block was spilled again).
     if (old) {
+      superseded.push_back(*old);
       ib.remove(item.hash, *old);
       auto& l = live[old->segment];
       l.first -= static_cast<int64_t>(padded(old->length));
@@ -426,6 +428,17 @@ void SpillWriter::commit(Group& g) {
   for (auto& [id, rec] : records) {
     state_.segments.add_live(id, live[id].first, live[id].second);
     if (watermark.count(id)) state_.segments.set_watermark(id, rec.watermark);
+  }
+  NamespaceUsage& namespaces = *state_.namespaces;
+  for (const IndexEntry& old : superseded) namespaces.add(old.namespace_id, -static_cast<int64_t>(padded(old.length)));
+  for (size_t i : committed) {
+    SpillItem& item = *g.records[i].item;
+    const uint64_t stored = padded(item.frame_size);
+    if (item.preframed) {
+      namespaces.add(item.namespace_id, static_cast<int64_t>(stored));
+    } else {
+      item.charge.settle(stored);  // the charge was the uncompressed size
+    }
   }
   for (size_t i : committed) {
     state_.metrics.spill_written.inc();

@@ -120,6 +120,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
   }
 
   size_t removed = 0;
+  std::vector<std::pair<std::string, uint64_t>> freed;  // namespace, record bytes
   {
     std::lock_guard lock(state_.index_mu);
     SsdIndex::Batch batch;
@@ -127,6 +128,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
       auto e = state_.index->get(h);
       if (e.ok() && e->has_value() && (*e)->segment == segment && (*e)->offset == off) {
         batch.remove(h, **e);
+        freed.emplace_back((*e)->namespace_id, padded((*e)->length));
         ++removed;
       } else {
         batch.remove_segment_key(segment, off);  // superseded or undecodable: the key alone
@@ -138,6 +140,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
     KVTIER_RETURN_IF_ERROR(state_.index->commit(batch, /*sync=*/true));
     state_.segments.remove(segment);
   }
+  for (const auto& [ns, bytes] : freed) state_.namespaces->add(ns, -static_cast<int64_t>(bytes));
   if (file && ::unlink(file->path().c_str()) != 0) {
     spdlog::warn("ssd tier: unlink {}: {}", file->path(), std::strerror(errno));
   }

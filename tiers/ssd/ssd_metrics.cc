@@ -8,6 +8,8 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
             spill_dropped_queue_full.value());
   v.counter("kvtier_spill_dropped_total", "Blocks not written to SSD", {{"reason", "encode_failed"}},
             spill_dropped_encode_failed.value());
+  v.counter("kvtier_spill_dropped_total", "Blocks not written to SSD", {{"reason", "quota"}},
+            spill_dropped_quota.value());
   v.counter("kvtier_spill_dropped_total", "Blocks not written to SSD", {{"reason", "shutdown"}},
             spill_dropped_shutdown.value());
   v.counter("kvtier_spill_written_total", "Blocks written and indexed", {}, spill_written.value());

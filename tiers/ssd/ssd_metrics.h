@@ -12,6 +12,7 @@ struct SsdTierMetrics {
   Counter spill_enqueued;
   Counter spill_dropped_queue_full;
   Counter spill_dropped_encode_failed;
+  Counter spill_dropped_quota;     // its namespace was at its SSD quota
   Counter spill_dropped_shutdown;  // still queued when close() ran out of time
   Counter spill_written;
   Counter spill_bytes_written;     // padded record bytes

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "serialize/frame.h"
@@ -28,6 +29,9 @@ struct SsdTierOptions {
   // Llama-3-8B blocks): 2 -> 1.10-1.39 GB/s, 4 -> 1.27, 8 -> 1.43.
   unsigned writer_groups_in_flight = 4;
   std::chrono::milliseconds drain_timeout{10000};  // close(): how long to keep writing the queue
+  // Bytes a namespace may hold on the SSD (records, 4 KiB padded). A spill that would take its
+  // namespace past its quota is refused (counted); the count is rebuilt from the index at open.
+  std::map<std::string, uint64_t, std::less<>> namespace_quotas;
 };
 
 }  // namespace kvtier

@@ -28,6 +28,7 @@ Status SsdState::remove_entry_if(const BlockHash& hash, const IndexEntry& seen) 
     batch.put_segment(*rec);
   }
   Status st = index->commit(batch);
+  if (st.ok()) namespaces->add(seen.namespace_id, -static_cast<int64_t>(padded));
   refresh_space_gauges();
   return st;
 }

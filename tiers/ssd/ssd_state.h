@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "serialize/layout_registry.h"
+#include "tiers/namespace_usage.h"
 #include "tiers/ssd/segment_table.h"
 #include "tiers/ssd/ssd_index.h"
 #include "tiers/ssd/ssd_metrics.h"
@@ -41,6 +42,8 @@ struct SsdState {
   SegmentTable segments;
   SsdTierMetrics metrics;
   ReadTracker reads;
+  // Bytes of records (queued or indexed) of each namespace with an SSD quota. Set at open.
+  std::unique_ptr<NamespaceUsage> namespaces;
   // Serializes every change to index entries and segment records, so "remove this entry if it is
   // still the one I read" cannot remove a newer one written in between.
   std::mutex index_mu;
@@ -52,7 +55,8 @@ struct SsdState {
 
   std::string segments_dir() const { return options.dir + "/segments"; }
   std::string segment_path(uint64_t id) const;
-  // Removes `hash`'s entry if it still equals `seen`, adjusting its segment's live counters.
+  // Removes `hash`'s entry if it still equals `seen`, adjusting its segment's live counters and
+  // its namespace's bytes.
   Status remove_entry_if(const BlockHash& hash, const IndexEntry& seen);
   // Removes an entry whose value cannot be decoded (its segment key is found by reclaim/fsck).
   Status remove_undecodable(const BlockHash& hash);

@@ -99,6 +99,13 @@ Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
   }
   KVTIER_ASSIGN_OR_RETURN(s.index, SsdIndex::open(dir + "/index"));
   KVTIER_RETURN_IF_ERROR(t->recover(*manifest));
+  s.namespaces = std::make_unique<NamespaceUsage>("ssd", s.options.namespace_quotas);
+  if (!s.namespaces->empty()) {
+    // What each namespace with a quota already holds here; only then is its quota kept.
+    KVTIER_RETURN_IF_ERROR(s.index->scan_entries([&](const BlockHash&, const Result<IndexEntry>& e) {
+      if (e.ok()) s.namespaces->add(e->namespace_id, static_cast<int64_t>(padded(e->length)));
+    }));
+  }
 
   t->reader_ = std::make_unique<SsdReader>(s);
   SsdTier* self = t.get();
@@ -249,6 +256,13 @@ Result<InsertOutcome> SsdTier::insert(BlockRef block) {
   item->shuffle_width = static_cast<uint8_t>(dtype_size(dense.layout().layers.front().dtype));
   item->namespace_id = dense.identity().namespace_id;
   item->charged_bytes = item->buffer.size();
+  if (state_.namespaces->tracked(item->namespace_id)) {
+    if (Status quota = state_.namespaces->charge(item->namespace_id, item->charged_bytes); !quota.ok()) {
+      m.spill_dropped_quota.inc();
+      return quota;
+    }
+    item->charge = NamespaceCharge(state_.namespaces.get(), item->namespace_id, item->charged_bytes);
+  }
 
   std::lock_guard lock(pending_mu_);
   if (pending_.count(item->hash)) return InsertOutcome::kAlreadyPresent;
@@ -361,6 +375,7 @@ size_t SsdTier::block_count() const {
 
 void SsdTier::visit_metrics(MetricVisitor& v) const {
   state_.metrics.visit(v, state_.options.capacity_bytes);
+  if (state_.namespaces) state_.namespaces->visit_metrics(v);
 }
 
 void SsdTier::flush() {
