@@ -3,6 +3,8 @@
 // or not), 2 the check itself could not run.
 #include <CLI/CLI.hpp>
 
+#include <optional>
+
 #include "server/fsck_command.h"
 
 using namespace kvtier;
@@ -14,7 +16,11 @@ int main(int argc, char** argv) {
   bool quiet = false;
   app.add_option("dir", dir, "The --ssd-cache-dir of a stopped kvtierd")->required();
   app.add_flag("--repair", repair, "Remove entries that fail their checks and fix segment records");
-  app.add_flag("-q,--quiet", quiet, "No progress bar, no problem list");
+  app.add_flag("-q,--quiet", quiet, "No progress, no problem list");
+  std::optional<double> every;
+  app.add_option("--progress-every", every,
+                 "Seconds between progress lines on stderr (default: a bar on a terminal, else a line every 5 s)")
+      ->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
-  return run_fsck(dir, repair, quiet);
+  return run_fsck(dir, repair, quiet, every);
 }

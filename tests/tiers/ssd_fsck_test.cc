@@ -43,13 +43,23 @@ TEST(SsdFsck, ReportsAHealthyDirectoryAsCleanThenFindsAndRepairsDamage) {
 
   uint64_t progress_calls = 0;
   FsckOptions look;
-  look.progress = [&](uint64_t, uint64_t) { ++progress_calls; };
+  FsckProgress last;
+  look.progress = [&](const FsckProgress& p) {
+    ++progress_calls;
+    EXPECT_GE(p.entries_done, last.entries_done) << "progress only moves forward";
+    EXPECT_GE(p.bytes_done, last.bytes_done);
+    EXPECT_LE(p.bytes_done, p.bytes_total);
+    last = p;
+  };
   auto found = fsck_ssd_dir(dir.str(), look);
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->corrupt, 1u);
   EXPECT_EQ(found->ok, 11u);
   EXPECT_GT(found->orphaned_bytes, 0u) << "the damaged record's bytes are no longer accounted for";
   EXPECT_GT(progress_calls, 0u);
+  EXPECT_EQ(last.entries_done, last.entries_total) << "the last call says it is done";
+  EXPECT_EQ(last.bytes_done, last.bytes_total);
+  EXPECT_GT(last.bytes_total, 0u);
   ASSERT_FALSE(found->problems.empty());
   EXPECT_NE(found->problems[0].find(blocks[4]->hash().hex()), std::string::npos);
   auto again = fsck_ssd_dir(dir.str(), {});

@@ -1,5 +1,6 @@
 // fsck for an SSD cache directory: checks every index entry against its record on disk exactly
-// as the read path would (check_record), and accounts for every byte of every segment. With
+// as the read path would (check_record), in disk order so a large directory reads sequentially,
+// and accounts for every byte of every segment. With
 // repair, entries that fail are removed (the read path would quarantine them anyway) and segment
 // records are corrected. Without it, nothing is changed. Needs the directory unlocked (no server
 // running on it).
@@ -14,10 +15,18 @@
 
 namespace kvtier {
 
+// How far a check has come: entries and their record bytes (what it reads from disk).
+struct FsckProgress {
+  uint64_t entries_done = 0;
+  uint64_t entries_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+};
+
 struct FsckOptions {
   bool repair = false;
-  // Called now and then with entries checked so far and the total.
-  std::function<void(uint64_t done, uint64_t total)> progress;
+  // Called after every few entries and once at the end (the caller decides what to show when).
+  std::function<void(const FsckProgress&)> progress;
 };
 
 struct FsckReport {
