@@ -3,8 +3,9 @@
 //  1. POST /v1/lookup of a fully cached 4096-token prompt: requests/s and p50/p99 latency with
 //     1 and 8 connections.
 //  2. PUT and GET of Llama-3-8B blocks (2 MiB documents) in GB/s with 1 and 4 connections, over
-//     HTTP and over the binary protocol (server/wire), against the same bytes pushed through a
-//     plain loopback TCP socket in the same run.
+//     HTTP, HTTPS (TLS 1.3, a self-signed EC P-256 certificate) and the binary protocol
+//     (server/wire), against the same bytes pushed through a plain loopback TCP socket in the
+//     same run.
 // Medians of --reps repetitions.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,6 +27,8 @@
 #include "server/synthetic_block.h"
 #include "server/wire/wire_server.h"
 #include "serialize/block_codec.h"
+#include "tests/support/self_signed_cert.h"
+#include "tests/support/temp_dir.h"
 
 using namespace kvtier;
 using namespace kvtier::bench;
@@ -119,11 +122,20 @@ double socket_copy_gbps(size_t bytes_per_conn, int conns) {
   return static_cast<double>(bytes_per_conn) * conns / s / 1e9;
 }
 
+// One way into the server: a port, and how a client talks to it.
+struct Door {
+  const char* name;
+  int port;
+  bool binary;
+  ClientTls tls;
+};
+
 // Runs `op(client, i)` for items [0, n) split over `conns` connections; returns seconds.
-double run_parallel(int port, bool binary, int conns, size_t n, const std::function<void(KvtierClient&, size_t)>& op) {
+double run_parallel(const Door& door, int conns, size_t n, const std::function<void(KvtierClient&, size_t)>& op) {
+  const bool binary = door.binary;
   std::vector<std::unique_ptr<KvtierClient>> clients;
   for (int c = 0; c < conns; ++c) {
-    clients.push_back(std::make_unique<KvtierClient>("127.0.0.1", port));
+    clients.push_back(std::make_unique<KvtierClient>("127.0.0.1", door.port, "", door.tls));
     clients.back()->use_binary(binary);
     if (Status st = clients.back()->healthz(); !st.ok()) die(st);  // connect outside the timing
     if (clients.back()->binary_in_use() != binary) die(internal_error("the binary port is not offered"));
@@ -163,7 +175,13 @@ int main(int argc, char** argv) {
   const int port = must(api.bind("127.0.0.1", 0));
   WireServer wire(service, WireServerOptions{});
   api.offer_binary_port(must(wire.bind("127.0.0.1", 0)));
+  testing::TempDir cert_dir;
+  const testing::CertFiles cert = testing::write_self_signed_cert(cert_dir.str());
+  HttpApi tls_api(service, {nullptr, 64, 0, cert.cert, cert.key, 5});
+  if (!tls_api.status().ok()) die(tls_api.status());
+  const int tls_port = must(tls_api.bind("127.0.0.1", 0));
   std::thread server([&] { api.run(); });
+  std::thread tls_server([&] { tls_api.run(); });
   std::thread wire_server([&] { wire.run(); });
   KvtierClient setup("127.0.0.1", port);
   while (!setup.healthz().ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -211,20 +229,21 @@ int main(int argc, char** argv) {
   Report transfer("server_bench: PUT / GET of Llama-3-8B blocks (2 MiB documents) vs a plain loopback socket",
                   {"protocol", "connections", "PUT GB/s", "GET GB/s", "socket GB/s", "PUT / socket", "GET / socket"});
   transfer.set_meta("machine", machine_description());
-  for (const bool binary : {false, true})
+  const Door doors[] = {{"http", port, false, {}}, {"https", tls_port, false, {true, cert.cert}}, {"binary", port, true, {}}};
+  for (const Door& door : doors)
   for (int conns : {1, 4}) {
     std::vector<double> puts, gets, sockets;
     for (int r = 0; r < reps; ++r) {
       // Fresh blocks for every row: a chain-aware RAM tier drops a block that arrives while its
       // parent is missing and was dropped lately (erased below), as out of order on 4 connections.
       const auto docs = prompt_documents(setup, layout, "bench",
-                                         tokens_for(blocks * 16, 1000 + r * 10 + conns + (binary ? 5 : 0)));
+                                         tokens_for(blocks * 16, 1000 + r * 100 + conns * 10 + static_cast<uint32_t>(&door - doors)));
       size_t bytes = 0;
       for (const Doc& d : docs) bytes += d.bytes.size();
-      const double put_s = run_parallel(port, binary, conns, docs.size(), [&](KvtierClient& c, size_t i) {
+      const double put_s = run_parallel(door, conns, docs.size(), [&](KvtierClient& c, size_t i) {
         if (!must(c.put(docs[i].hash, docs[i].bytes))) die(internal_error("a fresh block was already held"));
       });
-      const double get_s = run_parallel(port, binary, conns, docs.size(), [&](KvtierClient& c, size_t i) {
+      const double get_s = run_parallel(door, conns, docs.size(), [&](KvtierClient& c, size_t i) {
         Bytes got = must(c.get(docs[i].hash));
         if (got.size() != docs[i].bytes.size()) die(internal_error("GET returned another size"));
       });
@@ -234,18 +253,20 @@ int main(int argc, char** argv) {
       sockets.push_back(socket_copy_gbps(bytes / conns, conns));
     }
     const double put = percentile(puts, 0.5), get = percentile(gets, 0.5), sock = percentile(sockets, 0.5);
-    transfer.add_row({binary ? "binary" : "http", std::to_string(conns), fmt_double(put), fmt_double(get), fmt_double(sock),
+    transfer.add_row({door.name, std::to_string(conns), fmt_double(put), fmt_double(get), fmt_double(sock),
                       fmt_double(put / sock), fmt_double(get / sock)});
   }
   transfer.add_note("PUT includes decoding and checking the document (hash, layout) and storing it in RAM; "
                     "GET includes encoding it from RAM. Socket: the same bytes per connection, one write/read "
-                    "loop each, no HTTP.");
+                    "loop each, no HTTP and no TLS (so the https rows show what encryption costs too).");
   transfer.print();
   transfer.write_json(output_path("server_bench_transfer.json"));
 
   api.stop();
+  tls_api.stop();
   wire.stop();
   server.join();
+  tls_server.join();
   wire_server.join();
   return 0;
 }
