@@ -22,15 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using testing::ServerProcess;
 
-// A hand-driven connection whose reads give up after 10 s instead of hanging the test.
-int connect_to(int port) {
-  const int fd = testing::connect_loopback(port);
-  if (fd < 0) return -1;
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
 // Sends `request` and reads one response whose body has a Content-Length; "" when the
 // connection closed first.
 std::string exchange(int fd, const std::string& request) {
@@ -63,32 +54,23 @@ Clock::duration until_closed(int fd) {
   return Clock::now() - t0;
 }
 
-class ServerHttpConnectionTest : public ::testing::Test {
+class ServerHttpConnectionTest : public testing::ServerFixture {
  protected:
-  std::unique_ptr<ServerProcess> start(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--layout", "tiny"});
-    auto s = std::make_unique<ServerProcess>((dir_ / ("kvtierd-" + std::to_string(++started_) + ".log")).string(),
-                                             std::move(args));
-    EXPECT_GT(s->port(), 0) << s->log();
-    return s;
-  }
   static std::string metrics(int port, testing::CertFiles* tls = nullptr) {
     KvtierClient c("127.0.0.1", port, "", tls ? ClientTls{true, tls->cert} : ClientTls{});
     auto m = c.metrics();
     return m.ok() ? *m : m.status().to_string();
   }
-  testing::TempDir dir_;
-  int started_ = 0;
 };
 
 TEST_F(ServerHttpConnectionTest, AClientPastItsConnectionCapGetsA503AndOthersDoNot) {
   auto server = start({"--max-connections-per-client", "3"});
   std::vector<int> held;
   for (int i = 0; i < 3; ++i) {
-    held.push_back(connect_to(server->port()));
+    held.push_back(testing::connect_loopback(server->port(), 10));
     ASSERT_NE(exchange(held.back(), kHealthz).find("200 OK"), std::string::npos);
   }
-  const int fourth = connect_to(server->port());
+  const int fourth = testing::connect_loopback(server->port(), 10);
   const std::string refused = exchange(fourth, kHealthz);
   EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
   EXPECT_NE(refused.find("too many connections from 127.0.0.1"), std::string::npos) << refused;
@@ -99,7 +81,7 @@ TEST_F(ServerHttpConnectionTest, AClientPastItsConnectionCapGetsA503AndOthersDoN
   held.pop_back();
   bool served = false;
   for (int attempt = 0; attempt < 50 && !served; ++attempt) {
-    const int again = connect_to(server->port());
+    const int again = testing::connect_loopback(server->port(), 10);
     served = exchange(again, kHealthz).find("200 OK") != std::string::npos;
     ::close(again);
     if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -124,7 +106,7 @@ TEST_F(ServerHttpConnectionTest, AClientPastItsConnectionCapGetsA503AndOthersDoN
 // the whole request.
 TEST_F(ServerHttpConnectionTest, ATrickledHeaderOrBodyIsClosedAtTheRequestDeadline) {
   auto server = start({"--request-timeout", "1", "--idle-timeout", "10"});
-  const int slow_header = connect_to(server->port());
+  const int slow_header = testing::connect_loopback(server->port(), 10);
   std::thread trickle([&] {
     for (char c : std::string("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n")) {
       if (::send(slow_header, &c, 1, MSG_NOSIGNAL) != 1) return;  // closed by the server: done
@@ -137,7 +119,7 @@ TEST_F(ServerHttpConnectionTest, ATrickledHeaderOrBodyIsClosedAtTheRequestDeadli
   EXPECT_LT(header_closed, std::chrono::seconds(4)) << "a trickled header outlived --request-timeout 1";
 
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(8, 16));
-  const int slow_body = connect_to(server->port());
+  const int slow_body = testing::connect_loopback(server->port(), 10);
   const std::string head = "PUT /v1/blocks/" + blocks[0].hash.hex() + "?namespace=m HTTP/1.1\r\nHost: x\r\nContent-Length: " +
                            std::to_string(blocks[0].document.size()) + "\r\n\r\n";
   ASSERT_EQ(::send(slow_body, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
@@ -157,7 +139,7 @@ TEST_F(ServerHttpConnectionTest, ATrickledHeaderOrBodyIsClosedAtTheRequestDeadli
 
 TEST_F(ServerHttpConnectionTest, ASilentConnectionIsClosedAtTheIdleTimeoutAndCounted) {
   auto server = start({"--idle-timeout", "1"});
-  const int silent = connect_to(server->port());
+  const int silent = testing::connect_loopback(server->port(), 10);
   const auto closed = until_closed(silent);
   ::close(silent);
   EXPECT_GT(closed, std::chrono::milliseconds(900));
@@ -172,8 +154,8 @@ TEST_F(ServerHttpConnectionTest, ASilentConnectionIsClosedAtTheIdleTimeoutAndCou
 TEST_F(ServerHttpConnectionTest, ATlsConnectionThatNeverShakesHandsIsClosedAtTheDeadline) {
   auto cert = testing::write_self_signed_cert(dir_.str());
   auto server = start({"--tls-cert", cert.cert, "--tls-key", cert.key, "--request-timeout", "1"});
-  const int silent = connect_to(server->port());
-  const int plain = connect_to(server->port());
+  const int silent = testing::connect_loopback(server->port(), 10);
+  const int plain = testing::connect_loopback(server->port(), 10);
   const auto silent_closed = until_closed(silent);
   EXPECT_LT(silent_closed, std::chrono::seconds(4));
   EXPECT_EQ(exchange(plain, kHealthz), "") << "plain HTTP to the TLS port gets no answer";

@@ -74,7 +74,7 @@ ProgramRun run_program(const std::vector<std::string>& argv, const std::string& 
   return {exit_code_of(status), read_file(log_path)};
 }
 
-int connect_loopback(int port) {
+int connect_loopback(int port, int recv_timeout_s) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
   sockaddr_in addr{};
@@ -86,6 +86,10 @@ int connect_loopback(int port) {
     ::close(fd);
     errno = err;
     return -1;
+  }
+  if (recv_timeout_s > 0) {
+    timeval tv{recv_timeout_s, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   return fd;
 }

@@ -5,8 +5,13 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
 
 namespace kvtier::testing {
 
@@ -41,7 +46,22 @@ struct ProgramRun {
 ProgramRun run_program(const std::vector<std::string>& argv, const std::string& log_path);
 
 // A plain TCP connection to 127.0.0.1:port (a client that says nothing, or speaks bytes by hand);
-// -1 with errno set when it cannot connect.
-int connect_loopback(int port);
+// -1 with errno set when it cannot connect. With `recv_timeout_s`, its reads give up after that
+// long instead of hanging a test.
+int connect_loopback(int port, int recv_timeout_s = 0);
+
+// Tests that start kvtierd (tiny layout) several times, each with its own log in one directory.
+class ServerFixture : public ::testing::Test {
+ protected:
+  std::unique_ptr<ServerProcess> start(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--layout", "tiny"});
+    auto s = std::make_unique<ServerProcess>((dir_ / ("kvtierd-" + std::to_string(++started_) + ".log")).string(),
+                                             std::move(args));
+    EXPECT_GT(s->port(), 0) << s->log();
+    return s;
+  }
+  TempDir dir_;
+  int started_ = 0;
+};
 
 }  // namespace kvtier::testing

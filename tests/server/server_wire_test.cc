@@ -34,15 +34,6 @@ int binary_port(int http_port) {
   return j.is_object() && j.contains("binary_port") ? j["binary_port"].get<int>() : 0;
 }
 
-// A hand-driven connection whose reads give up after 10 s instead of hanging the test.
-int connect_to(int port) {
-  const int fd = testing::connect_loopback(port);
-  if (fd < 0) return -1;
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
 bool read_all(int fd, void* p, size_t n) {
   auto* b = static_cast<uint8_t*>(p);
   while (n > 0) {
@@ -92,22 +83,13 @@ RawReply read_reply(int fd) {
 
 std::string doc_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
-class ServerWireTest : public ::testing::Test {
+class ServerWireTest : public testing::ServerFixture {
  protected:
-  std::unique_ptr<ServerProcess> start(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--layout", "tiny"});
-    auto s = std::make_unique<ServerProcess>((dir_ / ("kvtierd-" + std::to_string(++started_) + ".log")).string(),
-                                             std::move(args));
-    EXPECT_GT(s->port(), 0) << s->log();
-    return s;
-  }
   std::string metrics(int port) {
     KvtierClient c("127.0.0.1", port, admin_key_);
     auto m = c.metrics();
     return m.ok() ? *m : m.status().to_string();
   }
-  testing::TempDir dir_;
-  int started_ = 0;
   std::string admin_key_;
 };
 
@@ -116,7 +98,7 @@ TEST_F(ServerWireTest, HandWrittenFramesStoreAndServeTheSameBytesAsHttp) {
   const int port = binary_port(server->port());
   ASSERT_GT(port, 0) << "/healthz names the binary port";
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(7, 48));
-  const int fd = connect_to(port);
+  const int fd = testing::connect_loopback(port, 10);
   ASSERT_GE(fd, 0);
   const std::string doc = doc_string(blocks[0].document);
   std::string req = request_bytes(2, "m", blocks[0].hash, doc);  // PUT
@@ -175,7 +157,7 @@ TEST_F(ServerWireTest, BadRequestsGetTheHttpStatusesAndStoreNothing) {
   EXPECT_TRUE(*back == blocks[0].document);
 
   // HTTP on the binary port: one 400 frame naming the problem, then the connection closes.
-  const int fd = connect_to(port);
+  const int fd = testing::connect_loopback(port, 10);
   const std::string http_request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(64, ' ');
   ::send(fd, http_request.data(), http_request.size(), 0);
   RawReply r = read_reply(fd);
@@ -251,8 +233,8 @@ TEST_F(ServerWireTest, AClientPastItsConnectionCapIsRefusedAndOthersAreNot) {
 TEST_F(ServerWireTest, ATrickledRequestOrASilentConnectionIsClosedAtItsDeadline) {
   auto server = start({"--request-timeout", "1", "--idle-timeout", "1"});
   const int port = binary_port(server->port());
-  const int slow = connect_to(port);
-  const int silent = connect_to(port);
+  const int slow = testing::connect_loopback(port, 10);
+  const int silent = testing::connect_loopback(port, 10);
   const std::string half = request_bytes(3, "m", BlockHash{}, "").substr(0, 20);
   ::send(slow, half.data(), half.size(), 0);  // and never the rest
   for (int fd : {slow, silent}) {
