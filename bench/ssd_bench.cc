@@ -127,6 +127,59 @@ Throughput bench_kvtier(const std::string& dir, const std::vector<BlockRef>& blo
   return t;
 }
 
+// Blocks of `layout` for `n` consecutive 16-token blocks of one long prompt (a prefix chain),
+// their data cloned from a few KV-like patterns.
+std::vector<BlockRef> chain_blocks(const std::shared_ptr<const KvLayout>& layout, size_t n) {
+  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"bench", layout->fingerprint(), ""}, layout->block_size);
+  std::vector<uint32_t> tokens(n * layout->block_size);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  auto keys = hasher.keys(tokens, {});
+  std::vector<Block> patterns;
+  for (int p = 0; p < 16; ++p) patterns.push_back(testing::make_block(layout, p, testing::Values::kKvLike));
+  std::vector<BlockRef> blocks;
+  for (size_t i = 0; i < n; ++i) {
+    Block b = patterns[i % patterns.size()].clone();
+    b.mutable_identity() = hasher.identity(keys, i, {});
+    blocks.push_back(std::make_shared<const Block>(std::move(b)));
+  }
+  return blocks;
+}
+
+// Restore GB/s of whole prompts' prefixes (`prefix_blocks` blocks each, spilled together), read
+// with coalescing off and on: {off, on}.
+std::pair<double, double> bench_restore_coalescing(const std::string& dir, const std::vector<BlockRef>& blocks,
+                                                   std::shared_ptr<LayoutRegistry> layouts, size_t prefix_blocks,
+                                                   int threads, uint64_t seed, SsdTierOptions o) {
+  o.dir = dir;
+  o.reset = true;
+  o.capacity_bytes = std::max<uint64_t>((blocks.size() + 512) * (blocks[0]->data().size() + (64 << 10)),
+                                        4 * o.segment_size);
+  {
+    auto tier = std::move(SsdTier::open(o, layouts)).value();
+    for (const auto& b : blocks) {
+      while (!tier->insert(b).ok()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    tier->flush();
+  }
+  o.reset = false;
+  const auto prefixes = random_prefixes(blocks.size(), prefix_blocks, seed);
+  double gbps[2] = {0, 0};
+  for (int on = 0; on < 2; ++on) {
+    o.coalesce_read_bytes = on ? SsdTierOptions{}.coalesce_read_bytes : 0;
+    auto tier = std::move(SsdTier::open(o, layouts)).value();
+    std::atomic<size_t> served{0};
+    const double secs = parallel_reads(prefixes, threads, [&](const std::vector<size_t>& p) {
+      std::vector<BlockRequest> reqs;
+      for (size_t i : p) reqs.push_back({blocks[i]->hash(), blocks[i]->identity().token_ids});
+      for (const auto& r : tier->read_many(reqs)) served += r.ok();
+    });
+    const size_t n = prefixes.size() * prefix_blocks;
+    if (served != n) std::cerr << "restore (" << blocks[0]->layout().name << ") served " << served << " of " << n << "\n";
+    gbps[on] = static_cast<double>(n) * blocks[0]->data().size() / secs;
+  }
+  return {gbps[0], gbps[1]};
+}
+
 Throughput bench_file_per_block(const std::string& dir, const std::vector<BlockRef>& blocks,
                                 size_t prefix_len, int threads, uint64_t seed) {
   fs::remove_all(dir);
@@ -245,6 +298,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-batch-items", tuning.max_batch_items)->capture_default_str();
   app.add_option("--max-batch-bytes", tuning.max_batch_bytes)->capture_default_str();
+  std::vector<std::string> restore_layouts{"tiny", "qwen3-0.6b", "llama-3-8b"};
+  uint64_t restore_bytes = 512ull << 20;
+  size_t restore_tokens = 2048;
+  app.add_option("--restore-layouts", restore_layouts, "Layouts of the restore-by-layout table (none: skip it)")
+      ->delimiter(',');
+  app.add_option("--restore-bytes", restore_bytes, "KV bytes spilled per layout for that table")->capture_default_str();
+  app.add_option("--restore-tokens", restore_tokens, "Tokens per restored prefix in that table")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   keep_freed_block_memory();
   init_logging("warn");
@@ -318,5 +378,39 @@ int main(int argc, char** argv) {
                   "rocksdb-blobdb runs without WAL (not durable until its final flush)");
   report.print();
   report.write_json(output_path("ssd_bench.json"));
+
+  // 2. Restore of whole prefixes by block size, coalescing adjacent records off and on.
+  Report by_layout("ssd_bench: restore of " + std::to_string(restore_tokens) + "-token prefixes spilled together, by layout",
+                   {"layout", "block", "blocks", "coalescing off GB/s", "on GB/s", "off / fio read", "on / fio read"});
+  by_layout.set_meta("machine", machine_description());
+  by_layout.set_meta("method", "median of " + std::to_string(reps) + " repetitions; fio read from the table above");
+  for (const std::string& name : restore_layouts) {
+    auto preset = layout_preset(name);
+    if (!preset.ok()) {
+      std::cerr << preset.status().to_string() << "\n";
+      return 2;
+    }
+    auto l = *layouts->add(*preset);
+    const size_t prefix_blocks = std::max<size_t>(1, restore_tokens / l->block_size);
+    const size_t n = std::max<size_t>(restore_bytes / l->dense_block_bytes(), 2 * prefix_blocks);
+    const auto chain = chain_blocks(l, n);
+    std::vector<double> off, on;
+    for (int r = 0; r < reps; ++r) {
+      auto [o0, o1] = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads, r, tuning);
+      off.push_back(o0);
+      on.push_back(o1);
+    }
+    fs::remove_all(dir + "/kvtier");
+    by_layout.add_row({name, format_byte_size(l->dense_block_bytes()), std::to_string(n), fmt_double(median(off) / 1e9),
+                       fmt_double(median(on) / 1e9), fmt_double(fr ? median(off) / fr : 0),
+                       fmt_double(fr ? median(on) / fr : 0)});
+  }
+  by_layout.add_note("each prefix is one read_many of its blocks, verified and decoded; the prefix's blocks were "
+                     "spilled in chain order, so they lie back to back on disk");
+  by_layout.add_note("goal (issue 14): >= 0.9 of fio read for 2 MiB blocks, >= 0.8 for 16 KiB blocks");
+  if (!restore_layouts.empty()) {
+    by_layout.print();
+    by_layout.write_json(output_path("ssd_bench_restore.json"));
+  }
   return 0;
 }

@@ -128,6 +128,77 @@ TEST_F(SsdTierTest, FlippedBytesInASegmentAreQuarantinedNotServed) {
   EXPECT_TRUE(tier->read(request_for(b)).ok()) << "its neighbour is untouched";
 }
 
+// Small records that lie back to back are read in a few large ops and split after, every block
+// bit-exact; with coalescing off it is one op per record, as the reference.
+TEST_F(SsdTierTest, AdjacentRecordsAreReadInFewOpsAndEachBlockIsExact) {
+  for (const uint64_t coalesce : {uint64_t{0}, uint64_t{4} << 20}) {
+    testing::TempDir dir;
+    auto o = small_ssd_options(dir.str());
+    o.coalesce_read_bytes = coalesce;
+    auto tier = open(o);
+    std::vector<BlockRef> blocks;
+    std::vector<BlockRequest> requests;
+    for (uint64_t s = 0; s < 40; ++s) {
+      blocks.push_back(seeded_block(by_dtype_[2], s));
+      ASSERT_TRUE(tier->insert(blocks.back()).ok());
+    }
+    tier->flush();
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) requests.push_back(request_for(*it));  // any order
+    const auto got = tier->read_many(requests);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
+      EXPECT_TRUE(testing::same_bytes(**got[i], *blocks[blocks.size() - 1 - i]));
+    }
+    const uint64_t segments = tier->state_for_testing().segments.count();
+    if (coalesce == 0) {
+      EXPECT_EQ(tier->metrics().read_ops.value(), 40u);
+      EXPECT_EQ(tier->metrics().coalesced_reads.value(), 0u);
+    } else {
+      // ~20 KiB records in 1 MiB segments: one op per segment they span.
+      EXPECT_LE(tier->metrics().read_ops.value(), segments) << "40 records";
+      EXPECT_GE(tier->metrics().coalesced_reads.value(), 1u);
+    }
+    EXPECT_EQ(tier->metrics().corrupt_total(), 0u);
+  }
+}
+
+// A damaged record inside a coalesced read is quarantined alone; its neighbours in the same read
+// are served, exact.
+TEST_F(SsdTierTest, ADamagedRecordInsideACoalescedReadIsTheOnlyOneQuarantined) {
+  auto tier = open();
+  std::vector<BlockRef> blocks;
+  std::vector<BlockRequest> requests;
+  for (uint64_t s = 0; s < 5; ++s) {
+    blocks.push_back(seeded_block(by_dtype_[2], s));
+    ASSERT_TRUE(tier->insert(blocks.back()).ok());
+    requests.push_back(request_for(blocks.back()));
+  }
+  tier->flush();
+  const IndexEntry e = entry_of(*tier, blocks[2]);
+  {
+    const int fd = ::open(segment_path(*tier, e.segment).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t byte;
+    const off_t at = static_cast<off_t>(e.offset + e.length / 2);
+    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
+    byte ^= 0x01;
+    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
+    ::close(fd);
+  }
+  const auto got = tier->read_many(requests);
+  EXPECT_EQ(tier->metrics().read_ops.value(), 1u) << "the five are adjacent";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i == 2) {
+      EXPECT_EQ(got[i].status().code(), StatusCode::kNotFound);
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().to_string();
+    EXPECT_TRUE(testing::same_bytes(**got[i], *blocks[i]));
+  }
+  EXPECT_EQ(tier->metrics().corrupt_checksum.value(), 1u);
+  EXPECT_FALSE(tier->contains(blocks[2]->hash()));
+}
+
 TEST_F(SsdTierTest, ATruncatedSegmentDropsTheEntriesPastItsEndOnRestart) {
   std::vector<BlockRef> blocks;
   uint64_t segment = 0, cut = 0;

@@ -31,6 +31,10 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
   v.counter("kvtier_ssd_read_from_queue_total", "Reads served from the spill queue", {},
             read_from_queue.value());
   v.counter("kvtier_ssd_read_bytes_total", "Record bytes read", {}, read_bytes.value());
+  v.counter("kvtier_ssd_read_ops_total", "Reads issued to the disk (one per run of adjacent records)", {},
+            read_ops.value());
+  v.counter("kvtier_ssd_coalesced_reads_total", "Reads that carried several adjacent records", {},
+            coalesced_reads.value());
   const std::pair<const char*, const Counter*> corrupt[] = {
       {"checksum", &corrupt_checksum},     {"decode", &corrupt_decode},
       {"identity", &corrupt_identity},     {"index_value", &corrupt_index_value},

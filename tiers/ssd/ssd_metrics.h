@@ -27,6 +27,8 @@ struct SsdTierMetrics {
   Counter read_misses;
   Counter read_from_queue;         // served from a block still waiting to be written
   Counter read_bytes;
+  Counter read_ops;                // reads issued to the disk (one per run of adjacent records)
+  Counter coalesced_reads;         // of those, reads that carried more than one record
   Counter corrupt_checksum;
   Counter corrupt_decode;
   Counter corrupt_identity;        // hash, tokens or layout differ from the request/entry

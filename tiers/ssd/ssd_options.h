@@ -23,6 +23,9 @@ struct SsdTierOptions {
                                             // where the file system refuses it
   unsigned writer_queue_depth = 64;         // io_uring depth of the writer (>= 32)
   unsigned reader_queue_depth = 64;
+  // Records adjacent on disk are read together in ops of up to this many bytes (0: one op per
+  // record). A prefix of small blocks then reads at the disk's sequential speed.
+  uint64_t coalesce_read_bytes = 4ull << 20;
   size_t max_batch_items = 64;              // blocks per write batch (one submit, one fdatasync)
   uint64_t max_batch_bytes = 128ull << 20;  // also the bytes the writer keeps in flight
   // Batches whose writes or syncs may overlap. Measured on this project's ext4 VM disk (1024

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "tiers/ssd/record_check.h"
 
@@ -37,6 +38,94 @@ void SsdReader::quarantine(const BlockHash& hash, const IndexEntry& entry, Count
   }
 }
 
+namespace {
+
+uint64_t padded_length(const IndexEntry& e) { return (e.length + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
+
+}  // namespace
+
+std::vector<SsdReader::ReadRun> SsdReader::plan_runs(const std::vector<Pending>& pending,
+                                                     const std::vector<size_t>& order) const {
+  const uint64_t max_run = state_.options.coalesce_read_bytes;
+  std::vector<ReadRun> runs;
+  for (size_t k : order) {
+    const IndexEntry& e = pending[k].entry;
+    const uint64_t len = padded_length(e);
+    if (!runs.empty() && max_run > 0) {
+      ReadRun& last = runs.back();
+      const IndexEntry& prev = pending[last.records.back()].entry;
+      // A record no larger than a run can take, right after the last one in the same segment
+      // (the same file, still held by both).
+      if (prev.segment == e.segment && prev.offset + padded_length(prev) == e.offset && last.length + len <= max_run) {
+        last.records.push_back(k);
+        last.length += len;
+        continue;
+      }
+    }
+    runs.push_back({{k}, e.offset, len});
+  }
+  return runs;
+}
+
+Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs) {
+  std::vector<AlignedBuffer> run_buffers(runs.size());
+  std::vector<IoOp> ops;
+  ops.reserve(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    ReadRun& run = runs[r];
+    Pending& first = pending[run.records.front()];
+    uint8_t* into;
+    if (run.records.size() == 1) {  // read straight into the buffer the block will keep
+      first.buffer = AlignedBuffer(run.length, kRecordAlign, /*zeroed=*/false);
+      into = first.buffer.data();
+    } else {
+      run_buffers[r] = AlignedBuffer(run.length, kRecordAlign, /*zeroed=*/false);
+      into = run_buffers[r].data();
+      state_.metrics.coalesced_reads.inc();
+    }
+    ops.push_back({IoOp::Kind::kRead, first.file->fd(), into, run.length, run.offset});
+  }
+  state_.metrics.read_ops.inc(ops.size());
+  KVTIER_RETURN_IF_ERROR(run_io_batch(ring, ops));
+
+  std::vector<size_t> retry;  // records of merged reads that failed: read alone, so one bad
+                              // sector costs only its own record
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const ReadRun& run = runs[r];
+    if (run.records.size() == 1) {
+      Pending& p = pending[run.records.front()];
+      p.error = ops[r].error;
+      p.done = ops[r].done;
+      continue;
+    }
+    if (ops[r].error) {
+      retry.insert(retry.end(), run.records.begin(), run.records.end());
+      continue;
+    }
+    for (size_t k : run.records) {
+      Pending& p = pending[k];
+      const uint64_t at = p.entry.offset - run.offset, len = padded_length(p.entry);
+      p.done = ops[r].done > at ? std::min(ops[r].done - at, len) : 0;
+      p.buffer = AlignedBuffer(len, kRecordAlign, /*zeroed=*/false);
+      std::memcpy(p.buffer.data(), run_buffers[r].data() + at, p.done);
+    }
+  }
+  if (retry.empty()) return ok_status();
+  std::vector<IoOp> alone;
+  for (size_t k : retry) {
+    Pending& p = pending[k];
+    p.buffer = AlignedBuffer(padded_length(p.entry), kRecordAlign, /*zeroed=*/false);
+    alone.push_back({IoOp::Kind::kRead, p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset});
+  }
+  state_.metrics.read_ops.inc(alone.size());
+  KVTIER_RETURN_IF_ERROR(run_io_batch(ring, alone));
+  for (size_t i = 0; i < retry.size(); ++i) {
+    pending[retry[i]].error = alone[i].error;
+    pending[retry[i]].done = alone[i].done;
+  }
+  return ok_status();
+}
+
 std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requests) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Result<BlockRef>> out;
@@ -48,12 +137,6 @@ std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requ
   for (const BlockRequest& r : requests) hashes.push_back(r.hash);
   auto entries = state_.index->multi_get(hashes);
 
-  struct Pending {
-    size_t request;
-    IndexEntry entry;
-    std::shared_ptr<SegmentFile> file;  // held: a reclaim cannot pull the inode away mid-read
-    AlignedBuffer buffer;
-  };
   std::vector<Pending> pending;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!entries[i].ok()) {
@@ -80,43 +163,38 @@ std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requ
                      std::to_string(record->watermark) + ")");
       continue;
     }
-    const uint64_t len = (e.length + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
-    pending.push_back({i, e, std::move(file), AlignedBuffer(len, kRecordAlign, /*zeroed=*/false)});
+    pending.push_back({i, e, std::move(file), AlignedBuffer(), 0, 0});
   }
 
   if (!pending.empty()) {
-    std::vector<IoOp> ops;
-    ops.reserve(pending.size());
-    for (Pending& p : pending) {
-      ops.push_back({IoOp::Kind::kRead, p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset});
-    }
-    Status ring_status;
+    // Records that lie back to back on disk are read as one op and split after: a prefix of small
+    // blocks (16 KiB each for a small model) becomes a few large reads, not one per block.
+    std::vector<size_t> order(pending.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      return std::pair(pending[x].entry.segment, pending[x].entry.offset) <
+             std::pair(pending[y].entry.segment, pending[y].entry.offset);
+    });
+    std::vector<ReadRun> runs = plan_runs(pending, order);
     auto lease_or = lease();
-    if (!lease_or.ok()) {
-      ring_status = lease_or.status();
-    } else {
-      ring_status = run_io_batch((*lease_or)->ring(), ops);
-    }
+    Status ring_status = lease_or.ok() ? run_runs((*lease_or)->ring(), pending, runs) : lease_or.status();
     thread_local BlockCodec codec;
-    for (size_t k = 0; k < pending.size(); ++k) {
-      Pending& p = pending[k];
+    for (Pending& p : pending) {
       const BlockRequest& req = requests[p.request];
       if (!ring_status.ok()) {
         out[p.request] = ring_status;  // the ring failed, not the record: no quarantine
         continue;
       }
-      if (ops[k].error) {
-        quarantine(req.hash, p.entry, state_.metrics.corrupt_io,
-                   errno_status("read", ops[k].error).message());
+      if (p.error) {
+        quarantine(req.hash, p.entry, state_.metrics.corrupt_io, errno_status("read", p.error).message());
         continue;
       }
-      if (ops[k].done < p.entry.length) {
+      if (p.done < p.entry.length) {
         quarantine(req.hash, p.entry, state_.metrics.corrupt_out_of_bounds,
-                   "segment ends " + std::to_string(p.entry.length - ops[k].done) +
-                       " bytes before the record does");
+                   "segment ends " + std::to_string(p.entry.length - p.done) + " bytes before the record does");
         continue;
       }
-      state_.metrics.read_bytes.inc(ops[k].done);
+      state_.metrics.read_bytes.inc(p.done);
       RecordCheck check = check_record(std::move(p.buffer), p.entry, req, *state_.layouts, codec);
       if (check.fault != RecordFault::kNone) {
         Counter& reason = check.fault == RecordFault::kChecksum ? state_.metrics.corrupt_checksum

@@ -1,6 +1,7 @@
 // SsdReader: the SSD tier's read path. A request's blocks are looked up in the index together
 // (MultiGet) and read together (one io_uring submit, O_DIRECT), on the calling thread with a ring
-// borrowed from a pool. Every record is verified before it is served: bounds against its
+// borrowed from a pool; records that lie back to back on disk are read as one op (up to
+// coalesce_read_bytes) and split after. Every record is verified before it is served: bounds against its
 // segment, the frame's checksums, the document, and the block's hash, tokens and layout against
 // the request and the index entry. Any failure quarantines the entry (removes it from the index),
 // is counted by reason and logged, and reads as a miss.
@@ -41,6 +42,27 @@ class SsdReader {
     std::unique_ptr<IoUringRing> ring_;
   };
   Result<std::unique_ptr<RingLease>> lease();
+
+  // One record to read, and what its read gave.
+  struct Pending {
+    size_t request;
+    IndexEntry entry;
+    std::shared_ptr<SegmentFile> file;  // held: a reclaim cannot pull the inode away mid-read
+    AlignedBuffer buffer;               // the record, padded to 4 KiB
+    uint64_t done = 0;                  // bytes read
+    int error = 0;                      // errno of a failed read
+  };
+  // Records (indices into the pending list) read by one op: adjacent, in offset order.
+  struct ReadRun {
+    std::vector<size_t> records;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  // `order`: the pending records sorted by (segment, offset).
+  std::vector<ReadRun> plan_runs(const std::vector<Pending>& pending, const std::vector<size_t>& order) const;
+  // Reads every run and fills each record's buffer, done and error; a merged read that fails is
+  // retried record by record. Non-ok only when the ring itself fails.
+  Status run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs);
   void quarantine(const BlockHash& hash, const IndexEntry& entry, Counter& reason,
                   const std::string& why);
 
