@@ -165,7 +165,7 @@ std::pair<double, double> bench_restore_coalescing(const std::string& dir, const
   const auto prefixes = random_prefixes(blocks.size(), prefix_blocks, seed);
   double gbps[2] = {0, 0};
   for (int on = 0; on < 2; ++on) {
-    o.coalesce_read_bytes = on ? SsdTierOptions{}.coalesce_read_bytes : 0;
+    o.coalesce_read_bytes = on ? (4ull << 20) : 0;
     auto tier = std::move(SsdTier::open(o, layouts)).value();
     std::atomic<size_t> served{0};
     const double secs = parallel_reads(prefixes, threads, [&](const std::vector<size_t>& p) {
@@ -381,7 +381,8 @@ int main(int argc, char** argv) {
 
   // 2. Restore of whole prefixes by block size, coalescing adjacent records off and on.
   Report by_layout("ssd_bench: restore of " + std::to_string(restore_tokens) + "-token prefixes spilled together, by layout",
-                   {"layout", "block", "blocks", "coalescing off GB/s", "on GB/s", "off / fio read", "on / fio read"});
+                   {"layout", "block", "blocks", "coalescing off GB/s", "on (4 MiB) GB/s", "off / fio read",
+                    "on / fio read"});
   by_layout.set_meta("machine", machine_description());
   by_layout.set_meta("method", "median of " + std::to_string(reps) + " repetitions; fio read from the table above");
   for (const std::string& name : restore_layouts) {

@@ -165,7 +165,9 @@ TEST_F(SsdTierTest, AdjacentRecordsAreReadInFewOpsAndEachBlockIsExact) {
 // A damaged record inside a coalesced read is quarantined alone; its neighbours in the same read
 // are served, exact.
 TEST_F(SsdTierTest, ADamagedRecordInsideACoalescedReadIsTheOnlyOneQuarantined) {
-  auto tier = open();
+  auto o = small_ssd_options(dir_.str());
+  o.coalesce_read_bytes = 4 << 20;
+  auto tier = open(o);
   std::vector<BlockRef> blocks;
   std::vector<BlockRequest> requests;
   for (uint64_t s = 0; s < 5; ++s) {

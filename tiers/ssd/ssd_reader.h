@@ -1,7 +1,7 @@
 // SsdReader: the SSD tier's read path. A request's blocks are looked up in the index together
 // (MultiGet) and read together (one io_uring submit, O_DIRECT), on the calling thread with a ring
-// borrowed from a pool; records that lie back to back on disk are read as one op (up to
-// coalesce_read_bytes) and split after. Every record is verified before it is served: bounds against its
+// borrowed from a pool; with coalesce_read_bytes, records that lie back to back on disk are read
+// as one op and split after. Every record is verified before it is served: bounds against its
 // segment, the frame's checksums, the document, and the block's hash, tokens and layout against
 // the request and the index entry. Any failure quarantines the entry (removes it from the index),
 // is counted by reason and logged, and reads as a miss.
