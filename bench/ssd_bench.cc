@@ -312,18 +312,7 @@ int main(int argc, char** argv) {
 
   auto layouts = std::make_shared<LayoutRegistry>();
   auto layout = *layouts->add(*layout_preset("llama-3-8b"));
-  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"bench", layout->fingerprint(), ""}, 16);
-  std::vector<uint32_t> tokens(n_blocks * 16);
-  std::iota(tokens.begin(), tokens.end(), 1);
-  auto keys = hasher.keys(tokens, {});
-  std::vector<Block> patterns;
-  for (int p = 0; p < 16; ++p) patterns.push_back(testing::make_block(layout, p, testing::Values::kKvLike));
-  std::vector<BlockRef> blocks;
-  for (size_t i = 0; i < n_blocks; ++i) {
-    Block b = patterns[i % patterns.size()].clone();
-    b.mutable_identity() = hasher.identity(keys, i, {});
-    blocks.push_back(std::make_shared<const Block>(std::move(b)));
-  }
+  const std::vector<BlockRef> blocks = chain_blocks(layout, n_blocks);
   const uint64_t total = n_blocks * layout->dense_block_bytes();
 
   std::vector<double> fio_w, fio_r, fio_wd;
