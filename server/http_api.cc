@@ -131,6 +131,7 @@ class HttpApi::RequestServer final : public httplib::Server {
   // no body from a content provider. It never touches this value while it is not listening
   // itself (its stop() and accept loop are never called).
   RequestServer() { svr_sock_ = 0; }
+  ~RequestServer() override { svr_sock_ = INVALID_SOCKET; }  // nothing of ours for it to close
 
   bool serve_one(httplib::Stream& stream, bool& connection_closed,
                  const std::function<void(httplib::Request&)>& setup) {
