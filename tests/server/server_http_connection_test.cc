@@ -137,18 +137,6 @@ TEST_F(ServerHttpConnectionTest, ATrickledHeaderOrBodyIsClosedAtTheRequestDeadli
   EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
 }
 
-TEST_F(ServerHttpConnectionTest, ASilentConnectionIsClosedAtTheIdleTimeoutAndCounted) {
-  auto server = start({"--idle-timeout", "1"});
-  const int silent = testing::connect_loopback(server->port(), 10);
-  const auto closed = until_closed(silent);
-  ::close(silent);
-  EXPECT_GT(closed, std::chrono::milliseconds(900));
-  EXPECT_LT(closed, std::chrono::seconds(4));
-  const std::string m = metrics(server->port());
-  EXPECT_NE(m.find("kvtier_http_idle_closed_total 1"), std::string::npos) << m;
-  EXPECT_EQ(server->stop(SIGTERM), 0) << server->log();
-}
-
 // A TLS connection that never sends its ClientHello, or sends something else, holds nothing:
 // the handshake has the request's deadline, and the failure is counted.
 TEST_F(ServerHttpConnectionTest, ATlsConnectionThatNeverShakesHandsIsClosedAtTheDeadline) {

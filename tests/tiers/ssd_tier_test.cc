@@ -40,6 +40,17 @@ class SsdTierTest : public ::testing::Test {
     return **e;
   }
   std::string segment_path(SsdTier& t, uint64_t id) { return t.state_for_testing().segment_path(id); }
+  // Flips bits (`mask`) of one byte in the middle of a record, inside its tensor data.
+  void flip_byte_inside(SsdTier& t, const IndexEntry& e, uint8_t mask) {
+    const int fd = ::open(segment_path(t, e.segment).c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t byte;
+    const off_t at = static_cast<off_t>(e.offset + e.length / 2);
+    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
+    byte ^= mask;
+    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
+    ::close(fd);
+  }
 
   testing::TempDir dir_;
   std::shared_ptr<LayoutRegistry> layouts_;
@@ -110,16 +121,7 @@ TEST_F(SsdTierTest, FlippedBytesInASegmentAreQuarantinedNotServed) {
   ASSERT_TRUE(tier->insert(b).ok());
   tier->flush();
   const IndexEntry e = entry_of(*tier, a);
-  {
-    const int fd = ::open(segment_path(*tier, e.segment).c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t byte;
-    const off_t at = static_cast<off_t>(e.offset + e.length / 2);  // inside the tensor data
-    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
-    byte ^= 0x40;
-    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
-    ::close(fd);
-  }
+  flip_byte_inside(*tier, e, 0x40);
   auto got = tier->read(request_for(a));
   EXPECT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
@@ -177,16 +179,7 @@ TEST_F(SsdTierTest, ADamagedRecordInsideACoalescedReadIsTheOnlyOneQuarantined) {
   }
   tier->flush();
   const IndexEntry e = entry_of(*tier, blocks[2]);
-  {
-    const int fd = ::open(segment_path(*tier, e.segment).c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    uint8_t byte;
-    const off_t at = static_cast<off_t>(e.offset + e.length / 2);
-    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
-    byte ^= 0x01;
-    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
-    ::close(fd);
-  }
+  flip_byte_inside(*tier, e, 0x01);
   const auto got = tier->read_many(requests);
   EXPECT_EQ(tier->metrics().read_ops.value(), 1u) << "the five are adjacent";
   for (size_t i = 0; i < got.size(); ++i) {
