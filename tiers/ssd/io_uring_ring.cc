@@ -4,6 +4,8 @@
 #include <cstring>
 #include <deque>
 
+#include "tiers/ssd/io_fault_seam.h"
+
 namespace kvtier {
 
 Result<std::unique_ptr<IoUringRing>> IoUringRing::create(unsigned depth) {
@@ -74,10 +76,13 @@ Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops) {
     // Drain every completion that is ready.
     do {
       const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
-      const int res = cqe->res;
+      IoOp& op = ops[i];
+      const IoSite site = op.kind == IoOp::Kind::kRead    ? IoSite::kRead
+                          : op.kind == IoOp::Kind::kWrite ? IoSite::kWrite
+                                                          : IoSite::kDataSync;
+      const int res = io_result(site, op.fd, op.offset + op.done, op.length - op.done, cqe->res);
       io_uring_cqe_seen(ring.get(), cqe);
       --in_flight;
-      IoOp& op = ops[i];
       if (res == -EAGAIN || res == -EINTR) {
         todo.push_back(i);  // transient: issue again
       } else if (res < 0) {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tiers/ssd/io_fault_seam.h"
+
 namespace kvtier {
 
 std::string SegmentFile::file_name(uint64_t id) {
@@ -34,8 +36,9 @@ Result<std::shared_ptr<SegmentFile>> SegmentFile::create(const std::string& path
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct_io ? O_DIRECT : 0);
   UniqueFd fd(::open(path.c_str(), flags, 0644));
   if (!fd.valid()) return errno_status("create segment " + path, errno);
-  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(size)) != 0) {
-    const int err = errno;
+  const int rc = ::fallocate(fd.get(), 0, 0, static_cast<off_t>(size)) == 0 ? 0 : -errno;
+  if (const int res = io_result(IoSite::kAllocate, fd.get(), 0, size, rc); res < 0) {
+    const int err = -res;
     ::unlink(path.c_str());  // leave nothing half-made
     return errno_status("fallocate " + std::to_string(size) + " bytes for segment " + path, err);
   }

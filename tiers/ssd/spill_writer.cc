@@ -8,6 +8,7 @@
 
 #include "base/byte_size.h"
 #include "serialize/checksum.h"
+#include "tiers/ssd/io_fault_seam.h"
 
 namespace kvtier {
 
@@ -85,6 +86,15 @@ void SpillWriter::fail(const SpillItem& item, const Status& why) {
     spdlog::error("ssd tier: block {} not written: {} ({} similar suppressed)", item.hash.hex(),
                   why.to_string(), *n);
   }
+}
+
+void SpillWriter::seal(uint64_t segment, const Status& why) {
+  if (!active_ || *active_ != segment) return;  // already sealed, or rotated away
+  active_.reset();
+  active_file_.reset();
+  state_.metrics.segments_sealed.inc();
+  spdlog::error("ssd tier: sealed segment {} after {}; new records go to a fresh segment", segment,
+                why.to_string());
 }
 
 // --- The loop ------------------------------------------------------------------------------------
@@ -274,7 +284,9 @@ void SpillWriter::reap(bool wait) {
   }
   do {
     Op* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
-    const int res = cqe->res;
+    const int res = op->kind == Op::Kind::kWrite
+                        ? io_result(IoSite::kWrite, op->fd, op->offset + op->done, op->length - op->done, cqe->res)
+                        : io_result(IoSite::kDataSync, op->fd, 0, 0, cqe->res);
     io_uring_cqe_seen(ring_->get(), cqe);
     --inflight_ops_;
     on_complete(*op, res);
@@ -302,9 +314,11 @@ void SpillWriter::on_complete(Op& op, int res) {
     }
     if (res < 0 || op.done < op.length) {
       r.ok = false;
-      fail(*r.item, errno_status("write segment " + std::to_string(r.segment) + " offset " +
-                                     std::to_string(r.offset),
-                                 res < 0 ? -res : EIO));
+      const Status why = errno_status("write segment " + std::to_string(r.segment) + " offset " +
+                                          std::to_string(r.offset),
+                                      res < 0 ? -res : EIO);
+      fail(*r.item, why);
+      seal(r.segment, why);
     } else {
       g.segments[r.segment] = state_.segments.file(r.segment);
     }
@@ -314,12 +328,8 @@ void SpillWriter::on_complete(Op& op, int res) {
   // A sync: if it failed, nothing written to that segment by this group is known durable.
   if (res < 0) {
     const Status why = errno_status("fdatasync segment " + std::to_string(op.segment), -res);
-    for (Record& r : g.records) {
-      if (r.ok && r.segment == op.segment) {
-        r.ok = false;
-        fail(*r.item, why);
-      }
-    }
+    failed_sync_[op.segment] = -res;
+    seal(op.segment, why);
   }
   --g.syncs_outstanding;
 }
@@ -359,6 +369,10 @@ void SpillWriter::commit(Group& g) {
   std::vector<IndexEntry> superseded;
   for (size_t i = 0; i < g.records.size(); ++i) {
     Record& r = g.records[i];
+    if (auto bad = failed_sync_.find(r.segment); r.ok && bad != failed_sync_.end()) {
+      r.ok = false;
+      fail(*r.item, errno_status("fdatasync segment " + std::to_string(r.segment), bad->second));
+    }
     if (!r.ok) continue;
     SpillItem& item = *r.item;
     if (still_wanted_ && !item.preframed && !still_wanted_(item)) continue;  // erased meanwhile

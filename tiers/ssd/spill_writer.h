@@ -7,8 +7,8 @@
 // and a newer copy of a block is never overwritten by an older one. Framing and checksums of the
 // next group overlap the previous group's I/O.
 //
-// Every failure is counted and logged with its errno; the failing blocks are dropped and the
-// writer carries on. Opening a segment past capacity first drains everything in flight, then
+// Every failure is counted and logged with its errno; the failing blocks are dropped, the segment
+// the failure hit is sealed (nothing more is placed in it), and the writer carries on. Opening a segment past capacity first drains everything in flight, then
 // reclaims the oldest segment (FIFO), moving blocks read since they were written (reinsertion).
 #pragma once
 
@@ -111,6 +111,9 @@ class SpillWriter {
   void drain();
 
   void fail(const SpillItem& item, const Status& why);
+  // After a failed write or sync into `segment`, nothing more is placed there: what the disk
+  // refused once it may refuse again, and a failed fdatasync leaves the file's state unknown.
+  void seal(uint64_t segment, const Status& why);
   uint64_t max_segments() const;
 
   SsdState& state_;
@@ -128,6 +131,9 @@ class SpillWriter {
   uint64_t cursor_ = 0;
   uint64_t next_seq_ = 0;
   std::deque<SpillItemPtr> reinserts_;          // framed records moved out of a reclaimed segment
+  // Segments whose fdatasync failed: records of later groups in them are not trusted either (the
+  // kernel reports a writeback error once, so a later sync may succeed over lost pages).
+  std::map<uint64_t, int> failed_sync_;  // segment -> errno
   std::deque<std::unique_ptr<Group>> groups_;   // in flight, oldest first
   uint64_t inflight_bytes_ = 0;
   unsigned unsubmitted_ = 0;                    // SQEs prepared but not yet submitted

@@ -140,6 +140,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
     KVTIER_RETURN_IF_ERROR(state_.index->commit(batch, /*sync=*/true));
     state_.segments.remove(segment);
   }
+  failed_sync_.erase(segment);
   for (const auto& [ns, bytes] : freed) state_.namespaces->add(ns, -static_cast<int64_t>(bytes));
   if (file && ::unlink(file->path().c_str()) != 0) {
     spdlog::warn("ssd tier: unlink {}: {}", file->path(), std::strerror(errno));

@@ -48,6 +48,9 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
   v.counter("kvtier_ssd_segments_created_total", "Segments created", {}, segments_created.value());
   v.counter("kvtier_ssd_segments_reclaimed_total", "Segments reclaimed (oldest first)", {},
             segments_reclaimed.value());
+  v.counter("kvtier_ssd_segments_sealed_total",
+            "Segments closed to new records because a write or sync into them failed", {},
+            segments_sealed.value());
   v.counter("kvtier_ssd_entries_reclaimed_total", "Entries removed with their segment", {},
             entries_reclaimed.value());
   v.counter("kvtier_ssd_reinserted_total", "Read blocks moved out of a reclaimed segment", {},

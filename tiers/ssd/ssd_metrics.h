@@ -40,6 +40,7 @@ struct SsdTierMetrics {
   // Space.
   Counter segments_created;
   Counter segments_reclaimed;
+  Counter segments_sealed;         // closed early: a write or sync into it failed
   Counter entries_reclaimed;
   Counter reinserted;
   Counter reinsert_failed;
