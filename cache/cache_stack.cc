@@ -27,7 +27,7 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
   if (o.ssd) {
     auto registry = std::make_shared<LayoutRegistry>();
     KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
-    KVTIER_ASSIGN_OR_RETURN(auto ssd, SsdTier::open(*o.ssd, registry));
+    KVTIER_ASSIGN_OR_RETURN(auto ssd, StripedSsdTier::open(*o.ssd, registry));
     s->ssd_ = std::move(ssd);
     s->ssd_spill_queue_bytes_ = o.ssd->spill_queue_bytes;
     s->remote_drain_timeout_ = o.ssd->drain_timeout;

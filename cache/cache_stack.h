@@ -1,6 +1,6 @@
 // CacheStack: the tiers one deployment runs, built from options and owned together — GPU (when a
 // Vulkan device and a block budget are given) → RAM → SSD (when a directory is given) — with the
-// TieredCache over them, and a remote tier on Redis at the bottom when one is named. kvtierd, the
+// TieredCache over them (the SSD tier over one directory per drive), and a remote tier on Redis at the bottom when one is named. kvtierd, the
 // Python module, the benchmarks and the end-to-end tests all build theirs here, so they exercise
 // the same wiring. Closing drains the SSD and remote writers and releases the directory.
 #pragma once
@@ -16,7 +16,7 @@
 #include "tiers/ram_tier.h"
 #include "tiers/ssd/ssd_options.h"
 #include "tiers/remote/remote_tier.h"
-#include "tiers/ssd/ssd_tier.h"
+#include "tiers/ssd/striped_ssd_tier.h"
 
 namespace kvtier {
 
@@ -43,7 +43,7 @@ class CacheStack {
   GpuBlockPool* gpu_pool() { return pool_.get(); }
   GpuTier* gpu() { return gpu_.get(); }
   RamTier& ram() { return *ram_; }
-  SsdTier* ssd() { return ssd_.get(); }
+  StripedSsdTier* ssd() { return ssd_.get(); }
   RemoteTier* remote() { return remote_.get(); }
 
   // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
@@ -68,7 +68,7 @@ class CacheStack {
   std::unique_ptr<GpuBlockPool> pool_;
   std::shared_ptr<GpuTier> gpu_;
   std::shared_ptr<RamTier> ram_;
-  std::shared_ptr<SsdTier> ssd_;
+  std::shared_ptr<StripedSsdTier> ssd_;
   std::shared_ptr<RemoteTier> remote_;
   std::unique_ptr<TieredCache> cache_;
   uint64_t ssd_spill_queue_bytes_ = 0;

@@ -66,8 +66,11 @@ kvtier_status kvtier_options_set_namespace(kvtier_options* options, const char* 
 /* "sha256" or "xxh3". */
 kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash);
 kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes);
-/* Turns the SSD tier on. */
+/* Turns the SSD tier on, in this one directory (replacing any set before). */
 kvtier_status kvtier_options_set_ssd_dir(kvtier_options* options, const char* dir);
+/* One more SSD directory (one per drive): the tier stripes its blocks over all of them, splitting
+ * the SSD capacity evenly, and a directory that is lost costs only its own blocks. */
+kvtier_status kvtier_options_add_ssd_dir(kvtier_options* options, const char* dir);
 kvtier_status kvtier_options_set_ssd_capacity(kvtier_options* options, uint64_t bytes);
 /* Segment files of a new SSD directory (default 256 MiB; capacity must hold two). */
 kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint64_t bytes);

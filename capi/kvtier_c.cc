@@ -156,7 +156,18 @@ kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash)
   return set_string(options, hash, &kvtier::EmbeddedCacheOptions::hash, "hash");
 }
 kvtier_status kvtier_options_set_ssd_dir(kvtier_options* options, const char* dir) {
-  return set_string(options, dir, &kvtier::EmbeddedCacheOptions::ssd_dir, "ssd dir");
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    KVTIER_REQUIRE(dir, "ssd dir is NULL");
+    o.ssd_dirs = {dir};
+    return report(kvtier::ok_status());
+  });
+}
+kvtier_status kvtier_options_add_ssd_dir(kvtier_options* options, const char* dir) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    KVTIER_REQUIRE(dir, "ssd dir is NULL");
+    o.ssd_dirs.push_back(dir);
+    return report(kvtier::ok_status());
+  });
 }
 kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url) {
   return set_string(options, url, &kvtier::EmbeddedCacheOptions::remote, "remote");

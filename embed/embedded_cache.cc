@@ -124,17 +124,19 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
     r.address = std::move(address).value();
     c.remote = std::move(r);
   }
-  if (!o.ssd_dir.empty()) {
-    if (o.ssd_capacity < 2 * o.ssd_segment_size) {
+  if (!o.ssd_dirs.empty()) {
+    if (o.ssd_capacity < 2 * o.ssd_segment_size * o.ssd_dirs.size()) {
       return invalid_argument("ssd capacity must hold at least two segments of " +
-                              format_byte_size(o.ssd_segment_size));
+                              format_byte_size(o.ssd_segment_size) +
+                              (o.ssd_dirs.size() > 1 ? " per directory" : ""));
     }
     if (o.ssd_segment_size < 2 * block + (1 << 20)) {
       return invalid_argument("ssd segment size " + format_byte_size(o.ssd_segment_size) +
                               " is too small for blocks of " + format_byte_size(block));
     }
     SsdTierOptions s;
-    s.dir = o.ssd_dir;
+    s.dir = o.ssd_dirs.front();
+    s.dirs = o.ssd_dirs;
     s.capacity_bytes = o.ssd_capacity;
     s.segment_size = o.ssd_segment_size;
     KVTIER_ASSIGN_OR_RETURN(s.codec, parse_frame_codec(o.compression));

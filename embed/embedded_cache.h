@@ -33,7 +33,7 @@ struct EmbeddedCacheOptions {
   std::string eviction = "chain-lru";  // the RAM tier's policy: chain-lru, lru, s3fifo, s3fifo-chain
   std::string ssd_admission = "all";   // which blocks leaving RAM reach the SSD: all, seen-twice
   std::optional<int> kv_cache_quantization;  // 8 or 4: keep blocks quantized in RAM (group 64)
-  std::string ssd_dir;                       // empty: no SSD tier
+  std::vector<std::string> ssd_dirs;         // one per drive (the tier stripes over them); empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;
   uint64_t ssd_segment_size = 256ull << 20;
   std::string compression = "none";          // SSD record codec: none, lz4, lz4-shuffle

@@ -76,14 +76,15 @@ int serve(const ServerOptions& o) {
     vulkan = std::move(ctx).value();
     stack_options.vulkan = vulkan.get();
   }
-  if (!o.ssd_cache_dir.empty()) {
+  for (const std::string& dir : o.ssd_cache_dirs) {
     std::error_code ec;
-    std::filesystem::create_directories(o.ssd_cache_dir, ec);
-    const auto space = std::filesystem::space(o.ssd_cache_dir, ec);
-    if (!ec && space.available < o.ssd_capacity) {
-      spdlog::warn("--ssd-capacity {} is more than the {} free on {}: writes will fail (counted) when "
-                   "the disk fills before the tier does",
-                   format_byte_size(o.ssd_capacity), format_byte_size(space.available), o.ssd_cache_dir);
+    std::filesystem::create_directories(dir, ec);
+    const auto space = std::filesystem::space(dir, ec);
+    const uint64_t share = o.ssd_capacity / o.ssd_cache_dirs.size();
+    if (!ec && space.available < share) {
+      spdlog::warn("--ssd-capacity gives {} to {}, more than the {} free there: writes will fail "
+                   "(counted) when the disk fills before the tier does",
+                   format_byte_size(share), dir, format_byte_size(space.available));
     }
   }
   auto stack = CacheStack::open(stack_options);

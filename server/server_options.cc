@@ -1,5 +1,6 @@
 #include "server/server_options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -24,7 +25,7 @@ struct RawFlags {
   std::string ram_capacity = "4G";
   std::string eviction = "chain-lru";
   std::string ssd_admission = "all";
-  std::string ssd_cache_dir;
+  std::vector<std::string> ssd_cache_dirs;
   std::string ssd_capacity = "64G";
   std::string ssd_segment_size = "256M";
   bool ssd_reset = false;
@@ -65,9 +66,12 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--ssd-admission", f.ssd_admission,
                  "Which blocks leaving RAM are written to the SSD: all, or seen-twice (used at least twice)")
       ->capture_default_str();
-  app.add_option("--ssd-cache-dir", f.ssd_cache_dir,
-                 "Directory of the SSD tier; turns the SSD tier on (without it there is none)");
-  app.add_option("--ssd-capacity", f.ssd_capacity, "SSD tier size")->capture_default_str();
+  app.add_option("--ssd-cache-dir", f.ssd_cache_dirs,
+                 "Directory of the SSD tier; turns the SSD tier on (without it there is none). "
+                 "Give it once per drive (repeated, or comma-separated) to stripe the tier over them")
+      ->delimiter(',');
+  app.add_option("--ssd-capacity", f.ssd_capacity,
+                 "SSD tier size, split evenly over its directories")->capture_default_str();
   app.add_option("--ssd-segment-size", f.ssd_segment_size,
                  "Segment file size of a new SSD directory")->capture_default_str();
   app.add_flag("--ssd-reset", f.ssd_reset, "Wipe the SSD tier's cache on start (on purpose)");
@@ -128,7 +132,10 @@ std::string find_config_path(const std::vector<std::string>& args) {
 }
 
 // The config file as flags, to be parsed before the command line's (which then win).
-Result<std::vector<std::string>> config_as_flags(const std::string& path, CLI::App& app) {
+// A key the command line also sets is left out, so the command line's value replaces the file's
+// (for an option given several times, such as --ssd-cache-dir, the two would add up otherwise).
+Result<std::vector<std::string>> config_as_flags(const std::string& path, CLI::App& app,
+                                                 const std::vector<std::string>& args) {
   std::ifstream in(path);
   if (!in) return invalid_argument("--config: cannot read " + path);
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -141,8 +148,18 @@ Result<std::vector<std::string>> config_as_flags(const std::string& path, CLI::A
     for (char& c : key) c = c == '_' ? '-' : c;
     const CLI::Option* opt = key == "config" ? nullptr : app.get_option_no_throw("--" + key);
     if (!opt) return invalid_argument("--config: unknown key '" + it.key() + "' in " + path);
+    const bool on_command_line = std::any_of(args.begin(), args.end(), [&](const std::string& a) {
+      return a == "--" + key || a.rfind("--" + key + "=", 0) == 0;
+    });
+    if (on_command_line) continue;
     const json& v = it.value();
-    if (v.is_boolean()) {
+    if (v.is_array() && key == "ssd-cache-dir") {
+      for (const json& e : v) {
+        if (!e.is_string()) return invalid_argument("--config: '" + it.key() + "' must list strings");
+        flags.push_back("--" + key);
+        flags.push_back(e.get<std::string>());
+      }
+    } else if (v.is_boolean()) {
       flags.push_back("--" + key + "=" + (v.get<bool>() ? "true" : "false"));
     } else if (v.is_string() || v.is_number()) {
       flags.push_back("--" + key);
@@ -184,12 +201,14 @@ Result<ServerOptions> resolve(const RawFlags& f) {
     return invalid_argument("--ssd-admission: " + a.status().message());
   }
   o.ssd_admission = f.ssd_admission;
-  o.ssd_cache_dir = f.ssd_cache_dir;
-  if (!o.ssd_cache_dir.empty() && o.ssd_capacity < 2 * o.ssd_segment_size) {
+  o.ssd_cache_dirs = f.ssd_cache_dirs;
+  const uint64_t ssd_dirs = o.ssd_cache_dirs.size();
+  if (ssd_dirs > 0 && o.ssd_capacity < 2 * o.ssd_segment_size * ssd_dirs) {
     return invalid_argument("--ssd-capacity: must hold at least two segments of " +
-                            format_byte_size(o.ssd_segment_size));
+                            format_byte_size(o.ssd_segment_size) +
+                            (ssd_dirs > 1 ? " per directory (" + std::to_string(ssd_dirs) + " given)" : ""));
   }
-  if (!o.ssd_cache_dir.empty() && o.ssd_segment_size < 2 * block + (1 << 20)) {
+  if (ssd_dirs > 0 && o.ssd_segment_size < 2 * block + (1 << 20)) {
     return invalid_argument("--ssd-segment-size: too small for blocks of " + format_byte_size(block));
   }
   o.ssd_reset = f.ssd_reset;
@@ -274,7 +293,7 @@ ParsedCommandLine parse_server_command_line(int argc, const char* const* argv, s
   std::vector<std::string> args(argv, argv + argc);
   std::vector<std::string> merged{args.empty() ? "kvtierd" : args[0]};
   if (const std::string config = find_config_path(args); !config.empty()) {
-    auto from_config = config_as_flags(config, app);
+    auto from_config = config_as_flags(config, app, args);
     if (!from_config.ok()) {
       err << "kvtierd: " << from_config.status().message() << "\n";
       return {std::nullopt, 2};
@@ -312,9 +331,10 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
     }
   }
   if (o.kv_cache_quantization) c.ram.quantization = Quantization{*o.kv_cache_quantization, 64};
-  if (!o.ssd_cache_dir.empty()) {
+  if (!o.ssd_cache_dirs.empty()) {
     SsdTierOptions s;
-    s.dir = o.ssd_cache_dir;
+    s.dir = o.ssd_cache_dirs.front();
+    s.dirs = o.ssd_cache_dirs;
     s.capacity_bytes = o.ssd_capacity;
     s.segment_size = o.ssd_segment_size;
     s.codec = o.compression;

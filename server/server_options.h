@@ -25,7 +25,7 @@ struct ServerOptions {
   uint64_t ram_capacity = 4ull << 30;
   std::string eviction = "chain-lru";  // the RAM tier's policy (tiers/policy)
   std::string ssd_admission = "all";   // which blocks leaving RAM are written to the SSD
-  std::string ssd_cache_dir;          // empty: no SSD tier
+  std::vector<std::string> ssd_cache_dirs;  // one per drive; empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;
   uint64_t ssd_segment_size = 256ull << 20;
   bool ssd_reset = false;

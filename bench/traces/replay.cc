@@ -73,10 +73,10 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (SsdTier* ssd = stack->ssd()) {
+  if (StripedSsdTier* ssd = stack->ssd()) {
     ssd->flush();
-    out.ssd_blocks_written = ssd->metrics().spill_written.value();
-    out.ssd_bytes_written = ssd->metrics().spill_bytes_written.value();
+    out.ssd_blocks_written = ssd->total(&SsdTierMetrics::spill_written);
+    out.ssd_bytes_written = ssd->total(&SsdTierMetrics::spill_bytes_written);
   }
   out.ssd_blocks_read_back = read_back.size();
   out.not_admitted = stack->cache().metrics().dropped_not_admitted.value();

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -109,7 +110,8 @@ class Cache:
     layout: a preset ("llama-3-8b", "qwen3-0.6b", "tiny"), a layout JSON file, or a dict such as
         {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": "BF16"}
         (per-layer "layers": [{"dtype": ..., "quantization": {"bits": 4, "group_size": 64}}, ...]).
-    ram: the RAM tier's size. ssd_dir: turns the SSD tier on (kvtierd's --ssd-cache-dir).
+    ram: the RAM tier's size. ssd_dir: turns the SSD tier on (kvtierd's --ssd-cache-dir); a list of
+        directories, one per drive, stripes it over them (ssd_capacity is split evenly).
     gpu_memory: a GPU tier (Vulkan) of this size on top. remote: "redis://[user:password@]host:port[,...]",
         a Redis Cluster shared with other hosts (kvtierd's --remote). namespace and hash must match kvtierd's
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
@@ -126,7 +128,7 @@ class Cache:
         layout: Union[str, Dict[str, Any]] = "llama-3-8b",
         *,
         ram: Size = "1G",
-        ssd_dir: Optional[str] = None,
+        ssd_dir: Union[None, str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]] = None,
         ssd_capacity: Size = "64G",
         ssd_segment_size: Size = "256M",
         gpu_memory: Optional[Size] = None,
@@ -160,7 +162,8 @@ class Cache:
             "close_timeout": float(close_timeout),
         }
         if ssd_dir is not None:
-            options["ssd_dir"] = str(ssd_dir)
+            dirs = [ssd_dir] if isinstance(ssd_dir, (str, os.PathLike)) else list(ssd_dir)
+            options["ssd_dir"] = [os.fspath(d) for d in dirs]
         if gpu_memory is not None:
             options["gpu_memory"] = parse_size(gpu_memory)
         if remote is not None:

@@ -215,7 +215,10 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   if (auto v = get("hash"); !v.is_none()) o.hash = v.cast<std::string>();
   if (auto v = get("ram_capacity"); !v.is_none()) o.ram_capacity = v.cast<uint64_t>();
   if (auto v = get("kv_cache_quantization"); !v.is_none()) o.kv_cache_quantization = v.cast<int>();
-  if (auto v = get("ssd_dir"); !v.is_none()) o.ssd_dir = v.cast<std::string>();
+  if (auto v = get("ssd_dir"); !v.is_none()) {
+    o.ssd_dirs = py::isinstance<py::str>(v) ? std::vector<std::string>{v.cast<std::string>()}
+                                            : v.cast<std::vector<std::string>>();
+  }
   if (auto v = get("ssd_capacity"); !v.is_none()) o.ssd_capacity = v.cast<uint64_t>();
   if (auto v = get("ssd_segment_size"); !v.is_none()) o.ssd_segment_size = v.cast<uint64_t>();
   if (auto v = get("compression"); !v.is_none()) o.compression = v.cast<std::string>();

@@ -59,7 +59,7 @@ struct Stack {
   GpuBlockPool* pool = nullptr;
   GpuTier* gpu_tier = nullptr;
   RamTier* ram = nullptr;
-  SsdTier* ssd = nullptr;
+  StripedSsdTier* ssd = nullptr;
   std::unique_ptr<CachedGenerator> gen;
 
   Stack(DType dt, const StackOptions& o) {

@@ -63,7 +63,7 @@ int main(void) {
   unsigned char *block0, *block1, *out;
   char* json = NULL;
   kvtier_cache* c;
-  char cmd[128];
+  char cmd[192];
 
   CHECK(kvtier_version() == KVTIER_VERSION);
   CHECK(mkdtemp(dir) != NULL);
@@ -166,10 +166,34 @@ int main(void) {
   }
   CHECK(kvtier_options_set_kv_cache_quantization(NULL, 8) == KVTIER_INVALID_ARGUMENT);
 
+  /* Two SSD directories (one per drive): a block stored in one run is read back in the next. */
+  {
+    char two[160];
+    kvtier_options* o;
+    int run;
+    snprintf(two, sizeof two, "%s-nvme1", dir);
+    for (run = 0; run < 2; ++run) {
+      o = kvtier_options_create();
+      REQUIRE_OK(kvtier_options_set_layout(o, "tiny"));
+      REQUIRE_OK(kvtier_options_set_ssd_dir(o, dir));
+      REQUIRE_OK(kvtier_options_add_ssd_dir(o, two));
+      CHECK(kvtier_options_add_ssd_dir(o, NULL) == KVTIER_INVALID_ARGUMENT);
+      REQUIRE_OK(kvtier_options_set_ssd_capacity(o, 64u << 20));
+      REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
+      REQUIRE_OK(kvtier_open(o, &c));
+      kvtier_options_destroy(o);
+      if (run == 0) REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, hash0, &inserted));
+      REQUIRE_OK(kvtier_load_block(c, hash0, tokens, 16, out, bytes, &found));
+      CHECK(found == 1);
+      CHECK(memcmp(out, block0, bytes) == 0);
+      kvtier_close(c, NULL);
+    }
+  }
+
   free(block0);
   free(block1);
   free(out);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s-nvme1", dir, dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   if (failures) fprintf(stderr, "%d checks failed\n", failures);
   return failures ? 1 : 0;

@@ -1,5 +1,6 @@
 """Every dtype through RAM, SSD and a reopen, bit for bit, from torch and numpy; bf16 as bf16."""
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -37,6 +38,24 @@ def test_every_dtype_bit_exact_through_ram_ssd_and_reopen(tmp_path, gen, dtype):
         k3, v3 = paged_arrays(layout, n)
         assert c.load_blocks(tokens, ids, k3, v3) == 16 * n
         assert all(same_bits(a, b) for a, b in zip(all_tensors(k, v), all_tensors(k3, v3)))
+
+
+def test_a_list_of_ssd_dirs_stripes_the_tier_and_reopens_bit_exact(tmp_path, gen):
+    layout = small_layout("BF16")
+    n = 24
+    tokens = tokens_for(2, 16 * n)
+    k, v = paged_arrays(layout, n, gen)
+    ids = list(range(n))
+    dirs = [tmp_path / "nvme0", str(tmp_path / "nvme1")]  # PathLike and str alike
+    with open_cache(layout, tmp_path, ram="64M", ssd_dir=dirs) as c:
+        assert c.save_blocks(tokens, ids, k, v) == kvtier.SaveReport(n, 0, 0)
+    for d in dirs:  # persist_on_close wrote every block, spread over both directories
+        assert any(name.endswith(".kvs") for _, _, names in os.walk(d) for name in names), d
+    with open_cache(layout, tmp_path, ssd_dir=dirs) as c:
+        assert {b.tier for b in c.lookup(tokens).blocks} == {"ssd"}
+        k2, v2 = paged_arrays(layout, n)
+        assert c.load_blocks(tokens, ids, k2, v2) == 16 * n
+        assert all(same_bits(a, b) for a, b in zip(all_tensors(k, v), all_tensors(k2, v2)))
 
 
 def test_every_bf16_bit_pattern_survives_ram_ssd_and_reopen(tmp_path):

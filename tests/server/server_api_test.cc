@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -128,6 +129,61 @@ TEST_F(ServerApiTest, RestartServesTheSameBlocksFromSsd) {
   EXPECT_EQ((*warmed)["prefetched"], 4);
   EXPECT_EQ((*c.lookup("m", tokens))["blocks"][0]["tier"], "ram");
   expect_served(c, blocks);
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
+// --ssd-cache-dir twice: the blocks spread over both directories, a restart serves every one, and
+// a directory wiped while the server was down costs only its own blocks (counted in /metrics).
+TEST_F(ServerApiTest, TwoSsdDirectoriesServeEveryBlockAndLosingOneLosesOnlyItsBlocks) {
+  const std::string a = (dir_ / "nvme0").string(), b = (dir_ / "nvme1").string();
+  const std::vector<std::string> args{"--layout", "tiny", "--ssd-cache-dir", a, "--ssd-cache-dir", b,
+                                      "--ssd-capacity", "64M", "--ssd-segment-size", "4M"};
+  const auto tokens = testing::prompt(3, 40 * 16);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
+  {
+    auto server = start(args);
+    KvtierClient c("127.0.0.1", server->port());
+    put_all(c, blocks, true);
+    EXPECT_EQ(server->stop(SIGINT), 0);
+  }
+  auto files_in = [](const std::string& dir) {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/segments")) n += e.is_regular_file();
+    return n;
+  };
+  EXPECT_GE(files_in(a), 1u);
+  EXPECT_GE(files_in(b), 1u);
+  {
+    auto server = start(args);
+    KvtierClient c("127.0.0.1", server->port());
+    auto found = c.lookup("m", tokens);
+    ASSERT_TRUE(found.ok());
+    EXPECT_EQ((*found)["matched_tokens"], 40 * 16);
+    expect_served(c, blocks);
+    const std::string m = *c.metrics();
+    EXPECT_NE(m.find("kvtier_ssd_directory_up{dir=\"" + a + "\"} 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("kvtier_ssd_directory_up{dir=\"" + b + "\"} 1"), std::string::npos) << m;
+    EXPECT_EQ(server->stop(SIGTERM), 0);
+  }
+  std::filesystem::remove_all(b);
+  auto server = start(args);
+  KvtierClient c("127.0.0.1", server->port());
+  size_t served = 0, missing = 0;
+  for (const auto& blk : blocks) {
+    auto got = c.get(blk.hash);
+    if (got.ok()) {
+      ++served;
+      EXPECT_TRUE(*got == blk.document) << "block " << blk.hash.hex() << " came back different";
+    } else {
+      ++missing;
+      EXPECT_EQ(got.status().code(), StatusCode::kNotFound) << got.status().to_string();
+    }
+  }
+  EXPECT_GT(served, 0u);
+  EXPECT_GT(missing, 0u);
+  EXPECT_EQ(served + missing, blocks.size());
+  EXPECT_NE(c.metrics()->find("kvtier_ssd_directories_lost_total 1"), std::string::npos);
+  EXPECT_NE(server->log().find("holds no data now"), std::string::npos) << server->log();
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 

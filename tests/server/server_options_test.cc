@@ -32,7 +32,7 @@ TEST(ServerOptions, DefaultsListenOnLoopbackWithoutAnSsdTier) {
   ASSERT_TRUE(p.cl.options) << p.err;
   EXPECT_EQ(p.cl.options->host, "127.0.0.1");
   EXPECT_EQ(p.cl.options->port, 8417);
-  EXPECT_TRUE(p.cl.options->ssd_cache_dir.empty());
+  EXPECT_TRUE(p.cl.options->ssd_cache_dirs.empty());
   EXPECT_FALSE(cache_stack_options(*p.cl.options).ssd.has_value());
   EXPECT_EQ(p.cl.options->resolved_layout->name, "llama-3-8b");
 }
@@ -52,6 +52,34 @@ TEST(ServerOptions, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
   EXPECT_EQ(p.cl.options->hash, HashAlgorithm::kXxh3);
 }
 
+TEST(ServerOptions, SeveralSsdCacheDirsStripeTheTierAndSplitItsCapacity) {
+  for (const auto& args : {std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv", "--ssd-cache-dir", "/nvme1/kv"},
+                           std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv,/nvme1/kv"}}) {
+    auto with = args;
+    with.insert(with.end(), {"--ssd-capacity", "8G"});
+    auto p = parse(with);
+    ASSERT_TRUE(p.cl.options) << p.err;
+    const CacheStackOptions c = cache_stack_options(*p.cl.options);
+    ASSERT_TRUE(c.ssd.has_value());
+    EXPECT_EQ(c.ssd->dirs, (std::vector<std::string>{"/nvme0/kv", "/nvme1/kv"}));
+    EXPECT_EQ(c.ssd->capacity_bytes, 8ull << 30);
+  }
+  // Two segments per directory at least.
+  auto small = parse({"--ssd-cache-dir", "/a,/b", "--ssd-capacity", "768M"});
+  EXPECT_FALSE(small.cl.options);
+  EXPECT_NE(small.err.find("per directory (2 given)"), std::string::npos) << small.err;
+  // A config file may list them; the command line replaces the list.
+  testing::TempDir dir;
+  const std::string path = (dir / "kvtierd.json").string();
+  std::ofstream(path) << R"({"ssd-cache-dir": ["/nvme0/kv", "/nvme1/kv"]})";
+  auto from_file = parse({"--config", path});
+  ASSERT_TRUE(from_file.cl.options) << from_file.err;
+  EXPECT_EQ(from_file.cl.options->ssd_cache_dirs, (std::vector<std::string>{"/nvme0/kv", "/nvme1/kv"}));
+  auto replaced = parse({"--config", path, "--ssd-cache-dir", "/other"});
+  ASSERT_TRUE(replaced.cl.options) << replaced.err;
+  EXPECT_EQ(replaced.cl.options->ssd_cache_dirs, std::vector<std::string>{"/other"});
+}
+
 TEST(ServerOptions, ConfigFileSetsTheSameKeysAndFlagsWin) {
   testing::TempDir dir;
   const std::string path = (dir / "kvtierd.json").string();
@@ -61,7 +89,7 @@ TEST(ServerOptions, ConfigFileSetsTheSameKeysAndFlagsWin) {
   ASSERT_TRUE(p.cl.options) << p.err;
   EXPECT_EQ(p.cl.options->port, 9001);
   EXPECT_EQ(p.cl.options->ram_capacity, 2ull << 30);
-  EXPECT_EQ(p.cl.options->ssd_cache_dir, "/data/kv");
+  EXPECT_EQ(p.cl.options->ssd_cache_dirs, std::vector<std::string>{"/data/kv"});
   EXPECT_TRUE(p.cl.options->ssd_reset);
   EXPECT_EQ(p.cl.options->log_level, "debug");
 

@@ -72,6 +72,11 @@ Result<std::optional<SsdManifest>> SsdManifest::load(const std::string& dir) {
         if (n.is_string()) m.namespaces.insert(n.get<std::string>());
       }
     }
+    if (j.contains("directories") && j["directories"].is_array()) {
+      for (const json& d : j["directories"]) {
+        if (d.is_string()) m.directories.push_back(d.get<std::string>());
+      }
+    }
   }
   return std::optional<SsdManifest>(std::move(m));
 }
@@ -85,6 +90,7 @@ Status SsdManifest::save(const std::string& dir) const {
   j["layouts"] = json::array();
   for (const KvLayout& l : layouts) j["layouts"].push_back(l.to_json());
   j["namespaces"] = namespaces;
+  if (!directories.empty()) j["directories"] = directories;
   const std::string path = dir + "/" + kFileName;
   const std::string tmp = path + ".tmp";
   {

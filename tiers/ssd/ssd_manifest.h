@@ -4,7 +4,8 @@
 // different --layout). Written atomically (temp file, fsync, rename, fsync of the directory).
 //
 //   {"format": "kvtier.ssd", "version": 1, "created": "2026-11-22T14:00:00Z",
-//    "segment_size": 268435456, "layouts": [<KvLayout JSON>...], "namespaces": ["llama-3-8b"]}
+//    "segment_size": 268435456, "layouts": [<KvLayout JSON>...], "namespaces": ["llama-3-8b"],
+//    "directories": ["/nvme0/kv", "/nvme1/kv"]}   (only when the cache spans several)
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,9 @@ struct SsdManifest {
   uint64_t segment_size = 0;
   std::vector<KvLayout> layouts;
   std::set<std::string> namespaces;
+  // Every directory of the cache this one belongs to (several --ssd-cache-dir, one per drive),
+  // so a restart can tell a drive that came back empty (its blocks are lost) from a new one.
+  std::vector<std::string> directories;
 
   static SsdManifest fresh(uint64_t segment_size);
   // nullopt when the directory has no manifest (a new cache); kCorruption when it cannot be read.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "serialize/frame.h"
 
@@ -12,6 +13,9 @@ namespace kvtier {
 
 struct SsdTierOptions {
   std::string dir;                          // turns the tier on (--ssd-cache-dir)
+  // Several directories, one per drive (--ssd-cache-dir given more than once): StripedSsdTier
+  // opens an SsdTier in each, splitting capacity_bytes and spill_queue_bytes evenly. Empty: `dir`.
+  std::vector<std::string> dirs;
   uint64_t capacity_bytes = 64ull << 30;    // --ssd-capacity; at least two segments
   uint64_t segment_size = 256ull << 20;     // fixed for the life of a directory (MANIFEST.json)
   uint64_t spill_queue_bytes = 512ull << 20;

@@ -42,8 +42,9 @@ struct SsdState {
   SegmentTable segments;
   SsdTierMetrics metrics;
   ReadTracker reads;
-  // Bytes of records (queued or indexed) of each namespace with an SSD quota. Set at open.
-  std::unique_ptr<NamespaceUsage> namespaces;
+  // Bytes of records (queued or indexed) of each namespace with an SSD quota. Set at open; shared
+  // by every directory of a striped tier, since a quota is the namespace's across all of them.
+  std::shared_ptr<NamespaceUsage> namespaces;
   // Serializes every change to index entries and segment records, so "remove this entry if it is
   // still the one I read" cannot remove a newer one written in between.
   std::mutex index_mu;

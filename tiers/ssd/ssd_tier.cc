@@ -47,7 +47,8 @@ SsdTier::SsdTier(SsdTierOptions options, std::shared_ptr<LayoutRegistry> layouts
 }
 
 Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
-                                               std::shared_ptr<LayoutRegistry> layouts) {
+                                               std::shared_ptr<LayoutRegistry> layouts,
+                                               std::shared_ptr<NamespaceUsage> namespaces) {
   if (o.dir.empty()) return invalid_argument("ssd tier: no directory given");
   if (o.segment_size < (1u << 20) || o.segment_size % kRecordAlign != 0) {
     return invalid_argument("ssd tier: segment size must be a multiple of 4 KiB and at least 1 MiB");
@@ -99,7 +100,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
   }
   KVTIER_ASSIGN_OR_RETURN(s.index, SsdIndex::open(dir + "/index"));
   KVTIER_RETURN_IF_ERROR(t->recover(*manifest));
-  s.namespaces = std::make_unique<NamespaceUsage>("ssd", s.options.namespace_quotas);
+  t->owns_namespaces_ = namespaces == nullptr;
+  s.namespaces = namespaces ? std::move(namespaces)
+                            : std::make_shared<NamespaceUsage>("ssd", s.options.namespace_quotas);
   if (!s.namespaces->empty()) {
     // What each namespace with a quota already holds here; only then is its quota kept.
     KVTIER_RETURN_IF_ERROR(s.index->scan_entries([&](const BlockHash&, const Result<IndexEntry>& e) {
@@ -222,6 +225,13 @@ Status SsdTier::record_layout(const KvLayout& layout, const std::string& namespa
   changed = manifest_.namespaces.insert(namespace_id).second || changed;
   if (!changed) return ok_status();
   KVTIER_RETURN_IF_ERROR(state_.layouts->add(layout).status());
+  return manifest_.save(state_.options.dir);
+}
+
+Status SsdTier::record_directories(const std::vector<std::string>& dirs) {
+  std::lock_guard lock(manifest_mu_);
+  if (manifest_.directories == dirs) return ok_status();
+  manifest_.directories = dirs;
   return manifest_.save(state_.options.dir);
 }
 
@@ -375,7 +385,7 @@ size_t SsdTier::block_count() const {
 
 void SsdTier::visit_metrics(MetricVisitor& v) const {
   state_.metrics.visit(v, state_.options.capacity_bytes);
-  if (state_.namespaces) state_.namespaces->visit_metrics(v);
+  if (state_.namespaces && owns_namespaces_) state_.namespaces->visit_metrics(v);
 }
 
 void SsdTier::flush() {

@@ -35,8 +35,11 @@ class SsdTier final : public Tier {
   // Opens (or creates) the cache in options.dir. Layouts recorded in the directory's manifest
   // are added to `layouts`, so blocks of every layout ever written there can be decoded; layouts
   // already in `layouts` are recorded in the manifest.
+  // `namespaces`: the namespace accounting to charge (a striped tier shares one over its
+  // directories, and reports it itself); null = the tier's own, from options.namespace_quotas.
   static Result<std::unique_ptr<SsdTier>> open(SsdTierOptions options,
-                                               std::shared_ptr<LayoutRegistry> layouts);
+                                               std::shared_ptr<LayoutRegistry> layouts,
+                                               std::shared_ptr<NamespaceUsage> namespaces = nullptr);
   ~SsdTier() override;
 
   std::string_view name() const override { return "ssd"; }
@@ -59,6 +62,9 @@ class SsdTier final : public Tier {
   // the index and releases the directory (another process may open it). Afterwards every call
   // answers as an empty tier. Returns the number of queued blocks that were dropped. Idempotent.
   size_t close();
+
+  // Records in the manifest every directory of the striped cache this one belongs to.
+  Status record_directories(const std::vector<std::string>& dirs);
 
   const SsdTierMetrics& metrics() const { return state_.metrics; }
   const SsdTierOptions& options() const { return state_.options; }
@@ -85,6 +91,7 @@ class SsdTier final : public Tier {
   std::atomic<uint64_t> next_ticket_{0};
   std::atomic<bool> closed_{false};
   size_t dropped_at_close_ = 0;
+  bool owns_namespaces_ = true;  // reports their metrics
   LogThrottle drop_log_;
 };
 
