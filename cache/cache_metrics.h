@@ -19,6 +19,8 @@ struct CacheMetrics {
   Counter duplicate_inserts;
   Counter collisions;  // same hash, different tokens: rejected
   Counter fetches;
+  Counter background_fetches;  // fetch_async calls whose blocks were loaded off the caller's thread
+  Gauge background_fetches_in_flight;
   std::array<Counter, kMaxTiers> fetched_blocks{};  // per tier the block came from
   Counter promotions;
   Counter promote_failed;                          // returned unpinned: no room in the top tier

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "cache/fetch_loader.h"
+
 namespace kvtier {
 
 PinnedBlocks::~PinnedBlocks() { release(); }
@@ -34,7 +36,67 @@ TieredCache::TieredCache(std::vector<std::shared_ptr<Tier>> tiers) : tiers_(std:
 }
 
 TieredCache::~TieredCache() {
+  loader_.reset();  // loads in flight finish first: they use the tiers
   for (auto& t : tiers_) t->set_eviction_sink(nullptr);
+}
+
+bool PendingFetch::ready() const {
+  return now_.has_value() || (later_.valid() && later_.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
+PinnedBlocks PendingFetch::wait() {
+  if (now_) {
+    PinnedBlocks out = std::move(*now_);
+    now_.reset();
+    return out;
+  }
+  return later_.valid() ? later_.get() : PinnedBlocks();
+}
+
+namespace {
+// A fetch's keys with their own copy of the tokens, for a load that outlives the caller's buffers.
+struct OwnedKeys {
+  std::vector<uint32_t> tokens;
+  std::vector<BlockKey> keys;
+  explicit OwnedKeys(std::span<const BlockKey> from) {
+    size_t n = 0;
+    for (const BlockKey& k : from) n += k.tokens.size();
+    tokens.reserve(n);
+    for (const BlockKey& k : from) tokens.insert(tokens.end(), k.tokens.begin(), k.tokens.end());
+    size_t at = 0;
+    for (const BlockKey& k : from) {
+      keys.push_back({k.hash, std::span<const uint32_t>(tokens.data() + at, k.tokens.size())});
+      at += k.tokens.size();
+    }
+  }
+};
+constexpr size_t kLoaderThreads = 2;
+}  // namespace
+
+PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys) {
+  PendingFetch out;
+  const std::vector<int> where = locate(keys);
+  const bool waits = std::any_of(where.begin(), where.end(), [&](int t) { return tiers_[t]->reads_wait_on_io(); });
+  if (!waits) {
+    out.now_ = fetch_located(keys, where);
+    return out;
+  }
+  {
+    std::lock_guard lock(loader_mu_);
+    if (!loader_) loader_ = std::make_unique<FetchLoader>(kLoaderThreads);
+  }
+  auto owned = std::make_shared<OwnedKeys>(keys);
+  auto promise = std::make_shared<std::promise<PinnedBlocks>>();
+  out.later_ = promise->get_future();
+  metrics_.background_fetches.inc();
+  metrics_.background_fetches_in_flight.add(1);
+  auto job = [this, owned, promise] {
+    PinnedBlocks got = fetch(owned->keys);
+    metrics_.background_fetches_in_flight.add(-1);
+    promise->set_value(std::move(got));
+  };
+  if (!loader_->submit(job)) job();
+  return out;
 }
 
 void TieredCache::on_evicted(size_t from, BlockRef block) {
@@ -204,13 +266,15 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
 }
 
 PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
+  // Where each block is, top tier first; the prefix ends at the first block no tier holds.
+  return fetch_located(keys, locate(keys));
+}
+
+PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const std::vector<int>& where) {
   metrics_.fetches.inc();
   PinnedBlocks out;
   out.top_ = tiers_.front();
   Tier& top = *tiers_.front();
-
-  // Where each block is, top tier first; the prefix ends at the first block no tier holds.
-  const std::vector<int> where = locate(keys);
   std::vector<BlockRef> blocks(where.size());
   std::vector<bool> failed(where.size(), false), top_pinned(where.size(), false);
   for (size_t i = 0; i < where.size(); ++i) {
@@ -330,6 +394,11 @@ void TieredCache::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_collisions_total", "Publishes rejected: same hash, different tokens", {},
             metrics_.collisions.value());
   v.counter("kvtier_fetches_total", "Fetch requests", {}, metrics_.fetches.value());
+  v.counter("kvtier_background_fetches_total",
+            "Asynchronous fetches whose blocks were loaded off the caller's thread (from SSD or remote)",
+            {}, metrics_.background_fetches.value());
+  v.gauge("kvtier_background_fetches_in_flight", "Asynchronous fetches still loading", {},
+          static_cast<double>(metrics_.background_fetches_in_flight.value()));
   v.counter("kvtier_promotions_total", "Blocks copied up into the top tier", {},
             metrics_.promotions.value());
   v.counter("kvtier_promote_failed_total", "Fetched blocks the top tier had no room for", {},

@@ -6,7 +6,10 @@
 // every published or spilled block write-behind and is asked about the rest of a chain in one batch.
 #pragma once
 
+#include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +61,27 @@ class PinnedBlocks {
   std::vector<Entry> entries_;
 };
 
+// What fetch_async returns: the pinned prefix, at once when every block was in memory, or when
+// its load from a slower tier finishes. Movable. Dropped before it is waited on, the load still
+// finishes and its blocks are unpinned then.
+class PendingFetch {
+ public:
+  PendingFetch() = default;
+  // True once wait() would not block.
+  bool ready() const;
+  // Whether the blocks are being loaded off the caller's thread.
+  bool in_background() const { return later_.valid(); }
+  // Waits for the load, if any, and hands the pinned blocks over. Once; afterwards empty.
+  PinnedBlocks wait();
+
+ private:
+  friend class TieredCache;
+  std::optional<PinnedBlocks> now_;
+  std::future<PinnedBlocks> later_;
+};
+
+class FetchLoader;
+
 // Thread-safe: tiers are thread-safe and the cache holds no lock of its own.
 class TieredCache {
  public:
@@ -88,6 +112,12 @@ class TieredCache {
   // return intact; the result holds the blocks before it. With the GPU on top, hits there are
   // pinned in place (no copy) and blocks from below are uploaded in one batch.
   PinnedBlocks fetch(std::span<const BlockKey> keys);
+  // fetch() without waiting on a disk or the network: when any block of the prefix lies in such a
+  // tier (the SSD, a remote tier), the whole fetch runs on a loader thread and the caller polls or
+  // waits on the handle; otherwise it runs now. The prefix is located again when the load starts,
+  // so a block evicted or erased meanwhile ends it there, as in fetch(). `keys` (and the tokens
+  // they point at) are copied.
+  PendingFetch fetch_async(std::span<const BlockKey> keys);
 
   // Removes a block from every tier. True if any tier held it.
   bool erase(const BlockHash& hash);
@@ -105,6 +135,7 @@ class TieredCache {
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
+  PinnedBlocks fetch_located(std::span<const BlockKey> keys, const std::vector<int>& where);
 
   std::vector<std::shared_ptr<Tier>> tiers_;
   CacheMetrics metrics_;
@@ -114,6 +145,8 @@ class TieredCache {
   LogThrottle drop_log_;
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;
+  std::mutex loader_mu_;  // guards creating loader_
+  std::unique_ptr<FetchLoader> loader_;  // started by the first fetch that needs it
 };
 
 }  // namespace kvtier

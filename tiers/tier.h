@@ -47,6 +47,9 @@ class Tier {
   // A tier shared with other hosts over the network (below every local tier). TieredCache asks
   // it about many blocks at once, offers it blocks write-behind, and never probes it per block.
   virtual bool remote() const { return false; }
+  // Reads wait on a disk or the network (milliseconds), not on memory: TieredCache::fetch_async
+  // loads such blocks in the background.
+  virtual bool reads_wait_on_io() const { return remote(); }
 
   // Stores `block` under its hash. kAlreadyPresent when the hash is held (contents are not
   // compared here: TieredCache checks tokens). Making room evicts other blocks to the sink.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 namespace kvtier {
 namespace {
@@ -24,11 +25,21 @@ std::string path_of(int fd) {
 }  // namespace
 
 int injected_io_result(IoSite site, int fd, uint64_t, uint64_t length, int result) {
-  std::lock_guard lock(mu);
+  std::unique_lock lock(mu);
   if (!armed || armed->site != site || result < 0) return result;
   if (path_of(fd).rfind(armed->path_prefix, 0) != 0) return result;
   const uint64_t n = seen++;
   if (n < armed->skip || n - armed->skip >= armed->count) return result;
+  if (armed->delay.count() > 0) {
+    ++hit;
+    const auto delay = armed->delay;
+    const bool only_delay = armed->error == 0;
+    lock.unlock();  // other threads' I/O goes on meanwhile
+    std::this_thread::sleep_for(delay);
+    if (only_delay) return result;
+    lock.lock();
+    if (!armed) return result;
+  }
   if (armed->error != 0) {
     ++hit;
     return -armed->error;

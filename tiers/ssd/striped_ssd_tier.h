@@ -30,6 +30,7 @@ class StripedSsdTier final : public Tier {
   ~StripedSsdTier() override;
 
   std::string_view name() const override { return "ssd"; }
+  bool reads_wait_on_io() const override { return true; }
   Result<InsertOutcome> insert(BlockRef block) override;
   bool contains(const BlockHash& hash) const override;
   Result<BlockRef> read(const BlockRequest& request) override;
