@@ -8,8 +8,13 @@
 //    in this run (PyTorch on a CUDA GPU; elsewhere our own f32 Vulkan matmul, said in the notes).
 // Medians of repetitions; tables on stdout, rows in e2e_bench_tiny.json / e2e_bench_8b.json, and
 // bench/plot_e2e.py draws e2e_bench.png from them.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +25,7 @@
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
+#include "tiers/ssd/io_uring_ring.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
 
@@ -98,6 +104,72 @@ MatmulRate matmul_rate_from_vulkan(VulkanContext& ctx) {
               " stands in for a bf16 matmul"};
 }
 
+// ---- ceilings measured in the same run ----------------------------------------------------------
+
+// Host-to-device bandwidth: a Vulkan copy from host-visible memory (what a RAM hit's upload can
+// reach at best). `bytes` per copy, median of 5 after a warm-up.
+double h2d_copy_gbps(VulkanContext& ctx, uint64_t bytes) {
+  GpuBuffer host = must(GpuBuffer::create(ctx, bytes, MemoryKind::kUpload));
+  GpuBuffer device = must(GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
+  std::memset(host.mapped(), 0x5a, bytes);
+  std::vector<double> samples;
+  for (int r = 0; r < 6; ++r) {
+    CommandBatch b = must(CommandBatch::begin(ctx));
+    b.copy(host, 0, device, 0, bytes);
+    const auto t0 = Clock::now();
+    must(b.submit_and_wait());
+    if (r > 0) samples.push_back(since(t0));
+  }
+  return bytes / median(samples) / 1e9;
+}
+
+// The disks' sequential read of what the SSD tier wrote (each segment file up to its watermark:
+// the preallocated rest reads as zeros without touching the disk), O_DIRECT in 4 MiB reads, 32 in
+// flight per directory through io_uring, the directories at once (a thread each): what an SSD hit
+// can reach at best here. Median of 3.
+double disk_read_gbps(StripedSsdTier& ssd) {
+  using Extent = std::pair<std::string, uint64_t>;
+  std::vector<std::vector<Extent>> dirs;
+  for (SsdTier* d : ssd.directories()) {
+    dirs.emplace_back();
+    for (const SegmentRecord& rec : d->state_for_testing().segments.records()) {
+      dirs.back().emplace_back(d->state_for_testing().segment_path(rec.id), rec.watermark);
+    }
+  }
+  auto read_dir = [](const std::vector<Extent>& extents) -> uint64_t {
+    auto ring = must(IoUringRing::create(64));
+    constexpr uint64_t kChunk = 4 << 20;
+    constexpr size_t kDepth = 32;
+    std::vector<AlignedBuffer> buffers;
+    for (size_t i = 0; i < kDepth; ++i) buffers.emplace_back(kChunk, 4096, false);
+    uint64_t total = 0;
+    for (const auto& [path, size] : extents) {
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+      if (!fd.valid()) die(errno_status("open " + path, errno));
+      for (uint64_t at = 0; at < size; at += kChunk * kDepth) {
+        std::vector<IoOp> ops;
+        for (size_t k = 0; k < kDepth && at + k * kChunk < size; ++k) {
+          ops.push_back({IoOp::Kind::kRead, fd.get(), buffers[k].data(),
+                         std::min(kChunk, size - at - k * kChunk), at + k * kChunk});
+        }
+        must(run_io_batch(*ring, ops));
+        for (const IoOp& op : ops) total += op.done;
+      }
+    }
+    return total;
+  };
+  std::vector<double> samples;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = Clock::now();
+    std::vector<std::future<uint64_t>> each;
+    for (const auto& d : dirs) each.push_back(std::async(std::launch::async, read_dir, std::cref(d)));
+    uint64_t total = 0;
+    for (auto& f : each) total += f.get();
+    samples.push_back(total / since(t0) / 1e9);
+  }
+  return median(samples);
+}
+
 // ---- tiny model: the whole generate path ----------------------------------------------------
 
 struct TinyCase {
@@ -172,10 +244,85 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
   }
 }
 
+// ---- tiny model: decoding while other prefixes load from the SSD -----------------------------
+
+// `decoders` uncached prompts decode `new_tokens` each while `loaders` prompts whose
+// `prefix`-token prefixes lie on the SSD are admitted: fetched before the first step
+// (synchronous), or in the background, joining when their blocks are in (asynchronous).
+void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int new_tokens, int reps,
+                 const std::string& dir, const std::vector<std::string>& ssd_dirs, Report& report) {
+  LlamaConfig config = LlamaConfig::tiny();
+  config.max_positions = prefix + 64 + new_tokens;
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  auto model = must(LlamaModel::create(ctx, config, weights));
+  auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
+  const uint32_t per_loader = static_cast<uint32_t>((prefix + 16 + new_tokens) / kBlockSize + 1);
+  CacheStackOptions o;
+  o.layout = layout;
+  o.vulkan = &ctx;
+  o.gpu_pool.num_blocks = 2 * loaders * per_loader + decoders * 64 + 64;
+  o.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;  // what the GPU evicts goes to the SSD
+  o.ssd.emplace();
+  o.ssd->dir = dir + "/mixed";
+  for (const std::string& d : ssd_dirs) o.ssd->dirs.push_back(d + "/mixed");
+  if (!o.ssd->dirs.empty()) o.ssd->dir = o.ssd->dirs.front();
+  o.ssd->reset = true;
+  auto stack = must(CacheStack::open(o));
+  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-mixed", layout->fingerprint(), ""}, kBlockSize);
+  CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
+  auto tokens = [&](int n, int seed) {
+    std::vector<int32_t> t(n);
+    for (int i = 0; i < n; ++i) {
+      t[i] = static_cast<int32_t>((int64_t{i} * 7919 + int64_t{seed} * 104729 + (i * i) % 101) % config.vocab);
+    }
+    return t;
+  };
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int l = 0; l < loaders; ++l) {
+    prefixes.push_back(tokens(prefix, 1000 + l));
+    must(gen.generate(prefixes.back(), 1, true).status());  // publishes the prefix
+  }
+  must(stack->evict_gpu());
+  stack->ssd()->flush();
+
+  int seed = 0;
+  for (const bool async : {false, true}) {
+    std::vector<double> wall, joined;
+    for (int r = 0; r <= reps; ++r) {  // r == 0 warms up
+      std::vector<std::vector<int32_t>> prompts;
+      ++seed;
+      for (int l = 0; l < loaders; ++l) {
+        auto p = prefixes[l];
+        auto tail = tokens(16, 50000 + seed * 16 + l);  // a new question after the cached prefix
+        p.insert(p.end(), tail.begin(), tail.end());
+        prompts.push_back(std::move(p));
+      }
+      for (int d = 0; d < decoders; ++d) prompts.push_back(tokens(128, 90000 + seed * 64 + d));
+      const auto t0 = Clock::now();
+      auto out = must(gen.generate_batch(prompts, new_tokens, true, async));
+      const double t = since(t0);
+      double steps = 0;
+      for (int l = 0; l < loaders; ++l) {
+        if (out[l].cached_tokens < static_cast<size_t>(prefix)) die(internal_error("a prefix was not restored"));
+        steps += out[l].joined_at_step;
+      }
+      if (r > 0) {
+        wall.push_back(t);
+        joined.push_back(steps / loaders);
+      }
+      must(stack->evict_gpu());  // prefixes back to the SSD only
+      stack->ssd()->flush();
+    }
+    const double tps = (loaders + decoders) * new_tokens / median(wall);
+    report.add_row({async ? "asynchronous" : "synchronous", std::to_string(loaders) + " x " + std::to_string(prefix),
+                    std::to_string(decoders), ms(median(wall)), fmt_double(tps, 0), fmt_double(median(joined), 1)});
+  }
+}
+
 // ---- Llama-3-8B-shaped KV: the restore path against the prefill bound -------------------------
 
 void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-              const MatmulRate& rate, Report& report) {
+              const MatmulRate& rate, const std::vector<std::string>& ssd_dirs, Report& report) {
   auto layout = std::make_shared<const KvLayout>(must(layout_preset("llama-3-8b")));
   const uint64_t block_bytes = layout->dense_block_bytes();
   const Block pattern = testing::make_block(layout, 1, testing::Values::kKvLike);
@@ -198,6 +345,8 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
     o.ram.capacity_bytes = (n + 8) * (block_bytes + 4096);
     o.ssd.emplace();
     o.ssd->dir = dir + "/8b-" + std::to_string(p);
+    for (const std::string& d : ssd_dirs) o.ssd->dirs.push_back(d + "/8b-" + std::to_string(p));
+    if (!o.ssd->dirs.empty()) o.ssd->dir = o.ssd->dirs.front();
     o.ssd->reset = true;
     o.ssd->capacity_bytes = std::max<uint64_t>(4 * n * block_bytes, 2ull << 30);
     auto stack = must(CacheStack::open(o));
@@ -214,6 +363,9 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
     // GPU and RAM, read from the SSD.
     const double bound = 2 * 8e9 * p / (rate.tflops * 1e12);
     const char* names[] = {"GPU", "RAM", "SSD"};
+    // What each row could reach at best, measured now: the bus for RAM, the disk for the SSD.
+    const double h2d = h2d_copy_gbps(ctx, std::min<uint64_t>(n * block_bytes, 1ull << 30));
+    const double disk = disk_read_gbps(*stack->ssd());
     for (int tier = 0; tier < 3; ++tier) {
       if (tier == 2) {
         for (const BlockRef& b : blocks) stack->ram().erase(b->hash());
@@ -234,8 +386,11 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
         }
       }
       const double t = median(samples);
+      const double gbps = n * block_bytes / t / 1e9;
+      const std::string ceiling = tier == 1 ? fmt_double(h2d, 2) + " bus" : tier == 2 ? fmt_double(disk, 2) + " disk" : "-";
+      const std::string of = tier == 1 ? fmt_double(gbps / h2d, 2) : tier == 2 ? fmt_double(gbps / disk, 2) : "-";
       report.add_row({std::to_string(p), names[tier], format_byte_size(n * block_bytes), ms(t),
-                      fmt_double(n * block_bytes / t / 1e9, 2), ms(bound), fmt_double(t / bound, 3)});
+                      fmt_double(gbps, 2), ceiling, of, ms(bound), fmt_double(t / bound, 3)});
     }
   }
 }
@@ -257,6 +412,16 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "Where the SSD tiers live (default: a temporary directory)");
   app.add_flag("--skip-tiny", skip_tiny);
   app.add_flag("--skip-8b", skip_8b);
+  bool skip_mixed = false;
+  int mixed_prefix = 8192, mixed_loaders = 2, mixed_decoders = 6, mixed_tokens = 64;
+  std::vector<std::string> ssd_dirs;
+  app.add_flag("--skip-mixed", skip_mixed);
+  app.add_option("--mixed-prefix", mixed_prefix, "Mixed load: tokens of each prefix on the SSD");
+  app.add_option("--mixed-loaders", mixed_loaders, "Mixed load: prompts whose prefix is on the SSD");
+  app.add_option("--mixed-decoders", mixed_decoders, "Mixed load: uncached prompts decoding meanwhile");
+  app.add_option("--mixed-tokens", mixed_tokens, "Mixed load: tokens each sequence generates");
+  app.add_option("--ssd-dirs", ssd_dirs, "SSD tier directories for the 8B and mixed runs (default: one under --dir)")
+      ->delimiter(',');
   app.add_option("--matmul-tflops", matmul_tflops, "Use this bf16 rate instead of measuring one");
   app.add_option("--matmul-script", matmul_script);
   CLI11_PARSE(app, argc, argv);
@@ -283,13 +448,28 @@ int main(int argc, char** argv) {
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
   }
+  if (!skip_mixed) {
+    Report r("e2e, tiny Llama: decoding while other prefixes load from the SSD",
+             {"fetch", "prefixes on SSD", "decoding", "wall ms", "tokens/s", "prefix joined at step"});
+    bench_mixed(*ctx, mixed_prefix, mixed_loaders, mixed_decoders, mixed_tokens, reps, dir, ssd_dirs, r);
+    r.add_note("Every sequence generates " + std::to_string(mixed_tokens) + " tokens; tokens/s counts all of them. "
+               "synchronous: every prefix is fetched before the first step; asynchronous: "
+               "TieredCache::fetch_async, a prefix's sequence joins the batch at the first step after its "
+               "blocks are in (its median step in the last column). Decoding prompts are 128 new tokens each.");
+    r.print();
+    r.write_json(output_path("e2e_bench_mixed.json"));
+  }
   if (!skip_8b) {
     MatmulRate rate = matmul_tflops > 0 ? MatmulRate{matmul_tflops, "given on the command line"}
                                         : matmul_rate_from_pytorch(matmul_script);
     if (rate.tflops <= 0) rate = matmul_rate_from_vulkan(*ctx);
     Report r("e2e, Llama-3-8B-shaped KV (BF16, 2 MiB blocks): restore vs prefill lower bound",
-             {"prompt", "prefix in", "KV bytes", "restore ms", "GB/s", "prefill bound ms", "restore/bound"});
-    bench_8b(*ctx, prompts, reps, dir, rate, r);
+             {"prompt", "prefix in", "KV bytes", "restore ms", "GB/s", "ceiling GB/s", "of ceiling",
+              "prefill bound ms", "restore/bound"});
+    bench_8b(*ctx, prompts, reps, dir, rate, ssd_dirs, r);
+    r.add_note("ceiling, measured in this run: for RAM a Vulkan copy from host-visible to device memory "
+               "(the bus); for the SSD a sequential O_DIRECT read of the tier's own segment files, 4 MiB "
+               "reads, 32 in flight (the disk" + std::string(ssd_dirs.size() > 1 ? "; every directory at once" : "") + ").");
     r.add_note("prefill bound = 2 x 8e9 x tokens FLOPs at " + fmt_double(rate.tflops, 3) + " TFLOP/s (" +
                rate.source + "); a real prefill is slower (attention, memory, launch overheads), so "
                "restore/bound overstates restore's cost.");
