@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <system_error>
 
 #include "cache/fetch_loader.h"
 
@@ -276,85 +277,123 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
   out.top_ = tiers_.front();
   Tier& top = *tiers_.front();
   std::vector<BlockRef> blocks(where.size());
-  std::vector<bool> failed(where.size(), false), top_pinned(where.size(), false);
+  // Bytes, not vector<bool>'s packed bits: a slice read on another thread sets its own entries.
+  std::vector<uint8_t> failed(where.size(), 0);
+  std::vector<bool> top_pinned(where.size(), false);
   for (size_t i = 0; i < where.size(); ++i) {
     if (where[i] != 0) continue;
     // Pin first, so the block cannot be evicted between the check and the use.
     if (!top.pin(keys[i].hash)) {
-      failed[i] = true;  // evicted since find_tier
+      failed[i] = 1;  // evicted since find_tier
       continue;
     }
     top_pinned[i] = true;
     if (top.device_slot(keys[i].hash)) continue;  // device tier: checked by probe below, no copy
     auto r = top.read({keys[i].hash, keys[i].tokens});
     if (r.ok()) blocks[i] = *r;
-    else failed[i] = true;
+    else failed[i] = 1;
   }
-  // Read each lower tier's blocks together (the SSD tier issues them as one batch).
-  for (size_t t = 1; t < tiers_.size(); ++t) {
-    std::vector<BlockRequest> reqs;
-    std::vector<size_t> idx;
-    for (size_t i = 0; i < where.size(); ++i) {
-      if (where[i] == static_cast<int>(t)) {
-        reqs.push_back({keys[i].hash, keys[i].tokens});
-        idx.push_back(i);
+  // Blocks from lower tiers are read and promoted slice by slice, the next slice read (on another
+  // thread) while this one is checked and promoted, so a long prefix's upload to the GPU overlaps
+  // the SSD's reads and nothing waits for the whole prefix to be in memory. Within a slice each
+  // lower tier's blocks are read together (the SSD tier issues them as one batch). The first slice
+  // is small so the first upload starts early; later ones carry about kSliceBytes.
+  constexpr uint64_t kSliceBytes = 64ull << 20;
+  constexpr size_t kFirstSlice = 16;
+  auto read_slice = [&](size_t a, size_t b) {
+    for (size_t t = 1; t < tiers_.size(); ++t) {
+      std::vector<BlockRequest> reqs;
+      std::vector<size_t> idx;
+      for (size_t i = a; i < b; ++i) {
+        if (where[i] == static_cast<int>(t)) {
+          reqs.push_back({keys[i].hash, keys[i].tokens});
+          idx.push_back(i);
+        }
+      }
+      if (reqs.empty()) continue;
+      std::vector<Result<BlockRef>> got = tiers_[t]->read_many(reqs);
+      for (size_t j = 0; j < reqs.size(); ++j) {
+        if (got[j].ok()) {
+          blocks[idx[j]] = std::move(got[j]).value();
+        } else {
+          failed[idx[j]] = 1;
+          metrics_.read_failures[t].inc();
+        }
       }
     }
-    if (reqs.empty()) continue;
-    std::vector<Result<BlockRef>> got = tiers_[t]->read_many(reqs);
-    for (size_t j = 0; j < reqs.size(); ++j) {
-      if (got[j].ok()) {
-        blocks[idx[j]] = std::move(got[j]).value();
-      } else {
-        failed[idx[j]] = true;
-        metrics_.read_failures[t].inc();
-      }
-    }
-  }
-
-  // Walk the prefix: check tokens, collect what must be promoted.
+  };
+  // The end of the slice that starts at `a` and holds up to `lower` blocks from lower tiers.
+  auto slice_end = [&](size_t a, size_t lower) {
+    size_t b = a, n = 0;
+    while (b < where.size() && (where[b] == 0 || n < lower)) n += where[b++] > 0;
+    return b;
+  };
+  size_t slice_blocks = kFirstSlice;
+  size_t a = 0, b = slice_end(0, slice_blocks);
+  read_slice(a, b);
   size_t good = 0;
-  for (; good < where.size(); ++good) {
-    const int t = where[good];
-    // A failed read (corrupt on SSD, or evicted from the top tier since find_tier) ends the
-    // prefix here; the caller recomputes the rest.
-    if (failed[good]) break;
-    const bool same = blocks[good] ? BlockRequest{keys[good].hash, keys[good].tokens}.tokens_match(
-                                         blocks[good]->identity().token_ids)
-                                   : top.probe({keys[good].hash, keys[good].tokens}) ==
-                                         Tier::Presence::kSameTokens;
-    if (!same) {
-      metrics_.token_mismatches[t].inc();
-      if (auto n = mismatch_log_.admit()) {
-        spdlog::error("not serving block {} from {}: its token ids differ from the request's "
-                      "({} similar suppressed)", keys[good].hash.hex(), tiers_[t]->name(), *n);
+  bool broken = false;
+  while (a < where.size() && !broken) {
+    // Later slices hold about kSliceBytes, sized from a block this slice read.
+    for (size_t i = a; i < b && slice_blocks == kFirstSlice; ++i) {
+      if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(kFirstSlice, kSliceBytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
+    }
+    const size_t next_a = b, next_b = slice_end(b, slice_blocks);
+    std::future<void> next;
+    if (next_a < where.size()) {
+      try {
+        next = std::async(std::launch::async, [&, next_a, next_b] { read_slice(next_a, next_b); });
+      } catch (const std::system_error&) {
+        read_slice(next_a, next_b);  // no thread to be had: read it here, after this one
       }
-      break;
     }
-  }
-  // Promote the lower-tier blocks of the prefix in one call (the GPU tier uploads them together);
-  // the copy below stays (inclusive tiers), so losing the race for room costs only the pin.
-  std::vector<BlockRef> promote;
-  for (size_t i = 0; i < good; ++i) {
-    if (where[i] > 0) promote.push_back(blocks[i]);
-  }
-  std::vector<Result<InsertOutcome>> promoted = top.insert_many(promote);
-  size_t p = 0;
-  for (size_t i = 0; i < good; ++i) {
-    const int t = where[i];
-    PinnedBlocks::Entry e{keys[i].hash, blocks[i], t, top_pinned[i], -1};
-    if (t > 0) {
-      const bool ok = promoted[p++].ok();
-      if (ok) metrics_.promotions.inc();
-      e.pinned = ok && top.pin(keys[i].hash);
-      if (!e.pinned) metrics_.promote_failed.inc();
+    // Walk this slice: check tokens, collect what must be promoted.
+    for (good = a; good < b; ++good) {
+      const int t = where[good];
+      // A failed read (corrupt on SSD, or evicted from the top tier since find_tier) ends the
+      // prefix here; the caller recomputes the rest.
+      if (failed[good]) break;
+      const bool same = blocks[good] ? BlockRequest{keys[good].hash, keys[good].tokens}.tokens_match(
+                                           blocks[good]->identity().token_ids)
+                                     : top.probe({keys[good].hash, keys[good].tokens}) ==
+                                           Tier::Presence::kSameTokens;
+      if (!same) {
+        metrics_.token_mismatches[t].inc();
+        if (auto n = mismatch_log_.admit()) {
+          spdlog::error("not serving block {} from {}: its token ids differ from the request's "
+                        "({} similar suppressed)", keys[good].hash.hex(), tiers_[t]->name(), *n);
+        }
+        break;
+      }
     }
-    if (e.pinned) {
-      if (auto slot = top.device_slot(keys[i].hash)) e.device_slot = *slot;
+    broken = good < b;
+    // Promote this slice's lower-tier blocks in one call (the GPU tier uploads them together);
+    // the copy below stays (inclusive tiers), so losing the race for room costs only the pin.
+    std::vector<BlockRef> promote;
+    for (size_t i = a; i < good; ++i) {
+      if (where[i] > 0) promote.push_back(blocks[i]);
     }
-    metrics_.fetched_blocks[t].inc();
-    if (admission_) admission_->used(keys[i].hash);
-    out.entries_.push_back(std::move(e));
+    std::vector<Result<InsertOutcome>> promoted = top.insert_many(promote);
+    size_t p = 0;
+    for (size_t i = a; i < good; ++i) {
+      const int t = where[i];
+      PinnedBlocks::Entry e{keys[i].hash, blocks[i], t, top_pinned[i], -1};
+      if (t > 0) {
+        const bool ok = promoted[p++].ok();
+        if (ok) metrics_.promotions.inc();
+        e.pinned = ok && top.pin(keys[i].hash);
+        if (!e.pinned) metrics_.promote_failed.inc();
+      }
+      if (e.pinned) {
+        if (auto slot = top.device_slot(keys[i].hash)) e.device_slot = *slot;
+      }
+      metrics_.fetched_blocks[t].inc();
+      if (admission_) admission_->used(keys[i].hash);
+      out.entries_.push_back(std::move(e));
+    }
+    if (next.valid()) next.wait();  // its blocks are dropped if this slice broke the prefix
+    a = next_a;
+    b = next_b;
   }
   // Pins taken past the point where the prefix broke are given back.
   for (size_t i = good; i < where.size(); ++i) {

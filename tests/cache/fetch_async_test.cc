@@ -1,6 +1,9 @@
 // TieredCache::fetch_async against a real SSD tier slowed down (its reads held back 300 ms each):
 // the caller keeps working while the prefix loads, evictions go on around the load, the fetched
 // blocks stay pinned until released, and a handle dropped early gives its pins back.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -144,6 +147,54 @@ TEST_F(FetchAsyncTest, AFetchOfBlocksInMemoryIsReadyAtOnce) {
   ASSERT_EQ(got.size(), 4u);
   for (const auto& e : got.entries()) EXPECT_EQ(e.source_tier, 0);
   EXPECT_EQ(cache_->metrics().background_fetches.value(), 0u);
+}
+
+// A prefix of 40 blocks on the SSD is read and promoted in slices (16 blocks, then the rest), the
+// next slice read while this one is promoted; a damaged record in the second slice ends the prefix
+// right there, and every block before it is served exact.
+TEST(FetchSlices, ALongPrefixFromSsdIsServedExactlyUpToItsFirstDamagedBlock) {
+  testing::TempDir dir;
+  auto registry = std::make_shared<LayoutRegistry>();
+  ASSERT_TRUE(registry->add(*layout()).ok());
+  auto ssd = std::shared_ptr<SsdTier>(std::move(SsdTier::open(testing::small_ssd_options(dir.str()), registry)).value());
+  RamTierOptions o;
+  o.capacity_bytes = 100 * (20 << 10);
+  o.eviction = "lru";  // keeps a lone block of the chain (chain-lru would demote it as an orphan)
+  auto ram = std::make_shared<RamTier>(o);
+  TieredCache cache({ram, ssd});
+  PrefixHasher h = hasher();
+  const auto tokens = prompt(40 * 16, 7);
+  const auto keys = h.keys(tokens, {});
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(ssd->insert(computed_block(h, keys, i)).ok());
+  ssd->flush();
+  ASSERT_TRUE(ram->insert(computed_block(h, keys, 3)).ok());  // one block of the first slice in RAM
+  auto check = [&](size_t expect) {
+    PinnedBlocks got = cache.fetch(keys);
+    ASSERT_EQ(got.size(), expect);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& e = got.entries()[i];
+      EXPECT_EQ(e.source_tier, i == 3 ? 0 : 1) << "block " << i;
+      EXPECT_TRUE(e.pinned) << "block " << i;
+      EXPECT_TRUE(testing::same_bytes(*e.block, *computed_block(h, keys, i))) << "block " << i;
+    }
+  };
+  check(40);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i != 3) ram->erase(keys[i].hash);
+  }
+  // Damage block 30's record on disk.
+  auto e = ssd->state_for_testing().index->get(keys[30].hash);
+  ASSERT_TRUE(e.ok() && e->has_value());
+  const int fd = ::open(ssd->state_for_testing().segment_path((**e).segment).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t byte = 0;
+  const off_t at = static_cast<off_t>((**e).offset + (**e).length / 2);
+  ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
+  byte ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
+  ::close(fd);
+  check(30);
+  EXPECT_EQ(ssd->metrics().corrupt_total(), 1u) << "quarantined, never served";
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ void prepare(io_uring_sqe* sqe, IoOp& op, size_t index) {
 
 }  // namespace
 
-Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops) {
+Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops, const std::function<void(size_t)>& on_done) {
+  std::vector<size_t> finished;  // ops complete since on_done last ran
   std::deque<size_t> todo;
   for (size_t i = 0; i < ops.size(); ++i) {
     ops[i].done = 0;
@@ -67,6 +68,11 @@ Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops) {
       if (rc < 0) return errno_status("io_uring_submit", -rc);
       in_flight += queued;
     }
+    if (on_done) {
+      for (size_t i : finished) on_done(i);
+    }
+    finished.clear();
+    if (in_flight == 0) break;  // the last ops finished in the previous drain
     io_uring_cqe* cqe = nullptr;
     int rc;
     do {
@@ -87,17 +93,23 @@ Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops) {
         todo.push_back(i);  // transient: issue again
       } else if (res < 0) {
         op.error = -res;
-      } else if (op.kind != IoOp::Kind::kDataSync) {
+        finished.push_back(i);
+      } else if (op.kind == IoOp::Kind::kDataSync) {
+        finished.push_back(i);
+      } else {
         op.done += static_cast<uint64_t>(res);
-        if (op.done < op.length) {
-          if (res == 0) {
-            if (op.kind == IoOp::Kind::kWrite) op.error = EIO;  // a write that makes no progress
-          } else {
-            todo.push_back(i);  // short transfer: continue where it stopped
-          }
+        if (op.done < op.length && res != 0) {
+          todo.push_back(i);  // short transfer: continue where it stopped
+        } else {
+          // A write that makes no progress failed; a read that does reached end of file.
+          if (op.done < op.length && op.kind == IoOp::Kind::kWrite) op.error = EIO;
+          finished.push_back(i);
         }
       }
     } while (io_uring_peek_cqe(ring.get(), &cqe) == 0 && cqe != nullptr);
+  }
+  if (on_done) {
+    for (size_t i : finished) on_done(i);
   }
   return ok_status();
 }

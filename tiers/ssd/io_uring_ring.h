@@ -7,6 +7,7 @@
 #include <liburing.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,6 +48,10 @@ struct IoOp {
 
 // Runs every op to completion (success, error, or EOF for reads). Returns a non-ok status only
 // when the ring itself fails (submission or wait errors); per-op errors are in the ops.
-Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops);
+// `on_done(i)`, when given, runs once for each op as soon as it has finished, on the calling
+// thread, after the ring has been refilled: work on one op's bytes overlaps the reads still in
+// flight. (After a ring failure, ops not yet reported are never reported.)
+Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops,
+                    const std::function<void(size_t)>& on_done = nullptr);
 
 }  // namespace kvtier

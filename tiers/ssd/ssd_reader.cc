@@ -67,7 +67,8 @@ std::vector<SsdReader::ReadRun> SsdReader::plan_runs(const std::vector<Pending>&
   return runs;
 }
 
-Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs) {
+Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs,
+                           const std::function<void(Pending&)>& settle) {
   std::vector<AlignedBuffer> run_buffers(runs.size());
   std::vector<IoOp> ops;
   ops.reserve(runs.size());
@@ -86,21 +87,21 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
     ops.push_back({IoOp::Kind::kRead, first.file->fd(), into, run.length, run.offset});
   }
   state_.metrics.read_ops.inc(ops.size());
-  KVTIER_RETURN_IF_ERROR(run_io_batch(ring, ops));
 
   std::vector<size_t> retry;  // records of merged reads that failed: read alone, so one bad
                               // sector costs only its own record
-  for (size_t r = 0; r < runs.size(); ++r) {
+  KVTIER_RETURN_IF_ERROR(run_io_batch(ring, ops, [&](size_t r) {
     const ReadRun& run = runs[r];
     if (run.records.size() == 1) {
       Pending& p = pending[run.records.front()];
       p.error = ops[r].error;
       p.done = ops[r].done;
-      continue;
+      settle(p);
+      return;
     }
     if (ops[r].error) {
       retry.insert(retry.end(), run.records.begin(), run.records.end());
-      continue;
+      return;
     }
     for (size_t k : run.records) {
       Pending& p = pending[k];
@@ -108,8 +109,10 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
       p.done = ops[r].done > at ? std::min(ops[r].done - at, len) : 0;
       p.buffer = AlignedBuffer(len, kRecordAlign, /*zeroed=*/false);
       std::memcpy(p.buffer.data(), run_buffers[r].data() + at, p.done);
+      settle(p);
     }
-  }
+    run_buffers[r] = AlignedBuffer();
+  }));
   if (retry.empty()) return ok_status();
   std::vector<IoOp> alone;
   for (size_t k : retry) {
@@ -118,12 +121,12 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
     alone.push_back({IoOp::Kind::kRead, p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset});
   }
   state_.metrics.read_ops.inc(alone.size());
-  KVTIER_RETURN_IF_ERROR(run_io_batch(ring, alone));
-  for (size_t i = 0; i < retry.size(); ++i) {
-    pending[retry[i]].error = alone[i].error;
-    pending[retry[i]].done = alone[i].done;
-  }
-  return ok_status();
+  return run_io_batch(ring, alone, [&](size_t i) {
+    Pending& p = pending[retry[i]];
+    p.error = alone[i].error;
+    p.done = alone[i].done;
+    settle(p);
+  });
 }
 
 std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requests) {
@@ -176,23 +179,19 @@ std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requ
              std::pair(pending[y].entry.segment, pending[y].entry.offset);
     });
     std::vector<ReadRun> runs = plan_runs(pending, order);
-    auto lease_or = lease();
-    Status ring_status = lease_or.ok() ? run_runs((*lease_or)->ring(), pending, runs) : lease_or.status();
     thread_local BlockCodec codec;
-    for (Pending& p : pending) {
+    // Each record is verified as soon as its bytes are in, while the rest are still being read.
+    auto settle = [&](Pending& p) {
+      p.settled = true;
       const BlockRequest& req = requests[p.request];
-      if (!ring_status.ok()) {
-        out[p.request] = ring_status;  // the ring failed, not the record: no quarantine
-        continue;
-      }
       if (p.error) {
         quarantine(req.hash, p.entry, state_.metrics.corrupt_io, errno_status("read", p.error).message());
-        continue;
+        return;
       }
       if (p.done < p.entry.length) {
         quarantine(req.hash, p.entry, state_.metrics.corrupt_out_of_bounds,
                    "segment ends " + std::to_string(p.entry.length - p.done) + " bytes before the record does");
-        continue;
+        return;
       }
       state_.metrics.read_bytes.inc(p.done);
       RecordCheck check = check_record(std::move(p.buffer), p.entry, req, *state_.layouts, codec);
@@ -201,10 +200,16 @@ std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requ
                           : check.fault == RecordFault::kDecode ? state_.metrics.corrupt_decode
                                                                 : state_.metrics.corrupt_identity;
         quarantine(req.hash, p.entry, reason, check.why);
-        continue;
+        return;
       }
       state_.reads.mark(req.hash);
       out[p.request] = BlockRef(std::make_shared<const Block>(std::move(*check.block)));
+    };
+    auto lease_or = lease();
+    Status ring_status = lease_or.ok() ? run_runs((*lease_or)->ring(), pending, runs, settle) : lease_or.status();
+    for (Pending& p : pending) {
+      // The ring failed, not the record: no quarantine.
+      if (!p.settled) out[p.request] = ring_status.ok() ? internal_error("ssd tier: read not completed") : ring_status;
     }
   }
   for (const auto& r : out) {

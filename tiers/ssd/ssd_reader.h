@@ -7,6 +7,7 @@
 // is counted by reason and logged, and reads as a miss.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -51,6 +52,7 @@ class SsdReader {
     AlignedBuffer buffer;               // the record, padded to 4 KiB
     uint64_t done = 0;                  // bytes read
     int error = 0;                      // errno of a failed read
+    bool settled = false;               // verified (served or quarantined), or failed
   };
   // Records (indices into the pending list) read by one op: adjacent, in offset order.
   struct ReadRun {
@@ -60,9 +62,11 @@ class SsdReader {
   };
   // `order`: the pending records sorted by (segment, offset).
   std::vector<ReadRun> plan_runs(const std::vector<Pending>& pending, const std::vector<size_t>& order) const;
-  // Reads every run and fills each record's buffer, done and error; a merged read that fails is
-  // retried record by record. Non-ok only when the ring itself fails.
-  Status run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs);
+  // Reads every run and fills each record's buffer, done and error, handing each record to
+  // `settle` as soon as its bytes are in (while later reads are still in flight); a merged read
+  // that fails is retried record by record. Non-ok only when the ring itself fails.
+  Status run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs,
+                  const std::function<void(Pending&)>& settle);
   void quarantine(const BlockHash& hash, const IndexEntry& entry, Counter& reason,
                   const std::string& why);
 
