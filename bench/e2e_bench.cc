@@ -22,6 +22,7 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
+#include "base/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
@@ -429,6 +430,7 @@ int main(int argc, char** argv) {
     if (p < 2 * kBlockSize || p % kBlockSize) die(invalid_argument("prompt lengths must be multiples of 16, >= 32"));
   }
   init_logging("warn");
+  keep_freed_block_memory();  // as kvtierd does
   auto ctx = must(VulkanContext::create());
   std::unique_ptr<testing::TempDir> tmp;
   if (dir.empty()) {

@@ -131,14 +131,18 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     for (size_t i = 0; i < seqs.size(); ++i) {
       any_active = any_active || (joined[i] && seqs[i].out.tokens.size() < static_cast<size_t>(max_new_tokens));
     }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (joined[i]) continue;
-      const bool in = !pending[i].in_background() || pending[i].ready();
-      if (!in && any_active) continue;  // decode the others meanwhile
-      KVTIER_RETURN_IF_ERROR(admit(i, step));
-      joined[i] = true;
-      --waiting;
-      any_active = any_active || max_new_tokens > 1;
+    for (const bool wait : {false, true}) {
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (joined[i]) continue;
+        const bool in = !pending[i].in_background() || pending[i].ready();
+        // First every sequence whose blocks are in; then, only if none can decode meanwhile, wait
+        // for the first one still loading.
+        if (!in && (!wait || any_active)) continue;
+        KVTIER_RETURN_IF_ERROR(admit(i, step));
+        joined[i] = true;
+        --waiting;
+        any_active = any_active || max_new_tokens > 1;
+      }
     }
     // One decode step for every sequence that has joined and is not done.
     ForwardBatch b;
