@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
   app.add_option("--writer-groups", tuning.writer_groups_in_flight, "SsdTierOptions::writer_groups_in_flight")
       ->capture_default_str();
   app.add_option("--max-batch-items", tuning.max_batch_items)->capture_default_str();
+  app.add_option("--active-segments", tuning.active_segments, "SsdTierOptions::active_segments")->capture_default_str();
   app.add_option("--max-batch-bytes", tuning.max_batch_bytes)->capture_default_str();
   std::vector<std::string> restore_layouts{"tiny", "qwen3-0.6b", "llama-3-8b"};
   uint64_t restore_bytes = 512ull << 20;

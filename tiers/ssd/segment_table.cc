@@ -1,5 +1,7 @@
 #include "tiers/ssd/segment_table.h"
 
+#include <algorithm>
+
 namespace kvtier {
 
 void SegmentTable::add(const SegmentRecord& record, std::shared_ptr<SegmentFile> file) {
@@ -47,10 +49,10 @@ std::optional<SegmentRecord> SegmentTable::set_watermark(uint64_t id, uint64_t w
   return it->second.record;
 }
 
-std::optional<uint64_t> SegmentTable::oldest(std::optional<uint64_t> except) const {
+std::optional<uint64_t> SegmentTable::oldest(std::span<const uint64_t> except) const {
   std::lock_guard lock(mu_);
   for (const auto& [id, slot] : slots_) {
-    if (!except || id != *except) return id;
+    if (std::find(except.begin(), except.end(), id) == except.end()) return id;
   }
   return std::nullopt;
 }

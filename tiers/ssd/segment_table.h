@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "tiers/ssd/segment_file.h"
@@ -27,8 +28,8 @@ class SegmentTable {
   std::optional<SegmentRecord> add_live(uint64_t id, int64_t bytes, int64_t entries);
   std::optional<SegmentRecord> set_watermark(uint64_t id, uint64_t watermark);
 
-  // The oldest segment other than `except`.
-  std::optional<uint64_t> oldest(std::optional<uint64_t> except) const;
+  // The oldest segment not in `except` (the writer's active segments).
+  std::optional<uint64_t> oldest(std::span<const uint64_t> except) const;
   std::vector<SegmentRecord> records() const;
   size_t count() const;
   uint64_t live_bytes() const;

@@ -37,6 +37,9 @@ uint64_t SpillWriter::max_segments() const {
 
 Status SpillWriter::start() {
   KVTIER_ASSIGN_OR_RETURN(ring_, IoUringRing::create(std::max(64u, state_.options.writer_queue_depth)));
+  // Reclaim needs one segment that is not active.
+  const uint64_t lanes = std::clamp<uint64_t>(state_.options.active_segments, 1, max_segments() - 1);
+  lanes_.assign(lanes, Lane{});
   KVTIER_RETURN_IF_ERROR(enforce_capacity());
   thread_ = std::thread([this] { run(); });
   return ok_status();
@@ -89,9 +92,9 @@ void SpillWriter::fail(const SpillItem& item, const Status& why) {
 }
 
 void SpillWriter::seal(uint64_t segment, const Status& why) {
-  if (!active_ || *active_ != segment) return;  // already sealed, or rotated away
-  active_.reset();
-  active_file_.reset();
+  auto lane = std::find_if(lanes_.begin(), lanes_.end(), [&](const Lane& l) { return l.segment == segment; });
+  if (lane == lanes_.end()) return;  // already sealed, or rotated away
+  *lane = Lane{};
   state_.metrics.segments_sealed.inc();
   spdlog::error("ssd tier: sealed segment {} after {}; new records go to a fresh segment", segment,
                 why.to_string());
@@ -142,6 +145,8 @@ void SpillWriter::run() {
 void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
   size_t i = 0;
   while (i < items.size()) {
+    lane_ = (lane_ + 1) % lanes_.size();  // groups take turns between the active segments
+    const Lane& lane = lanes_[lane_];
     auto g = std::make_unique<Group>();
     g->started = std::chrono::steady_clock::now();
     g->records.reserve(items.size() - i);
@@ -153,7 +158,7 @@ void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
         continue;
       }
       const uint64_t size = padded(r.item->frame_size);
-      const bool rotate = !active_ || cursor_ + size > state_.options.segment_size;
+      const bool rotate = !lane.segment || lane.cursor + size > state_.options.segment_size;
       // A rotation may reclaim and must find nothing unsubmitted: close this group first.
       if (rotate && !g->records.empty()) break;
       Status st = place(r, size);

@@ -90,10 +90,13 @@ class SpillWriter {
   // padding after it are written: readers may be decoding the document meanwhile), or into
   // `record.compressed`. False (counted) when it cannot be.
   bool frame(Record& record);
-  // Space for `size` bytes in the active segment, rotating (and reclaiming) when it is full.
+  // Space for `size` bytes in the current lane's active segment, rotating (and reclaiming) when it
+  // is full.
   Status place(Record& record, uint64_t size);
   Status rotate_segment();
   Status open_segment();
+  // The ids of the active segments (reclaim leaves them alone).
+  std::vector<uint64_t> active_ids() const;
   Status enforce_capacity();
   Status reclaim(uint64_t segment);
 
@@ -126,9 +129,14 @@ class SpillWriter {
   std::atomic<std::chrono::steady_clock::time_point::rep> deadline_{0};
 
   // Writer-thread state.
-  std::optional<uint64_t> active_;
-  std::shared_ptr<SegmentFile> active_file_;
-  uint64_t cursor_ = 0;
+  // One active segment per lane (SsdTierOptions::active_segments); each write group uses one lane.
+  struct Lane {
+    std::optional<uint64_t> segment;
+    std::shared_ptr<SegmentFile> file;
+    uint64_t cursor = 0;
+  };
+  std::vector<Lane> lanes_;
+  size_t lane_ = 0;  // the current group's
   uint64_t next_seq_ = 0;
   std::deque<SpillItemPtr> reinserts_;          // framed records moved out of a reclaimed segment
   // Segments whose fdatasync failed: records of later groups in them are not trusted either (the

@@ -27,18 +27,26 @@ Status SpillWriter::place(Record& r, uint64_t size) {
   if (size > state_.options.segment_size) {
     return invalid_argument("record of " + format_byte_size(size) + " exceeds the segment size");
   }
-  if (!active_ || cursor_ + size > state_.options.segment_size) {
+  Lane& lane = lanes_[lane_];
+  if (!lane.segment || lane.cursor + size > state_.options.segment_size) {
     KVTIER_RETURN_IF_ERROR(rotate_segment());
   }
-  r.segment = *active_;
-  r.offset = cursor_;
-  cursor_ += size;
+  r.segment = *lane.segment;
+  r.offset = lane.cursor;
+  lane.cursor += size;
   return ok_status();
 }
 
+std::vector<uint64_t> SpillWriter::active_ids() const {
+  std::vector<uint64_t> ids;
+  for (const Lane& l : lanes_) {
+    if (l.segment) ids.push_back(*l.segment);
+  }
+  return ids;
+}
+
 Status SpillWriter::rotate_segment() {
-  active_.reset();
-  active_file_.reset();
+  lanes_[lane_] = Lane{};
   if (state_.segments.count() + 1 > max_segments()) {
     drain();  // reclaim must not race writes into the segment it removes
     KVTIER_RETURN_IF_ERROR(enforce_capacity());
@@ -65,9 +73,7 @@ Status SpillWriter::open_segment() {
     }
     state_.segments.add(rec, file);
   }
-  active_ = id;
-  active_file_ = std::move(file);
-  cursor_ = 0;
+  lanes_[lane_] = Lane{id, std::move(file), 0};
   state_.metrics.segments_created.inc();
   state_.refresh_space_gauges();
   return ok_status();
@@ -76,7 +82,7 @@ Status SpillWriter::open_segment() {
 Status SpillWriter::enforce_capacity() {
   // Room for one more segment (the one about to be opened).
   while (state_.segments.count() + 1 > max_segments()) {
-    auto victim = state_.segments.oldest(active_);
+    auto victim = state_.segments.oldest(active_ids());
     if (!victim) break;
     KVTIER_RETURN_IF_ERROR(reclaim(*victim));
   }

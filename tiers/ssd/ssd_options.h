@@ -32,6 +32,10 @@ struct SsdTierOptions {
   // size (ssd_bench, 16 KiB to 2 MiB blocks), since io_uring already keeps 64 reads in flight
   // and small-block restore is bound by per-block verification, not by the number of reads.
   uint64_t coalesce_read_bytes = 0;
+  // Segments written at once, write groups taking turns between them (each group stays in one, so
+  // blocks spilled together stay back to back). More than one lets the file system work on
+  // several files at once (ext4 serializes direct writes into one file's unwritten extents).
+  unsigned active_segments = 1;
   size_t max_batch_items = 64;              // blocks per write batch (one submit, one fdatasync)
   uint64_t max_batch_bytes = 128ull << 20;  // also the bytes the writer keeps in flight
   // Batches whose writes or syncs may overlap. Measured on this project's ext4 VM disk (1024
