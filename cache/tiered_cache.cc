@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <system_error>
 
 #include "cache/fetch_loader.h"
@@ -331,22 +332,36 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
   size_t slice_blocks = kFirstSlice;
   size_t a = 0, b = slice_end(0, slice_blocks);
   read_slice(a, b);
+  // Later slices hold about kSliceBytes, sized from a block the first one read.
+  for (size_t i = a; i < b && slice_blocks == kFirstSlice; ++i) {
+    if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(kFirstSlice, kSliceBytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
+  }
+  // Up to kLookahead slices are being read while one is promoted, so the disk always has a
+  // slice's worth of reads queued, also while the last reads of the one before finish.
+  constexpr size_t kLookahead = 2;
+  struct Ahead {
+    size_t a, b;
+    std::future<void> read;
+  };
+  std::deque<Ahead> ahead;
+  size_t next_a = b;
+  auto read_ahead = [&] {
+    while (ahead.size() < kLookahead && next_a < where.size()) {
+      const size_t sa = next_a, sb = slice_end(next_a, slice_blocks);
+      next_a = sb;
+      std::future<void> f;
+      try {
+        f = std::async(std::launch::async, [&, sa, sb] { read_slice(sa, sb); });
+      } catch (const std::system_error&) {
+        read_slice(sa, sb);  // no thread to be had: read it here, now
+      }
+      ahead.push_back({sa, sb, std::move(f)});
+    }
+  };
   size_t good = 0;
   bool broken = false;
   while (a < where.size() && !broken) {
-    // Later slices hold about kSliceBytes, sized from a block this slice read.
-    for (size_t i = a; i < b && slice_blocks == kFirstSlice; ++i) {
-      if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(kFirstSlice, kSliceBytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
-    }
-    const size_t next_a = b, next_b = slice_end(b, slice_blocks);
-    std::future<void> next;
-    if (next_a < where.size()) {
-      try {
-        next = std::async(std::launch::async, [&, next_a, next_b] { read_slice(next_a, next_b); });
-      } catch (const std::system_error&) {
-        read_slice(next_a, next_b);  // no thread to be had: read it here, after this one
-      }
-    }
+    read_ahead();
     // Walk this slice: check tokens, collect what must be promoted.
     for (good = a; good < b; ++good) {
       const int t = where[good];
@@ -391,9 +406,14 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
       if (admission_) admission_->used(keys[i].hash);
       out.entries_.push_back(std::move(e));
     }
-    if (next.valid()) next.wait();  // its blocks are dropped if this slice broke the prefix
-    a = next_a;
-    b = next_b;
+    if (broken || ahead.empty()) break;
+    if (ahead.front().read.valid()) ahead.front().read.wait();
+    a = ahead.front().a;
+    b = ahead.front().b;
+    ahead.pop_front();
+  }
+  for (Ahead& s : ahead) {
+    if (s.read.valid()) s.read.wait();  // read past a broken prefix: dropped
   }
   // Pins taken past the point where the prefix broke are given back.
   for (size_t i = good; i < where.size(); ++i) {
