@@ -26,7 +26,8 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment, bool zeroed)
     return;
   }
   // aligned_alloc wants the size to be a multiple of the alignment.
-  data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, align_up(size, alignment)));
+  data_ = static_cast<uint8_t*>(alignment == 4096 ? small_page_buffer_acquire(size)
+                                                  : std::aligned_alloc(alignment, align_up(size, alignment)));
   if (data_ == nullptr) throw std::bad_alloc();
   if (zeroed) std::memset(data_, 0, size);
 }
@@ -37,6 +38,8 @@ void AlignedBuffer::release() {
   if (data_ == nullptr) return;
   if (is_large(size_, alignment_)) {
     large_buffer_release(data_, size_);
+  } else if (alignment_ == 4096) {
+    small_page_buffer_release(data_, size_);
   } else {
     std::free(data_);
   }

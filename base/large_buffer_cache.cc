@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -82,6 +83,48 @@ void set_large_buffer_cache_limit(size_t bytes) {
 size_t large_buffer_cached_bytes() {
   std::lock_guard lock(cache().mu);
   return cache().cached;
+}
+
+namespace {
+constexpr size_t kPage = 4096;
+Cache& small_cache() {
+  static Cache* c = [] {
+    auto* n = new Cache();  // never destroyed, as above
+    n->limit = 64u << 20;
+    return n;
+  }();
+  return *c;
+}
+}  // namespace
+
+void* small_page_buffer_acquire(size_t bytes) {
+  const size_t size = (bytes + kPage - 1) / kPage * kPage;
+  Cache& c = small_cache();
+  {
+    std::lock_guard lock(c.mu);
+    auto it = c.free_by_size.find(size);
+    if (it != c.free_by_size.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.cached -= size;
+      return p;
+    }
+  }
+  return std::aligned_alloc(kPage, size);
+}
+
+void small_page_buffer_release(void* p, size_t bytes) {
+  const size_t size = (bytes + kPage - 1) / kPage * kPage;
+  Cache& c = small_cache();
+  {
+    std::lock_guard lock(c.mu);
+    if (c.cached + size <= c.limit) {
+      c.free_by_size[size].push_back(p);
+      c.cached += size;
+      return;
+    }
+  }
+  std::free(p);
 }
 
 }  // namespace kvtier
