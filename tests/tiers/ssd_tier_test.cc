@@ -165,6 +165,37 @@ TEST_F(SsdTierTest, AdjacentRecordsAreReadInFewOpsAndEachBlockIsExact) {
   }
 }
 
+// A batch large enough to be split over threads answers in request order, each block exact, and a
+// damaged record is the only miss.
+TEST_F(SsdTierTest, ALargeBatchSplitOverThreadsAnswersInOrder) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 32 << 20;
+  auto tier = open(o);
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 0; s < 150; ++s) {
+    blocks.push_back(seeded_block(by_dtype_[2], s));
+    ASSERT_TRUE(tier->insert(blocks.back()).ok());
+  }
+  tier->flush();
+  flip_byte_inside(*tier, entry_of(*tier, blocks[97]), 0x40);
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = (i * 37) % blocks.size();  // 37 is prime to 150
+  std::vector<BlockRequest> requests;
+  for (size_t i : order) requests.push_back(request_for(blocks[i]));
+  const auto got = tier->read_many(requests);
+  ASSERT_EQ(got.size(), blocks.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (order[k] == 97) {
+      EXPECT_FALSE(got[k].ok());
+      continue;
+    }
+    ASSERT_TRUE(got[k].ok()) << "request " << k;
+    EXPECT_TRUE(testing::same_bytes(**got[k], *blocks[order[k]])) << "request " << k;
+  }
+  EXPECT_EQ(tier->metrics().corrupt_total(), 1u);
+  EXPECT_EQ(tier->metrics().read_hits.value(), 149u);
+}
+
 // A damaged record inside a coalesced read is quarantined alone; its neighbours in the same read
 // are served, exact.
 TEST_F(SsdTierTest, ADamagedRecordInsideACoalescedReadIsTheOnlyOneQuarantined) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <system_error>
+#include <thread>
 
 #include "tiers/ssd/record_check.h"
 
@@ -130,6 +133,29 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
 }
 
 std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requests) {
+  // Parts of at least kPartRequests requests, on up to kMaxParts threads (this one included).
+  constexpr size_t kPartRequests = 32, kMaxParts = 4;
+  const size_t parts = std::min<size_t>({kMaxParts, requests.size() / kPartRequests,
+                                         std::max(1u, std::thread::hardware_concurrency())});
+  if (parts <= 1) return read_part(requests);
+  const size_t per = (requests.size() + parts - 1) / parts;
+  std::vector<std::future<std::vector<Result<BlockRef>>>> others;
+  for (size_t at = per; at < requests.size(); at += per) {
+    const auto part = requests.subspan(at, std::min(per, requests.size() - at));
+    try {
+      others.push_back(std::async(std::launch::async, [this, part] { return read_part(part); }));
+    } catch (const std::system_error&) {
+      others.push_back(std::async(std::launch::deferred, [this, part] { return read_part(part); }));
+    }
+  }
+  std::vector<Result<BlockRef>> out = read_part(requests.first(per));
+  for (auto& f : others) {
+    for (auto& r : f.get()) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest> requests) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Result<BlockRef>> out;
   out.reserve(requests.size());
