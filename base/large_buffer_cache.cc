@@ -15,11 +15,31 @@ constexpr size_t kClass = 64 << 10;
 
 size_t size_class(size_t bytes) { return (bytes + kClass - 1) / kClass * kClass; }
 
+// Freed buffers by size, kept up to a byte limit.
 struct Cache {
   std::mutex mu;  // guards everything below
   std::unordered_map<size_t, std::vector<void*>> free_by_size;
   size_t cached = 0;
   size_t limit = 512u << 20;
+
+  // A kept buffer of exactly `size` bytes, or nullptr.
+  void* take(size_t size) {
+    std::lock_guard lock(mu);
+    auto it = free_by_size.find(size);
+    if (it == free_by_size.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached -= size;
+    return p;
+  }
+  // True when `p` is kept; false when it would pass the limit (the caller frees it).
+  bool keep(void* p, size_t size) {
+    std::lock_guard lock(mu);
+    if (cached + size > limit) return false;
+    free_by_size[size].push_back(p);
+    cached += size;
+    return true;
+  }
 };
 
 Cache& cache() {
@@ -31,17 +51,9 @@ Cache& cache() {
 
 void* large_buffer_acquire(size_t bytes, bool* fresh) {
   const size_t size = size_class(bytes);
-  Cache& c = cache();
-  {
-    std::lock_guard lock(c.mu);
-    auto it = c.free_by_size.find(size);
-    if (it != c.free_by_size.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      c.cached -= size;
-      *fresh = false;
-      return p;
-    }
+  if (void* p = cache().take(size)) {
+    *fresh = false;
+    return p;
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                    -1, 0);
@@ -51,16 +63,7 @@ void* large_buffer_acquire(size_t bytes, bool* fresh) {
 
 void large_buffer_release(void* p, size_t bytes) {
   const size_t size = size_class(bytes);
-  Cache& c = cache();
-  {
-    std::lock_guard lock(c.mu);
-    if (c.cached + size <= c.limit) {
-      c.free_by_size[size].push_back(p);
-      c.cached += size;
-      return;
-    }
-  }
-  ::munmap(p, size);
+  if (!cache().keep(p, size)) ::munmap(p, size);
 }
 
 void set_large_buffer_cache_limit(size_t bytes) {
@@ -99,32 +102,13 @@ Cache& small_cache() {
 
 void* small_page_buffer_acquire(size_t bytes) {
   const size_t size = (bytes + kPage - 1) / kPage * kPage;
-  Cache& c = small_cache();
-  {
-    std::lock_guard lock(c.mu);
-    auto it = c.free_by_size.find(size);
-    if (it != c.free_by_size.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      c.cached -= size;
-      return p;
-    }
-  }
+  if (void* p = small_cache().take(size)) return p;
   return std::aligned_alloc(kPage, size);
 }
 
 void small_page_buffer_release(void* p, size_t bytes) {
   const size_t size = (bytes + kPage - 1) / kPage * kPage;
-  Cache& c = small_cache();
-  {
-    std::lock_guard lock(c.mu);
-    if (c.cached + size <= c.limit) {
-      c.free_by_size[size].push_back(p);
-      c.cached += size;
-      return;
-    }
-  }
-  std::free(p);
+  if (!small_cache().keep(p, size)) std::free(p);
 }
 
 }  // namespace kvtier

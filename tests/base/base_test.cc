@@ -1,5 +1,8 @@
+#include <cstring>
+
 #include <gtest/gtest.h>
 
+#include "base/aligned_buffer.h"
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -62,6 +65,31 @@ TEST(Histogram, QuantilesFallInTheRightBucket) {
   EXPECT_GE(s.quantile(0.5), 0.0008);
   EXPECT_GE(s.quantile(1.0), 0.8);
   EXPECT_NEAR(s.sum, 99 * 0.001 + 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Page-aligned buffers come back for reuse by size class: small (an O_DIRECT record of a 16 KiB
+// block) and large (2 MiB) alike, aligned, and the contents asked to be zero are zero.
+TEST(AlignedBufferReuse, FreedBuffersAreReusedBySizeClassAndStayAligned) {
+  for (const size_t size : {size_t{20} << 10, size_t{2} << 20}) {
+    void* first = nullptr;
+    {
+      AlignedBuffer a(size, 4096, /*zeroed=*/false);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
+      std::memset(a.data(), 0xab, size);
+      first = a.data();
+    }
+    AlignedBuffer again(size - 100, 4096, /*zeroed=*/true);  // the same 4 KiB class
+    EXPECT_EQ(again.data(), first) << size << " bytes: the freed buffer is handed out again";
+    for (size_t i = 0; i < again.size(); i += 997) ASSERT_EQ(again.data()[i], 0) << "at " << i;
+  }
+  AlignedBuffer other(16 << 10, 64, /*zeroed=*/false);  // not page-aligned: the heap's as before
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(other.data()) % 64, 0u);
 }
 
 }  // namespace
