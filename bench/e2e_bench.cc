@@ -26,7 +26,7 @@
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
-#include "tiers/ssd/io_uring_ring.h"
+#include "tiers/ssd/io/io_uring_ring.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
 

@@ -1,6 +1,6 @@
 // IoFaultInjector: makes the SSD tier's real I/O fail the way a failing disk does — an errno (EIO,
 // ENOSPC) or a short count — for operations on files under a given path. It defines the weak hook
-// of tiers/ssd/io_fault_seam.h, so only test binaries that use it carry it. It can also hold
+// of tiers/ssd/io/io_fault_seam.h, so only test binaries that use it carry it. It can also hold
 // completions back, for a disk slow enough that work can be seen to overlap a read. The operation itself
 // still runs: a short count makes the tier continue a transfer the kernel already completed (same
 // bytes), an errno makes it drop a write that did reach the file, or distrust a read that worked.
@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "tiers/ssd/io_fault_seam.h"
+#include "tiers/ssd/io/io_fault_seam.h"
 
 namespace kvtier::testing {
 

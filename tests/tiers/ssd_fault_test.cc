@@ -1,5 +1,5 @@
 // The SSD tier under a failing disk: EIO and short counts on real io_uring writes, syncs and reads,
-// and ENOSPC where segments are allocated, injected through tiers/ssd/io_fault_seam.h (no mount
+// and ENOSPC where segments are allocated, injected through tiers/ssd/io/io_fault_seam.h (no mount
 // needed). Whatever fails is counted and dropped; whatever was stored reads back exact or not at
 // all.
 #include <cerrno>

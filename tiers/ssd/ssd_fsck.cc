@@ -7,11 +7,11 @@
 #include <map>
 
 #include "base/aligned_buffer.h"
-#include "tiers/ssd/dir_lock.h"
-#include "tiers/ssd/record_check.h"
-#include "tiers/ssd/segment_file.h"
-#include "tiers/ssd/ssd_index.h"
-#include "tiers/ssd/ssd_manifest.h"
+#include "tiers/ssd/io/dir_lock.h"
+#include "tiers/ssd/read/record_check.h"
+#include "tiers/ssd/io/segment_file.h"
+#include "tiers/ssd/index/ssd_index.h"
+#include "tiers/ssd/index/ssd_manifest.h"
 #include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {

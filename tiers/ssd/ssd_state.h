@@ -11,8 +11,8 @@
 #include "base/log.h"
 #include "serialize/layout_registry.h"
 #include "tiers/namespace_usage.h"
-#include "tiers/ssd/segment_table.h"
-#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/index/segment_table.h"
+#include "tiers/ssd/index/ssd_index.h"
 #include "tiers/ssd/ssd_metrics.h"
 #include "tiers/ssd/ssd_options.h"
 

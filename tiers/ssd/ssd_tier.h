@@ -19,11 +19,11 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "tiers/ssd/dir_lock.h"
-#include "tiers/ssd/spill_queue.h"
-#include "tiers/ssd/spill_writer.h"
-#include "tiers/ssd/ssd_manifest.h"
-#include "tiers/ssd/ssd_reader.h"
+#include "tiers/ssd/io/dir_lock.h"
+#include "tiers/ssd/write/spill_queue.h"
+#include "tiers/ssd/write/spill_writer.h"
+#include "tiers/ssd/index/ssd_manifest.h"
+#include "tiers/ssd/read/ssd_reader.h"
 #include "tiers/ssd/ssd_state.h"
 #include "tiers/tier.h"
 

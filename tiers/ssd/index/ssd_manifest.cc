@@ -1,4 +1,4 @@
-#include "tiers/ssd/ssd_manifest.h"
+#include "tiers/ssd/index/ssd_manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>

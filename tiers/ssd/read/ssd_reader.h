@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "tiers/ssd/io_uring_ring.h"
+#include "tiers/ssd/io/io_uring_ring.h"
 #include "tiers/ssd/ssd_state.h"
 #include "tiers/tier.h"
 

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "serialize/frame.h"
-#include "tiers/ssd/io_uring_ring.h"
-#include "tiers/ssd/spill_queue.h"
+#include "tiers/ssd/io/io_uring_ring.h"
+#include "tiers/ssd/write/spill_queue.h"
 #include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {

@@ -1,4 +1,4 @@
-#include "tiers/ssd/segment_file.h"
+#include "tiers/ssd/io/segment_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tiers/ssd/io_fault_seam.h"
+#include "tiers/ssd/io/io_fault_seam.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "tiers/ssd/dir_lock.h"
+#include "tiers/ssd/io/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "tiers/ssd/segment_file.h"
-#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/io/segment_file.h"
+#include "tiers/ssd/index/ssd_index.h"
 
 namespace kvtier {
 

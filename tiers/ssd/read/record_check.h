@@ -9,7 +9,7 @@
 #include <string>
 
 #include "serialize/block_codec.h"
-#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/index/ssd_index.h"
 #include "tiers/tier.h"
 
 namespace kvtier {

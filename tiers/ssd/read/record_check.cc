@@ -1,4 +1,4 @@
-#include "tiers/ssd/record_check.h"
+#include "tiers/ssd/read/record_check.h"
 
 namespace kvtier {
 

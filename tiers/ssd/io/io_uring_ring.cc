@@ -1,10 +1,10 @@
-#include "tiers/ssd/io_uring_ring.h"
+#include "tiers/ssd/io/io_uring_ring.h"
 
 #include <cerrno>
 #include <cstring>
 #include <deque>
 
-#include "tiers/ssd/io_fault_seam.h"
+#include "tiers/ssd/io/io_fault_seam.h"
 
 namespace kvtier {
 

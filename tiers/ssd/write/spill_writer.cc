@@ -1,4 +1,4 @@
-#include "tiers/ssd/spill_writer.h"
+#include "tiers/ssd/write/spill_writer.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 
 #include "base/byte_size.h"
 #include "serialize/checksum.h"
-#include "tiers/ssd/io_fault_seam.h"
+#include "tiers/ssd/io/io_fault_seam.h"
 
 namespace kvtier {
 

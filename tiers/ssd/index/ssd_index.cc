@@ -1,4 +1,4 @@
-#include "tiers/ssd/ssd_index.h"
+#include "tiers/ssd/index/ssd_index.h"
 
 #include <cstring>
 

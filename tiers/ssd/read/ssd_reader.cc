@@ -1,4 +1,4 @@
-#include "tiers/ssd/ssd_reader.h"
+#include "tiers/ssd/read/ssd_reader.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <system_error>
 #include <thread>
 
-#include "tiers/ssd/record_check.h"
+#include "tiers/ssd/read/record_check.h"
 
 namespace kvtier {
 

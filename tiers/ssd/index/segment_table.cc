@@ -1,4 +1,4 @@
-#include "tiers/ssd/segment_table.h"
+#include "tiers/ssd/index/segment_table.h"
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 
 #include "base/byte_size.h"
 #include "serialize/checksum.h"
-#include "tiers/ssd/spill_writer.h"
+#include "tiers/ssd/write/spill_writer.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "tiers/ssd/spill_queue.h"
+#include "tiers/ssd/write/spill_queue.h"
 
 namespace kvtier {
 
