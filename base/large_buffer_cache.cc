@@ -2,8 +2,12 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -42,50 +46,181 @@ struct Cache {
   }
 };
 
-Cache& cache() {
-  static Cache* c = new Cache();  // never destroyed: buffers may be released during exit
-  return *c;
+// Large buffers: slots of mmapped chunks, one size class per chunk.
+constexpr size_t kChunkTarget = 64u << 20;
+
+struct Chunk {
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+  size_t slot = 0;  // bytes per slot (the size class)
+  uint32_t slots = 0;
+  uint32_t used = 0;
+  int holds = 0;
+  uint32_t cached_slots = 0;     // free slots whose pages are kept
+  std::vector<uint32_t> free;    // handed back, most recent last (reused first: still cached)
+  std::vector<bool> zero;        // slot is known zero (never handed out, or its pages dropped)
+  bool has_room() const { return !free.empty(); }
+};
+
+struct Arena {
+  std::mutex mu;  // guards everything below
+  std::map<uintptr_t, std::unique_ptr<Chunk>> chunks;          // by base address
+  std::unordered_map<size_t, std::set<Chunk*>> with_room;      // by slot size
+  std::unordered_map<size_t, Chunk*> last_freed;               // by slot size: reuse warm slots
+  // Bytes of free slots whose pages are kept, in chunks nobody holds (a held chunk's pages stay
+  // whatever the limit, so they are not counted against it).
+  size_t cached = 0;
+  size_t limit = 512u << 20;
+
+  Chunk* find(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = chunks.upper_bound(a);
+    if (it == chunks.begin()) return nullptr;
+    --it;
+    Chunk* c = it->second.get();
+    return a < it->first + c->bytes ? c : nullptr;
+  }
+
+  Chunk* new_chunk(size_t slot) {
+    const uint32_t slots = static_cast<uint32_t>(std::max<size_t>(1, kChunkTarget / slot));
+    const size_t bytes = slots * slot;
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    auto c = std::make_unique<Chunk>();
+    c->base = static_cast<uint8_t*>(p);
+    c->bytes = bytes;
+    c->slot = slot;
+    c->slots = slots;
+    c->zero.assign(slots, true);
+    c->free.reserve(slots);
+    for (uint32_t i = slots; i-- > 0;) c->free.push_back(i);  // slot 0 first
+    Chunk* raw = c.get();
+    chunks.emplace(reinterpret_cast<uintptr_t>(p), std::move(c));
+    with_room[slot].insert(raw);
+    return raw;
+  }
+
+  // Drops the pages of free slots (or whole chunks) that nobody holds until `cached` is within
+  // the limit. `first` is tried first (the chunk just released into).
+  void trim(Chunk* first) {
+    auto trim_chunk = [&](Chunk* c) {
+      if (c->holds > 0) return;
+      if (c->used == 0) {
+        cached -= c->cached_slots * c->slot;
+        with_room[c->slot].erase(c);
+        if (last_freed[c->slot] == c) last_freed.erase(c->slot);
+        ::munmap(c->base, c->bytes);
+        chunks.erase(reinterpret_cast<uintptr_t>(c->base));
+        return;
+      }
+      if (c->cached_slots == 0) return;
+      for (uint32_t s : c->free) {
+        if (cached <= limit) return;
+        if (c->zero[s]) continue;
+        ::madvise(c->base + s * c->slot, c->slot, MADV_DONTNEED);  // reads back as zero
+        c->zero[s] = true;
+        --c->cached_slots;
+        cached -= c->slot;
+      }
+    };
+    if (first != nullptr) trim_chunk(first);
+    for (auto it = chunks.begin(); cached > limit && it != chunks.end();) {
+      Chunk* c = (it++)->second.get();  // trim_chunk may erase c
+      trim_chunk(c);
+    }
+  }
+};
+
+Arena& arena() {
+  static Arena* a = new Arena();  // never destroyed: buffers may be released during exit
+  return *a;
 }
 
 }  // namespace
 
 void* large_buffer_acquire(size_t bytes, bool* fresh) {
   const size_t size = size_class(bytes);
-  if (void* p = cache().take(size)) {
-    *fresh = false;
-    return p;
+  Arena& a = arena();
+  uint8_t* p = nullptr;
+  {
+    std::lock_guard lock(a.mu);
+    Chunk* c = nullptr;
+    if (auto it = a.last_freed.find(size); it != a.last_freed.end() && it->second->has_room()) {
+      c = it->second;
+    } else if (auto& room = a.with_room[size]; !room.empty()) {
+      c = *room.begin();
+    } else {
+      c = a.new_chunk(size);
+      if (c == nullptr) return nullptr;
+    }
+    const uint32_t s = c->free.back();
+    c->free.pop_back();
+    if (!c->has_room()) a.with_room[size].erase(c);
+    ++c->used;
+    *fresh = c->zero[s];
+    if (!c->zero[s]) {
+      --c->cached_slots;
+      if (c->holds == 0) a.cached -= size;
+    }
+    c->zero[s] = false;
+    p = c->base + s * size;
   }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
-  *fresh = true;
-  return p == MAP_FAILED ? nullptr : p;
+#ifdef MADV_POPULATE_WRITE
+  // Fault the pages in now, in one call, rather than one fault per page in the first copy.
+  if (*fresh) ::madvise(p, size, MADV_POPULATE_WRITE);
+#endif
+  return p;
 }
 
 void large_buffer_release(void* p, size_t bytes) {
   const size_t size = size_class(bytes);
-  if (!cache().keep(p, size)) ::munmap(p, size);
+  Arena& a = arena();
+  std::lock_guard lock(a.mu);
+  Chunk* c = a.find(p);
+  if (c == nullptr || c->slot != size) std::abort();  // not ours: a heap corruption
+  const auto s = static_cast<uint32_t>((static_cast<uint8_t*>(p) - c->base) / size);
+  if (!c->has_room()) a.with_room[size].insert(c);
+  c->free.push_back(s);
+  --c->used;
+  ++c->cached_slots;
+  if (c->holds == 0) a.cached += size;
+  a.last_freed[size] = c;
+  if (a.cached > a.limit) a.trim(c);
 }
 
 void set_large_buffer_cache_limit(size_t bytes) {
-  Cache& c = cache();
-  std::vector<std::pair<void*, size_t>> drop;
-  {
-    std::lock_guard lock(c.mu);
-    c.limit = bytes;
-    for (auto& [size, list] : c.free_by_size) {
-      while (c.cached > c.limit && !list.empty()) {
-        drop.emplace_back(list.back(), size);
-        list.pop_back();
-        c.cached -= size;
-      }
-    }
-  }
-  for (auto [p, size] : drop) ::munmap(p, size);
+  Arena& a = arena();
+  std::lock_guard lock(a.mu);
+  a.limit = bytes;
+  if (a.cached > a.limit) a.trim(nullptr);
 }
 
 size_t large_buffer_cached_bytes() {
-  std::lock_guard lock(cache().mu);
-  return cache().cached;
+  std::lock_guard lock(arena().mu);
+  return arena().cached;
+}
+
+LargeBufferChunk large_buffer_chunk(const void* p) {
+  std::lock_guard lock(arena().mu);
+  const Chunk* c = arena().find(p);
+  return c ? LargeBufferChunk{c->base, c->bytes} : LargeBufferChunk{};
+}
+
+void large_buffer_hold_chunk(const void* base) {
+  std::lock_guard lock(arena().mu);
+  Arena& a = arena();
+  Chunk* c = a.find(base);
+  if (c != nullptr && c->holds++ == 0) a.cached -= c->cached_slots * c->slot;
+}
+
+void large_buffer_unhold_chunk(const void* base) {
+  Arena& a = arena();
+  std::lock_guard lock(a.mu);
+  Chunk* c = a.find(base);
+  if (c == nullptr || c->holds == 0) return;
+  if (--c->holds > 0) return;
+  a.cached += c->cached_slots * c->slot;
+  if (a.cached > a.limit) a.trim(c);
 }
 
 namespace {

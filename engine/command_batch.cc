@@ -43,6 +43,11 @@ void CommandBatch::copy(const GpuBuffer& src, uint64_t src_offset, const GpuBuff
   vkCmdCopyBuffer(cb_, src.handle(), dst.handle(), 1, &region);
 }
 
+void CommandBatch::copy_regions(VkBuffer src, VkBuffer dst, std::span<const VkBufferCopy> regions) {
+  if (regions.empty()) return;
+  vkCmdCopyBuffer(cb_, src, dst, static_cast<uint32_t>(regions.size()), regions.data());
+}
+
 void CommandBatch::fill(const GpuBuffer& dst, uint64_t offset, uint64_t bytes, uint32_t value) {
   vkCmdFillBuffer(cb_, dst.handle(), offset, bytes, value);
 }

@@ -6,6 +6,7 @@
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <span>
 
 #include "base/status.h"
 #include "engine/compute_pipeline.h"
@@ -33,6 +34,8 @@ class CommandBatch {
   }
   void copy(const GpuBuffer& src, uint64_t src_offset, const GpuBuffer& dst, uint64_t dst_offset,
             uint64_t bytes);
+  // Many regions between two buffers in one command (imported host memory has no GpuBuffer).
+  void copy_regions(VkBuffer src, VkBuffer dst, std::span<const VkBufferCopy> regions);
   void fill(const GpuBuffer& dst, uint64_t offset, uint64_t bytes, uint32_t value);
   // Makes every earlier write visible to every later read or write (and to the host after
   // completion).

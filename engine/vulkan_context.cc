@@ -109,6 +109,9 @@ Status VulkanContext::init() {
   VkPhysicalDeviceSubgroupProperties subgroup{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceDriverProperties driver{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
   subgroup.pNext = &driver;
+  VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_import{
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+  driver.pNext = &host_import;
   VkPhysicalDeviceProperties2 props2{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   props2.pNext = &subgroup;
   vkGetPhysicalDeviceProperties2(physical_, &props2);
@@ -164,22 +167,30 @@ Status VulkanContext::init() {
     qc.queueFamilyIndex = transfer_family_;
     queues.push_back(qc);
   }
-  // Optional: the compiler's statistics per pipeline, for tuning kernels.
+  uint32_t ne = 0;
+  vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, nullptr);
+  std::vector<VkExtensionProperties> exts(ne);
+  vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, exts.data());
+  auto has_extension = [&](const char* name) {
+    return std::any_of(exts.begin(), exts.end(),
+                       [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+  };
   std::vector<const char*> extensions;
+  // Optional: the GPU copies host blocks where they lie (no staging copy on the CPU).
+  // KVTIER_VK_HOST_IMPORT=0 turns it off, to compare against the staged path.
+  const char* import_env = std::getenv("KVTIER_VK_HOST_IMPORT");
+  if (has_extension(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) && !(import_env && *import_env == '0')) {
+    extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    info_.host_import_alignment = host_import.minImportedHostPointerAlignment;
+  }
+  // Optional: the compiler's statistics per pipeline, for tuning kernels.
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_props{
       .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
-  if (const char* want = std::getenv("KVTIER_VK_PIPELINE_STATS"); want && *want == '1') {
-    uint32_t ne = 0;
-    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, nullptr);
-    std::vector<VkExtensionProperties> exts(ne);
-    vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, exts.data());
-    for (const auto& e : exts) {
-      if (std::strcmp(e.extensionName, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0) {
-        extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
-        exec_props.pipelineExecutableInfo = VK_TRUE;
-        info_.pipeline_stats = true;
-      }
-    }
+  if (const char* want = std::getenv("KVTIER_VK_PIPELINE_STATS"); want && *want == '1' &&
+      has_extension(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+    extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    exec_props.pipelineExecutableInfo = VK_TRUE;
+    info_.pipeline_stats = true;
   }
   VkPhysicalDeviceVulkan12Features enable12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   if (info_.pipeline_stats) enable12.pNext = &exec_props;
@@ -216,9 +227,10 @@ Status VulkanContext::init() {
   VkSemaphoreCreateInfo sci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sci.pNext = &tci;
   VK_TRY("vkCreateSemaphore", vkCreateSemaphore(device_, &sci, nullptr, &timeline_));
-  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}", info_.name, info_.driver,
+  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}", info_.name, info_.driver,
                info_.subgroup_size, info_.max_shared_memory / 1024,
-               info_.has_transfer_queue ? ", separate transfer queue" : "");
+               info_.has_transfer_queue ? ", separate transfer queue" : "",
+               info_.host_import_alignment ? ", host memory import" : "");
   return ok_status();
 }
 

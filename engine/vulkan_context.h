@@ -35,6 +35,9 @@ struct DeviceInfo {
   float timestamp_period_ns = 0;  // 0 when the compute queue has no timestamps
   bool has_transfer_queue = false;
   bool has_float64 = false;  // needed by the GPU quantizer
+  // VK_EXT_external_memory_host is enabled: host memory at this alignment can be imported and
+  // copied from or to by the GPU directly (0: not available, or KVTIER_VK_HOST_IMPORT=0).
+  uint64_t host_import_alignment = 0;
   // KVTIER_VK_PIPELINE_STATS=1 and the driver supports VK_KHR_pipeline_executable_properties:
   // pipelines record the compiler's statistics (registers, spills), for kernel tuning.
   bool pipeline_stats = false;

@@ -50,6 +50,37 @@ Status GpuTier::ensure_staging(uint64_t blocks) {
   return ok_status();
 }
 
+GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> host, bool to_device) {
+  HostCopyPlan plan;
+  const uint64_t bb = pool_.block_bytes();
+  for (size_t i = 0; i < host.size(); ++i) {
+    const uint64_t slot = i * bb;
+    if (host_ != nullptr && host[i] != nullptr) {
+      auto where = host_->locate(host[i], bb);
+      if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
+      if (where.ok() && where->has_value()) {
+        const HostMemoryImport::Region& r = **where;
+        plan.direct[r.buffer].push_back(to_device ? VkBufferCopy{r.offset, slot, bb} : VkBufferCopy{slot, r.offset, bb});
+        continue;
+      }
+    }
+    plan.staged.push_back(i);
+    plan.staged_regions.push_back(VkBufferCopy{slot, slot, bb});
+  }
+  return plan;
+}
+
+void GpuTier::record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, bool to_device) {
+  const VkBuffer staging = device_staging_.handle();
+  if (to_device) {
+    batch.copy_regions(upload_.handle(), staging, plan.staged_regions);
+    for (const auto& [buffer, regions] : plan.direct) batch.copy_regions(buffer, staging, regions);
+  } else {
+    batch.copy_regions(staging, download_.handle(), plan.staged_regions);
+    for (const auto& [buffer, regions] : plan.direct) batch.copy_regions(staging, buffer, regions);
+  }
+}
+
 Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
                                                 std::span<const BlockIdentity> identities) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -57,17 +88,24 @@ Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
   std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
   KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
   const uint64_t bytes = ids.size() * pool_.block_bytes();
+  std::vector<Block> blocks;
+  std::vector<const uint8_t*> host;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    blocks.push_back(Block::dense_uninitialized(pool_.layout_ptr(), identities[i]));
+    host.push_back(blocks.back().mutable_data().data());
+  }
+  const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/false);
   KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_));
   KVTIER_RETURN_IF_ERROR(transfer_.record_gather(b, ids_.address(), static_cast<uint32_t>(ids.size()),
                                                  device_staging_.address()));
-  b.copy(device_staging_, 0, download_, 0, bytes);
+  record_host_copies(b, plan, /*to_device=*/false);
   KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
   KVTIER_RETURN_IF_ERROR(download_.invalidate(0, bytes));
-  std::vector<Block> blocks;
-  for (size_t i = 0; i < ids.size(); ++i) blocks.push_back(Block::dense_uninitialized(pool_.layout_ptr(), identities[i]));
-  copy_blocks(ids.size(), pool_.block_bytes(), [&](size_t i) {
+  copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
+    const size_t i = plan.staged[j];
     std::memcpy(blocks[i].mutable_data().data(), download_.mapped() + i * pool_.block_bytes(), pool_.block_bytes());
   });
+  metrics_.direct_down.inc(ids.size() - plan.staged.size());
   std::vector<BlockRef> out;
   for (Block& b : blocks) out.push_back(std::make_shared<const Block>(std::move(b)));
   metrics_.downloads.inc(ids.size());
@@ -143,10 +181,15 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   {
     std::lock_guard lock(transfer_mu_);
     st = ensure_staging(todo.size());
+    std::vector<const uint8_t*> host;
+    // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers), so it
+    // is expanded into the upload buffer.
+    for (size_t i : todo) host.push_back(blocks[i]->any_quantized() ? nullptr : blocks[i]->data().data());
+    const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/true);
     if (st.ok()) {
-      copy_blocks(todo.size(), pool_.block_bytes(), [&](size_t k) {
+      copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
+        const size_t k = plan.staged[j];
         const BlockRef& b = blocks[todo[k]];
-        // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers).
         std::optional<Block> dense;
         if (b->any_quantized()) dense.emplace(b->dequantized());
         const auto data = dense ? dense->data() : b->data();
@@ -160,13 +203,14 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
       auto batch = CommandBatch::begin(ctx_);
       st = batch.status();
       if (st.ok()) {
-        batch->copy(upload_, 0, device_staging_, 0, todo.size() * pool_.block_bytes());
+        record_host_copies(*batch, plan, /*to_device=*/true);
         batch->barrier();
         st = transfer_.record_scatter(*batch, device_staging_.address(), ids_.address(),
                                       static_cast<uint32_t>(todo.size()));
         if (st.ok()) st = batch->submit_and_wait();
       }
     }
+    if (st.ok()) metrics_.direct_up.inc(todo.size() - plan.staged.size());
   }
   if (!st.ok()) {
     metrics_.transfer_failures.inc();
@@ -299,6 +343,14 @@ void GpuTier::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_gpu_download_bytes_total", "Bytes copied GPU to host", {}, metrics_.bytes_down.value());
   v.counter("kvtier_gpu_transfer_failures_total", "Uploads or downloads that failed", {},
             metrics_.transfer_failures.value());
+  v.counter("kvtier_gpu_direct_blocks_total", "Blocks the GPU copied from or into host memory where they lie, without a CPU copy",
+            {{"direction", "up"}}, metrics_.direct_up.value());
+  v.counter("kvtier_gpu_direct_blocks_total", "Blocks the GPU copied from or into host memory where they lie, without a CPU copy",
+            {{"direction", "down"}}, metrics_.direct_down.value());
+  v.counter("kvtier_gpu_host_import_failures_total", "Chunks of host memory the GPU could not import (their blocks are staged)",
+            {}, metrics_.import_failures.value());
+  v.gauge("kvtier_gpu_host_imported_bytes", "Host memory imported for direct copies", {},
+          host_ ? static_cast<double>(host_->imported_bytes()) : 0.0);
   v.histogram("kvtier_gpu_upload_seconds", "Upload batch latency", {}, metrics_.upload_seconds.snapshot());
   v.histogram("kvtier_gpu_download_seconds", "Download batch latency", {}, metrics_.download_seconds.snapshot());
   v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(used_bytes()));

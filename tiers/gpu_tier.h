@@ -5,12 +5,15 @@
 // its working blocks here too (allocate, publish, release), so evictions it triggers are saved.
 #pragma once
 
+#include <map>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 #include "base/log.h"
 #include "engine/block_transfer.h"
 #include "engine/gpu_block_pool.h"
+#include "engine/host_memory_import.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -25,6 +28,12 @@ struct GpuTierMetrics {
   Counter bytes_up;
   Counter bytes_down;
   Counter transfer_failures;
+  // Blocks the GPU copied from or into host memory where they lie (imported), without a CPU copy
+  // through a staging buffer; and chunks of host memory whose import failed (their blocks are
+  // staged instead).
+  Counter direct_up;
+  Counter direct_down;
+  Counter import_failures;
   Histogram upload_seconds;
   Histogram download_seconds;
 };
@@ -63,16 +72,27 @@ class GpuTier final : public Tier {
 
  private:
   GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer)
-      : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)) {}
+      : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)), host_(HostMemoryImport::create(ctx)) {}
   // Copies blocks `ids` to host Blocks with `identities` (caller holds transfer_mu_).
   Result<std::vector<BlockRef>> download(std::span<const int32_t> ids,
                                          std::span<const BlockIdentity> identities);
   Status ensure_staging(uint64_t blocks);
+  // How block i (of host[i], block_bytes() each) crosses between host memory and device staging
+  // slot i: straight from/into where it lies when that memory is imported, else through the
+  // upload/download buffer at the same slot with a CPU copy (`staged`). A null host[i] is staged.
+  struct HostCopyPlan {
+    std::map<VkBuffer, std::vector<VkBufferCopy>> direct;  // by imported buffer
+    std::vector<VkBufferCopy> staged_regions;               // upload/download buffer <-> staging
+    std::vector<size_t> staged;
+  };
+  HostCopyPlan plan_host_copies(std::span<const uint8_t* const> host, bool to_device);
+  void record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, bool to_device);
 
   VulkanContext& ctx_;
   GpuBlockPool& pool_;
   BlockTransfer transfer_;
   std::mutex transfer_mu_;  // guards the staging buffers below
+  std::unique_ptr<HostMemoryImport> host_;  // null when the device cannot import host memory
   GpuBuffer device_staging_, upload_, download_, ids_;
   uint64_t staging_blocks_ = 0;
   mutable std::mutex pin_mu_;  // guards pinned_

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/large_buffer_cache.h"
+
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/test_blocks.h"
 
@@ -26,7 +28,7 @@ struct Fixture {
   std::unique_ptr<GpuTier> tier;
   std::vector<BlockRef> evicted;
 
-  explicit Fixture(uint32_t blocks) {
+  explicit Fixture(uint32_t blocks, std::shared_ptr<const KvLayout> l = mixed_layout()) : layout(std::move(l)) {
     pool = std::move(GpuBlockPool::create(gpu(), layout, {blocks, 0})).value();
     tier = std::move(GpuTier::create(gpu(), *pool)).value();
     tier->set_eviction_sink([this](BlockRef b) { evicted.push_back(std::move(b)); });
@@ -152,6 +154,50 @@ TEST(GpuTier, QuantizedHostBlocksGoUpDense) {
   auto got = f.tier->read(request_for(a));
   ASSERT_TRUE(got.ok());
   EXPECT_TRUE(testing::same_bytes(**got, quantized->dequantized()));
+}
+
+// Blocks of 256 KiB and more live in host memory the GPU imports: they go up and come down by DMA
+// from and into where they lie (no CPU copy through staging), mixed in one batch with a quantized
+// block that must be expanded on the CPU first, every byte exact.
+TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
+  if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
+  KvLayout l = KvLayout::uniform("gpu-tier-direct", 3, 8, 128, 16, DType::kF32);
+  l.layers[1].dtype = DType::kF16;
+  l.layers[2].dtype = DType::kBF16;
+  Fixture f(12, testing::share_layout(l));
+  ASSERT_GE(f.layout->dense_block_bytes(), kLargeBufferThreshold);
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 1; s <= 6; ++s) blocks.push_back(f.block(s, testing::Values::kRandom));
+  ASSERT_NE(large_buffer_chunk(blocks[0]->data().data()).base, nullptr);
+  auto q = f.block(7, testing::Values::kRandom)->quantized(Quantization{8, 64});
+  ASSERT_TRUE(q.ok());
+  blocks.push_back(std::make_shared<const Block>(std::move(q).value()));
+  for (auto& o : f.tier->insert_many(blocks)) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
+  EXPECT_EQ(f.tier->metrics().direct_up.value(), 6u) << "the quantized block is expanded and staged";
+  EXPECT_GT(f.tier->metrics().uploads.value(), 0u);
+
+  std::vector<BlockRequest> reqs;
+  for (auto& b : blocks) reqs.push_back(request_for(b));
+  auto got = f.tier->read_many(reqs);
+  EXPECT_EQ(f.tier->metrics().direct_down.value(), 7u);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
+    const Block want = i == 6 ? blocks[i]->dequantized() : blocks[i]->clone();
+    ASSERT_TRUE(testing::same_bytes(**got[i], want)) << "block " << i;
+  }
+  // Evictions leave through the same direct path: the exact bytes handed down.
+  std::vector<BlockRef> more;
+  for (uint64_t s = 10; s <= 19; ++s) more.push_back(f.block(s, testing::Values::kRandom));
+  for (auto& o : f.tier->insert_many(more)) ASSERT_TRUE(o.ok());
+  ASSERT_FALSE(f.evicted.empty());
+  for (const BlockRef& e : f.evicted) {
+    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const BlockRef& b) { return b->hash() == e->hash(); });
+    ASSERT_NE(it, blocks.end());
+    const Block want = it == blocks.end() - 1 ? (*it)->dequantized() : (*it)->clone();
+    EXPECT_TRUE(testing::same_bytes(*e, want));
+  }
+  EXPECT_EQ(f.tier->metrics().direct_down.value(), 7u + f.evicted.size());
+  EXPECT_EQ(f.tier->metrics().import_failures.value(), 0u);
 }
 
 }  // namespace
