@@ -84,8 +84,17 @@ struct Arena {
   Chunk* new_chunk(size_t slot) {
     const uint32_t slots = static_cast<uint32_t>(std::max<size_t>(1, kChunkTarget / slot));
     const size_t bytes = slots * slot;
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
+    // Aligned to 2 MiB and backed by huge pages where the kernel allows: fewer page faults, and
+    // fewer translations for a device that copies from the chunk.
+    constexpr size_t kHuge = 2u << 20;
+    void* m = ::mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    const auto raw_at = reinterpret_cast<uintptr_t>(m);
+    const uintptr_t at = (raw_at + kHuge - 1) / kHuge * kHuge;
+    if (at > raw_at) ::munmap(m, at - raw_at);
+    if (const size_t tail = raw_at + bytes + kHuge - (at + bytes); tail > 0) ::munmap(reinterpret_cast<void*>(at + bytes), tail);
+    void* p = reinterpret_cast<void*>(at);
+    ::madvise(p, bytes, MADV_HUGEPAGE);
     auto c = std::make_unique<Chunk>();
     c->base = static_cast<uint8_t*>(p);
     c->bytes = bytes;

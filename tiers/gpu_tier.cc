@@ -38,15 +38,19 @@ Result<std::unique_ptr<GpuTier>> GpuTier::create(VulkanContext& ctx, GpuBlockPoo
   return std::unique_ptr<GpuTier>(new GpuTier(ctx, pool, std::move(t)));
 }
 
-Status GpuTier::ensure_staging(uint64_t blocks) {
-  if (blocks <= staging_blocks_) return ok_status();
-  const uint64_t n = std::max(blocks, staging_blocks_ * 2);
-  const uint64_t bytes = n * pool_.block_bytes();
-  KVTIER_ASSIGN_OR_RETURN(device_staging_, GpuBuffer::create(ctx_, bytes, MemoryKind::kDevice));
-  KVTIER_ASSIGN_OR_RETURN(upload_, GpuBuffer::create(ctx_, bytes, MemoryKind::kUpload));
-  KVTIER_ASSIGN_OR_RETURN(download_, GpuBuffer::create(ctx_, bytes, MemoryKind::kDownload));
-  KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
-  staging_blocks_ = n;
+Status GpuTier::ensure_staging(uint64_t blocks, uint64_t host_blocks) {
+  if (blocks > staging_blocks_) {
+    const uint64_t n = std::max(blocks, staging_blocks_ * 2);
+    KVTIER_ASSIGN_OR_RETURN(device_staging_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kDevice));
+    KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
+    staging_blocks_ = n;
+  }
+  if (host_blocks > host_staging_blocks_) {
+    const uint64_t n = std::max(host_blocks, host_staging_blocks_ * 2);
+    KVTIER_ASSIGN_OR_RETURN(upload_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kUpload));
+    KVTIER_ASSIGN_OR_RETURN(download_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kDownload));
+    host_staging_blocks_ = n;
+  }
   return ok_status();
 }
 
@@ -64,8 +68,9 @@ GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> 
         continue;
       }
     }
+    const uint64_t host_slot = plan.staged.size() * bb;
     plan.staged.push_back(i);
-    plan.staged_regions.push_back(VkBufferCopy{slot, slot, bb});
+    plan.staged_regions.push_back(to_device ? VkBufferCopy{host_slot, slot, bb} : VkBufferCopy{slot, host_slot, bb});
   }
   return plan;
 }
@@ -84,10 +89,6 @@ void GpuTier::record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, 
 Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
                                                 std::span<const BlockIdentity> identities) {
   const auto t0 = std::chrono::steady_clock::now();
-  KVTIER_RETURN_IF_ERROR(ensure_staging(ids.size()));
-  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
-  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
-  const uint64_t bytes = ids.size() * pool_.block_bytes();
   std::vector<Block> blocks;
   std::vector<const uint8_t*> host;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -95,15 +96,19 @@ Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
     host.push_back(blocks.back().mutable_data().data());
   }
   const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/false);
+  KVTIER_RETURN_IF_ERROR(ensure_staging(ids.size(), plan.staged.size()));
+  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
+  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
+  const uint64_t bytes = ids.size() * pool_.block_bytes();
   KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_));
   KVTIER_RETURN_IF_ERROR(transfer_.record_gather(b, ids_.address(), static_cast<uint32_t>(ids.size()),
                                                  device_staging_.address()));
   record_host_copies(b, plan, /*to_device=*/false);
   KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-  KVTIER_RETURN_IF_ERROR(download_.invalidate(0, bytes));
+  if (!plan.staged.empty()) KVTIER_RETURN_IF_ERROR(download_.invalidate(0, plan.staged.size() * pool_.block_bytes()));
   copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
-    const size_t i = plan.staged[j];
-    std::memcpy(blocks[i].mutable_data().data(), download_.mapped() + i * pool_.block_bytes(), pool_.block_bytes());
+    std::memcpy(blocks[plan.staged[j]].mutable_data().data(), download_.mapped() + j * pool_.block_bytes(),
+                pool_.block_bytes());
   });
   metrics_.direct_down.inc(ids.size() - plan.staged.size());
   std::vector<BlockRef> out;
@@ -180,23 +185,22 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   Status st;
   {
     std::lock_guard lock(transfer_mu_);
-    st = ensure_staging(todo.size());
     std::vector<const uint8_t*> host;
     // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers), so it
     // is expanded into the upload buffer.
     for (size_t i : todo) host.push_back(blocks[i]->any_quantized() ? nullptr : blocks[i]->data().data());
     const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/true);
+    st = ensure_staging(todo.size(), plan.staged.size());
     if (st.ok()) {
       copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
-        const size_t k = plan.staged[j];
-        const BlockRef& b = blocks[todo[k]];
+        const BlockRef& b = blocks[todo[plan.staged[j]]];
         std::optional<Block> dense;
         if (b->any_quantized()) dense.emplace(b->dequantized());
         const auto data = dense ? dense->data() : b->data();
-        std::memcpy(upload_.mapped() + k * pool_.block_bytes(), data.data(), pool_.block_bytes());
+        std::memcpy(upload_.mapped() + j * pool_.block_bytes(), data.data(), pool_.block_bytes());
       });
       std::memcpy(ids_.mapped(), ids->data(), ids->size() * 4);
-      st = upload_.flush(0, todo.size() * pool_.block_bytes());
+      if (!plan.staged.empty()) st = upload_.flush(0, plan.staged.size() * pool_.block_bytes());
     }
     if (st.ok()) st = ids_.flush(0, ids->size() * 4);
     if (st.ok()) {

@@ -76,10 +76,12 @@ class GpuTier final : public Tier {
   // Copies blocks `ids` to host Blocks with `identities` (caller holds transfer_mu_).
   Result<std::vector<BlockRef>> download(std::span<const int32_t> ids,
                                          std::span<const BlockIdentity> identities);
-  Status ensure_staging(uint64_t blocks);
+  // Device staging (and the id list) for `blocks` blocks; the host-visible upload and download
+  // buffers for `host_blocks` of them (those not copied directly; none while all are).
+  Status ensure_staging(uint64_t blocks, uint64_t host_blocks);
   // How block i (of host[i], block_bytes() each) crosses between host memory and device staging
-  // slot i: straight from/into where it lies when that memory is imported, else through the
-  // upload/download buffer at the same slot with a CPU copy (`staged`). A null host[i] is staged.
+  // slot i: straight from/into where it lies when that memory is imported, else through slot j
+  // of the upload/download buffer with a CPU copy (block i = staged[j]). A null host[i] is staged.
   struct HostCopyPlan {
     std::map<VkBuffer, std::vector<VkBufferCopy>> direct;  // by imported buffer
     std::vector<VkBufferCopy> staged_regions;               // upload/download buffer <-> staging
@@ -94,7 +96,7 @@ class GpuTier final : public Tier {
   std::mutex transfer_mu_;  // guards the staging buffers below
   std::unique_ptr<HostMemoryImport> host_;  // null when the device cannot import host memory
   GpuBuffer device_staging_, upload_, download_, ids_;
-  uint64_t staging_blocks_ = 0;
+  uint64_t staging_blocks_ = 0, host_staging_blocks_ = 0;
   mutable std::mutex pin_mu_;  // guards pinned_
   std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;  // hash -> (block, pins)
   GpuTierMetrics metrics_;
