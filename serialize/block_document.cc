@@ -65,7 +65,7 @@ std::string join_tokens(const std::vector<uint32_t>& tokens) {
 
 Status bad(const std::string& why) { return corruption("block document: " + why); }
 
-Result<std::vector<uint32_t>> parse_tokens(const std::string& text) {
+Result<std::vector<uint32_t>> parse_tokens(std::string_view text) {
   std::vector<uint32_t> tokens;
   const char* p = text.data();
   const char* end = p + text.size();
@@ -83,37 +83,92 @@ Result<std::vector<uint32_t>> parse_tokens(const std::string& text) {
   return tokens;
 }
 
-Result<BlockHash> parse_hash_field(const json& meta, const char* key) {
-  auto h = BlockHash::from_hex(meta[key].get_ref<const std::string&>());
-  if (!h.ok()) return bad(std::string(key) + ": " + h.status().message());
-  return h;
-}
-
 struct ParsedMetadata {
   std::shared_ptr<const KvLayout> layout;
   BlockIdentity identity;
   std::vector<std::pair<int, Quantization>> dequantized_from;
 };
 
-// Checks __metadata__: every value a string, every key known, each field well formed, the layout
-// registered.
-Result<ParsedMetadata> parse_metadata(const json& meta, const LayoutRegistry& layouts) {
+// __metadata__'s fields: every value is a string. Views into the header (or a parsed JSON value)
+// that outlives the parse.
+struct MetadataFields {
+  std::vector<std::pair<std::string_view, std::string_view>> items;
+  const std::string_view* find(std::string_view key) const {
+    for (const auto& [k, v] : items) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  }
+};
+
+// `{"k":"v",...}` exactly as this writer emits it (no whitespace, no escapes, ASCII, distinct
+// keys), split without a JSON parser: such text is one valid JSON object with exactly these string
+// members, so the result equals the general parse's. nullopt for anything else (the general JSON
+// parse then decides). Measured: nlohmann's lexer was ~15% of a 16 KiB block's restore.
+std::optional<MetadataFields> scan_plain_metadata(std::string_view text) {
+  MetadataFields out;
+  if (text.size() < 2 || text.front() != '{' || text.back() != '}') return std::nullopt;
+  size_t i = 1;
+  auto string_at = [&](std::string_view& got) {
+    if (i >= text.size() || text[i] != '"') return false;
+    const size_t from = ++i;
+    while (i < text.size() && text[i] != '"') {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c < 0x20 || c >= 0x80 || c == '\\') return false;
+      ++i;
+    }
+    if (i >= text.size()) return false;
+    got = text.substr(from, i - from);
+    ++i;  // the closing quote
+    return true;
+  };
+  if (text.size() == 2) return out;
+  while (true) {
+    std::string_view key, value;
+    if (!string_at(key) || i >= text.size() || text[i++] != ':' || !string_at(value)) return std::nullopt;
+    if (out.find(key) != nullptr) return std::nullopt;
+    out.items.emplace_back(key, value);
+    if (i >= text.size()) return std::nullopt;
+    const char sep = text[i++];
+    if (sep == '}') return i == text.size() ? std::optional<MetadataFields>(std::move(out)) : std::nullopt;
+    if (sep != ',') return std::nullopt;
+  }
+}
+
+// The fields of a parsed __metadata__ object; every value must be a string.
+Result<MetadataFields> json_metadata_fields(const json& meta) {
   if (!meta.is_object()) return bad("missing __metadata__ object");
-  static const char* kRequired[] = {"format", "hash", "parent_hash", "token_ids",
-                                    "layout_fingerprint", "namespace", "extra_keys"};
+  MetadataFields out;
   for (auto it = meta.begin(); it != meta.end(); ++it) {
     if (!it->is_string()) return bad("__metadata__." + it.key() + " is not a string");
-    bool known = it.key() == "dequantized_from";
-    for (const char* k : kRequired) known = known || it.key() == k;
-    if (!known) return bad("unknown __metadata__ field '" + it.key() + "'");
+    out.items.emplace_back(it.key(), it->get_ref<const std::string&>());
+  }
+  return out;
+}
+
+Result<BlockHash> parse_hash_field(std::string_view text, const char* key) {
+  auto h = BlockHash::from_hex(text);
+  if (!h.ok()) return bad(std::string(key) + ": " + h.status().message());
+  return h;
+}
+
+// Checks __metadata__: every key known, each field well formed, the layout registered.
+Result<ParsedMetadata> parse_metadata(const MetadataFields& meta, const LayoutRegistry& layouts) {
+  static const char* kRequired[] = {"format", "hash", "parent_hash", "token_ids",
+                                    "layout_fingerprint", "namespace", "extra_keys"};
+  for (const auto& [key, value] : meta.items) {
+    bool known = key == "dequantized_from";
+    for (const char* k : kRequired) known = known || key == k;
+    if (!known) return bad("unknown __metadata__ field '" + std::string(key) + "'");
   }
   for (const char* k : kRequired) {
-    if (!meta.contains(k)) return bad(std::string("missing __metadata__.") + k);
+    if (!meta.find(k)) return bad(std::string("missing __metadata__.") + k);
   }
-  if (meta["format"] != kBlockDocumentFormat) {
-    return bad("format '" + meta["format"].get<std::string>() + "' is not " + kBlockDocumentFormat);
+  auto field = [&](const char* k) { return *meta.find(k); };
+  if (field("format") != kBlockDocumentFormat) {
+    return bad("format '" + std::string(field("format")) + "' is not " + kBlockDocumentFormat);
   }
-  const std::string& fp_text = meta["layout_fingerprint"].get_ref<const std::string&>();
+  const std::string_view fp_text = field("layout_fingerprint");
   uint64_t fp = 0;
   auto [fp_end, fp_ec] = std::from_chars(fp_text.data(), fp_text.data() + fp_text.size(), fp, 16);
   if (fp_text.size() != 16 || fp_ec != std::errc() || fp_end != fp_text.data() + fp_text.size()) {
@@ -122,27 +177,30 @@ Result<ParsedMetadata> parse_metadata(const json& meta, const LayoutRegistry& la
   ParsedMetadata out;
   out.layout = layouts.find(fp);
   if (!out.layout) {
-    return invalid_argument("block document: unknown layout fingerprint " + fp_text +
+    return invalid_argument("block document: unknown layout fingerprint " + std::string(fp_text) +
                             " (register the layout first)");
   }
   const KvLayout& layout = *out.layout;
   BlockIdentity& id = out.identity;
-  KVTIER_ASSIGN_OR_RETURN(id.hash, parse_hash_field(meta, "hash"));
-  KVTIER_ASSIGN_OR_RETURN(id.parent_hash, parse_hash_field(meta, "parent_hash"));
-  KVTIER_ASSIGN_OR_RETURN(id.token_ids, parse_tokens(meta["token_ids"].get<std::string>()));
+  KVTIER_ASSIGN_OR_RETURN(id.hash, parse_hash_field(field("hash"), "hash"));
+  KVTIER_ASSIGN_OR_RETURN(id.parent_hash, parse_hash_field(field("parent_hash"), "parent_hash"));
+  KVTIER_ASSIGN_OR_RETURN(id.token_ids, parse_tokens(field("token_ids")));
   if (static_cast<int>(id.token_ids.size()) != layout.block_size) {
     return bad("token_ids holds " + std::to_string(id.token_ids.size()) +
                " tokens, the layout's block_size is " + std::to_string(layout.block_size));
   }
-  id.namespace_id = meta["namespace"].get<std::string>();
-  json extra = json::parse(meta["extra_keys"].get<std::string>(), nullptr, false);
-  if (extra.is_discarded() || !extra.is_array()) return bad("extra_keys is not a JSON array");
-  for (const json& e : extra) {
-    if (!e.is_string()) return bad("extra_keys holds a non-string");
-    id.extra_keys.push_back(e.get<std::string>());
+  id.namespace_id = std::string(field("namespace"));
+  if (field("extra_keys") != "[]") {  // "[]": the common case, no parse needed
+    const std::string_view extra_text = field("extra_keys");
+    json extra = json::parse(extra_text.begin(), extra_text.end(), nullptr, false);
+    if (extra.is_discarded() || !extra.is_array()) return bad("extra_keys is not a JSON array");
+    for (const json& e : extra) {
+      if (!e.is_string()) return bad("extra_keys holds a non-string");
+      id.extra_keys.push_back(e.get<std::string>());
+    }
   }
-  if (meta.contains("dequantized_from")) {
-    json deq = json::parse(meta["dequantized_from"].get<std::string>(), nullptr, false);
+  if (const std::string_view* deq_text = meta.find("dequantized_from")) {
+    json deq = json::parse(deq_text->begin(), deq_text->end(), nullptr, false);
     if (deq.is_discarded() || !deq.is_object()) return bad("dequantized_from is not a JSON object");
     for (auto it = deq.begin(); it != deq.end(); ++it) {
       int layer = -1;
@@ -190,7 +248,8 @@ Result<Block> decode_general(std::string_view header, std::span<const uint8_t> d
   if (!j.is_object()) return bad("header is not a JSON object");
   auto mit = j.find("__metadata__");
   if (mit == j.end()) return bad("missing __metadata__ object");
-  KVTIER_ASSIGN_OR_RETURN(ParsedMetadata meta, parse_metadata(*mit, layouts));
+  KVTIER_ASSIGN_OR_RETURN(MetadataFields fields, json_metadata_fields(*mit));
+  KVTIER_ASSIGN_OR_RETURN(ParsedMetadata meta, parse_metadata(fields, layouts));
   const KvLayout& layout = *meta.layout;
 
   // Tensors: exactly layers.{0..L-1}.{k,v}, shapes and dtypes from the layout, offsets that tile
@@ -283,9 +342,16 @@ std::optional<Result<ParsedMetadata>> match_canonical(std::string_view header, s
   if (table_at == std::string_view::npos) return std::nullopt;
   const std::string_view meta_text =
       header.substr(kMetadataPrefix.size(), table_at - kMetadataPrefix.size());
-  json meta = json::parse(meta_text.begin(), meta_text.end(), nullptr, false);
-  if (meta.is_discarded() || !meta.is_object()) return std::nullopt;
-  auto parsed = parse_metadata(meta, layouts);
+  json meta;  // the general JSON parse, only when the plain scan does not apply
+  std::optional<MetadataFields> fields = scan_plain_metadata(meta_text);
+  if (!fields) {
+    meta = json::parse(meta_text.begin(), meta_text.end(), nullptr, false);
+    if (meta.is_discarded() || !meta.is_object()) return std::nullopt;
+    auto from_json = json_metadata_fields(meta);
+    if (!from_json.ok()) return Result<ParsedMetadata>(from_json.status());
+    fields = std::move(from_json).value();
+  }
+  auto parsed = parse_metadata(*fields, layouts);
   if (!parsed.ok()) return Result<ParsedMetadata>(parsed.status());
   std::string_view table = header.substr(table_at);
   while (!table.empty() && (table.back() == ' ' || table.back() == '\n' || table.back() == '\t' ||

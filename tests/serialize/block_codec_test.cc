@@ -176,6 +176,41 @@ class BlockDocumentRejects : public ::testing::Test {
   json header_;
 };
 
+// Metadata this writer emits plainly is split without a JSON parser; anything else (escapes,
+// non-ASCII, a key given twice) must come out exactly as a JSON reader sees it.
+TEST_F(BlockDocumentRejects, MetadataIsReadAsAJsonReaderReadsIt) {
+  Block b = block_->clone();
+  b.mutable_identity().namespace_id = "team \"a\"\\lab/\u00e9\n";
+  b.mutable_identity().extra_keys = {"lora:x\"y", "\u00fc", ""};
+  Bytes doc;
+  ASSERT_TRUE(BlockCodec::encode_document(b, doc).ok());
+  auto got = decode_block_document(doc, f_.registry);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->identity().namespace_id, b.identity().namespace_id);
+  EXPECT_EQ(got->identity().extra_keys, b.identity().extra_keys);
+  EXPECT_TRUE(testing::same_bytes(*got, b));
+
+  // "namespace" twice: the plain split refuses it and the JSON parse decides, as any reader would.
+  std::string text = header_.dump();
+  const std::string ns = "\"namespace\":";
+  const size_t at = text.find(ns);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, ns + "\"first\",");
+  const json reread = json::parse(text);
+  auto dup = decode_block_document(with_header(text), f_.registry);
+  ASSERT_TRUE(dup.ok()) << dup.status().to_string();
+  EXPECT_EQ(dup->identity().namespace_id, reread["__metadata__"]["namespace"].get<std::string>());
+
+  // A value that is not a string is refused on either path.
+  std::string number = header_.dump();
+  const std::string fmt = "\"format\":\"";
+  const size_t f = number.find(fmt);
+  ASSERT_NE(f, std::string::npos);
+  const size_t close = number.find('"', f + fmt.size());
+  number.replace(f + fmt.size() - 1, close - (f + fmt.size() - 1) + 1, "7");
+  expect_rejected(with_header(number), "__metadata__.format is not a string");
+}
+
 TEST_F(BlockDocumentRejects, TruncatedDocuments) {
   const std::span<const uint8_t> doc(doc_);
   expect_rejected(doc.first(5), "truncated");
