@@ -9,14 +9,10 @@ namespace kvtier {
 namespace {
 
 struct DecodeParams {
-  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, part_out, part_ml;
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, part_out, part_ml, tickets;
   uint32_t num_kv_heads, max_blocks_per_seq, max_splits;
   float scale, softcap;
   int32_t window;
-};
-struct ReduceParams {
-  uint64_t out, part_out, part_ml, seq_lens;
-  uint32_t num_heads, max_splits;
 };
 struct VarlenParams {
   uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, tiles, partial;
@@ -114,6 +110,13 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   KVTIER_ASSIGN_OR_RETURN(auto decode, decode_pipeline(cache, gqa, c));
   uint64_t part_out = 0, part_ml = 0;
   if (max_splits > 1) {
+    const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * 4);
+    if (tickets_.size() < ticket_bytes) {
+      // Zeroed once; every launch leaves them at zero (the last workgroup resets its ticket).
+      KVTIER_ASSIGN_OR_RETURN(tickets_, GpuBuffer::create(ctx_, ticket_bytes, MemoryKind::kDevice));
+      batch.fill(tickets_, 0, ticket_bytes, 0);
+      batch.barrier();
+    }
     const uint64_t rows = static_cast<uint64_t>(b.num_seqs) * b.num_heads * max_splits;
     const uint64_t need = rows * cache.head_dim * 4 + rows * 8;
     if (partial_.size() < need) {
@@ -123,16 +126,10 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
     part_ml = part_out + rows * cache.head_dim * 4;
   }
   DecodeParams p{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, part_out, part_ml,
-                 cache.num_kv_heads, b.max_blocks_per_seq, max_splits, o.scale, o.softcap, o.window};
+                 max_splits > 1 ? tickets_.address() : 0, cache.num_kv_heads, b.max_blocks_per_seq,
+                 max_splits, o.scale, o.softcap, o.window};
   batch.dispatch(*decode, p, b.num_seqs, cache.num_kv_heads, max_splits);
   batch.barrier();
-  if (max_splits > 1) {
-    KVTIER_ASSIGN_OR_RETURN(auto reduce, ctx_.pipeline("paged_attention_reduce",
-                                                       {cache.head_dim, c.split}, sizeof(ReduceParams)));
-    ReduceParams r{b.out, part_out, part_ml, b.seq_lens, b.num_heads, max_splits};
-    batch.dispatch(*reduce, r, b.num_seqs, b.num_heads);
-    batch.barrier();
-  }
   return ok_status();
 }
 

@@ -1,10 +1,10 @@
 // The attention launchers over paged K/V.
 //
-// PagedAttentionDecode (kernels/paged_attention_decode.comp + paged_attention_reduce.comp): one
-// query per sequence. Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32
-// [num_seqs, max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's
-// own token, whose K/V must already be in the cache). Contexts longer than one split are spread
-// over several workgroups and combined by the reduce pass.
+// PagedAttentionDecode (kernels/paged_attention_decode.comp): one query per sequence, one launch.
+// Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32 [num_seqs,
+// max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's own token,
+// whose K/V must already be in the cache). Contexts longer than one split are spread over several
+// workgroups; the last of them to finish combines the splits, in split order.
 //
 // PagedAttentionVarlen (kernels/paged_attention_varlen.comp [+ _merge]): prefill and decode in
 // one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
@@ -58,6 +58,7 @@ class PagedAttentionDecode {
                                                            const Config& c);
   VulkanContext& ctx_;
   GpuBuffer partial_;  // part_out then part_ml, grown on demand
+  GpuBuffer tickets_;  // u32 per (sequence, kv head), zero between launches, grown on demand
 };
 
 struct VarlenBatch {

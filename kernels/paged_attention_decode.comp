@@ -2,13 +2,17 @@
 // paged_attention_decode: one query token per sequence against its paged K/V, GQA (GQA query
 // heads share a KV head), per-sequence lengths, optional sliding window and soft-capping.
 // Grid (sequence, kv head, split): a split covers SPLIT consecutive context tokens, so long
-// contexts spread over many workgroups; with more than one split each writes an unnormalized
-// partial result plus (max, sum) and paged_attention_reduce combines them. SPLIT is fixed per
-// shape, never chosen from the batch, so a sequence decodes to the same bits alone or batched.
+// contexts spread over many workgroups. A sequence of one split writes its output directly; with
+// more, each split writes an unnormalized partial result plus (max, sum) and takes a ticket for
+// its (sequence, kv head); the workgroup that takes the last ticket merges the partials of every
+// GQA head, reading them in split order (so the result does not depend on which one finished
+// last), and resets the ticket for the next launch. One launch, no second kernel. SPLIT is fixed
+// per shape, never chosen from the batch, so a sequence decodes to the same bits alone or batched.
 //
 // Buffers: q, out f32 [num_seqs, num_heads, HEAD_DIM]; k_cache, v_cache [num_blocks, BLOCK_SIZE,
 // num_kv_heads, HEAD_DIM] in DTYPE; block_tables i32 [num_seqs, max_blocks_per_seq]; seq_lens i32
-// [num_seqs]; part_out f32 [num_seqs, num_heads, max_splits, HEAD_DIM]; part_ml f32 [..., 2].
+// [num_seqs]; part_out f32 [num_seqs, num_heads, max_splits, HEAD_DIM]; part_ml f32 [..., 2];
+// tickets u32 [num_seqs, num_kv_heads], zero between launches.
 //
 // Bandwidth is the goal (every K/V byte is read once): a row (one token, one KV head) is read by
 // LANES lanes of one subgroup, 16 bytes each, and every lane keeps U rows' loads in flight. The U
@@ -37,6 +41,10 @@ layout(constant_id = 11) const uint U = 4;         // rows per lane per step (lo
 
 layout(local_size_x_id = 0) in;
 
+// Partials and tickets cross workgroups: coherent, so they bypass caches other SMs cannot see.
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer SharedF32Ref { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer SharedU32Ref { uint v[]; };
+
 const uint ESZ = DTYPE == DT_F32 ? 4 : 2;
 const uint ELEMS = 16 / ESZ;                  // values per 16-byte load
 const uint VEC_PER_ROW = HEAD_DIM / ELEMS;
@@ -53,6 +61,7 @@ layout(push_constant) uniform Params {
   uint64_t seq_lens;
   uint64_t part_out;
   uint64_t part_ml;
+  uint64_t tickets;
   uint num_kv_heads;
   uint max_blocks_per_seq;
   uint max_splits;
@@ -64,11 +73,114 @@ layout(push_constant) uniform Params {
 shared float s_scores[GQA * SPLIT];
 shared float s_red[ROWS * HEAD_DIM];
 shared float s_stat[SUBGROUPS * GQA];
+shared bool s_last;
 
 uint64_t row_address(uint64_t cache, uint seq, uint kh, uint t) {
   const int blk = I32Ref(pc.block_tables).v[seq * pc.max_blocks_per_seq + t / BLOCK_SIZE];
   const uint64_t token_row = uint64_t(blk) * BLOCK_SIZE + (t % BLOCK_SIZE);
   return cache + (token_row * pc.num_kv_heads + kh) * (HEAD_DIM * ESZ);
+}
+
+// After this workgroup's partials are written: take a ticket; the workgroup that takes the last
+// one combines every split of the GQA heads of (seq, kh), in split order:
+// out = sum_i exp(m_i - M) * o_i / sum_i exp(m_i - M) * l_i, M = max_i m_i (masked splits carry
+// m = -inf and weigh nothing), then resets the ticket. Called in uniform control flow.
+void merge_if_last(uint seq, uint kh, uint splits) {
+  const uint tid = gl_LocalInvocationID.x;
+  memoryBarrierBuffer();  // release: this workgroup's partials before its ticket
+  barrier();
+  if (tid == 0) {
+    const uint64_t t = pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4;
+    s_last = atomicAdd(SharedU32Ref(t).v[0], 1u) == splits - 1;
+  }
+  barrier();
+  if (!s_last) return;
+  memoryBarrierBuffer();  // acquire: every other workgroup's partials after the last ticket
+  // The splits' statistics are read by all threads at once (one load each, not a chain of
+  // dependent loads per thread: that made the merge cost more than the second launch it saves),
+  // the weights kept in shared memory (s_scores is free by now). Every sum has a fixed order —
+  // split i to thread i % WG in increasing i, then the subgroup and subgroup-order reductions —
+  // so the bits depend on the row alone, never on which workgroup finished last.
+  const uint num_heads = pc.num_kv_heads * GQA;
+  const uint sg = gl_SubgroupID;
+  const bool weights_fit = splits <= SPLIT;  // one weight per (head, split) in s_scores
+  // Statistics of every head at once (all heads' loads in flight together; two rounds of loads,
+  // not two per head).
+  float big_m[GQA], big_l[GQA];
+  float m_loc[GQA];
+  [[unroll]] for (uint g = 0; g < GQA; ++g) m_loc[g] = NEG_INF;
+  for (uint i = tid; i < splits; i += WG) {
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
+      m_loc[g] = max(m_loc[g], SharedF32Ref(pc.part_ml + (row + i) * 8).v[0]);
+    }
+  }
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    const float m = subgroupMax(m_loc[g]);
+    if (subgroupElect()) s_stat[sg * GQA + g] = m;
+  }
+  barrier();
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    big_m[g] = NEG_INF;
+    for (uint s = 0; s < SUBGROUPS; ++s) big_m[g] = max(big_m[g], s_stat[s * GQA + g]);
+  }
+  barrier();
+  float l_loc[GQA];
+  [[unroll]] for (uint g = 0; g < GQA; ++g) l_loc[g] = 0.0;
+  for (uint i = tid; i < splits; i += WG) {
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
+      const vec2 mli = vec2(SharedF32Ref(pc.part_ml + (row + i) * 8).v[0], SharedF32Ref(pc.part_ml + (row + i) * 8).v[1]);
+      const float w = mli.x == NEG_INF ? 0.0 : exp(mli.x - big_m[g]);  // masked splits weigh nothing
+      if (weights_fit) s_scores[g * SPLIT + i] = w;
+      l_loc[g] += w * mli.y;
+    }
+  }
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    const float l = subgroupAdd(l_loc[g]);
+    if (subgroupElect()) s_stat[sg * GQA + g] = l;
+  }
+  barrier();
+  [[unroll]] for (uint g = 0; g < GQA; ++g) {
+    big_l[g] = 0.0;
+    for (uint s = 0; s < SUBGROUPS; ++s) big_l[g] += s_stat[s * GQA + g];
+  }
+  // Outputs: each thread one dimension of every head, the splits' partials loaded MERGE_AHEAD at a
+  // time for all heads (many loads in flight: the merge is latency-bound), summed in split order.
+  // Masked splits wrote zeros, so every partial is finite and a weight of 0 adds exactly 0.
+  const uint MERGE_AHEAD = 8;
+  for (uint d = tid; d < HEAD_DIM; d += WG) {
+    float o[GQA];
+    [[unroll]] for (uint g = 0; g < GQA; ++g) o[g] = 0.0;
+    for (uint i0 = 0; i0 < splits; i0 += MERGE_AHEAD) {
+      float x[MERGE_AHEAD][GQA];
+      [[unroll]] for (uint k = 0; k < MERGE_AHEAD; ++k) {
+        [[unroll]] for (uint g = 0; g < GQA; ++g) {
+          const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
+          x[k][g] = i0 + k < splits ? SharedF32Ref(pc.part_out + ((row + i0 + k) * HEAD_DIM + d) * 4).v[0] : 0.0;
+        }
+      }
+      [[unroll]] for (uint k = 0; k < MERGE_AHEAD; ++k) {
+        if (i0 + k < splits) {
+          [[unroll]] for (uint g = 0; g < GQA; ++g) {
+            float w;
+            if (weights_fit) {
+              w = s_scores[g * SPLIT + i0 + k];
+            } else {
+              const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
+              const float mi = SharedF32Ref(pc.part_ml + row * 8).v[2 * (i0 + k)];
+              w = mi == NEG_INF ? 0.0 : exp(mi - big_m[g]);
+            }
+            o[g] += w * x[k][g];
+          }
+        }
+      }
+    }
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      F32Ref(pc.out_ + (uint64_t(seq * num_heads + kh * GQA + g) * HEAD_DIM + d) * 4).v[0] = o[g] / big_l[g];
+    }
+  }
+  if (tid == 0) SharedU32Ref(pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4).v[0] = 0;
 }
 
 void main() {
@@ -81,15 +193,21 @@ void main() {
   const uint num_heads = pc.num_kv_heads * GQA;
   const uint len = uint(I32Ref(pc.seq_lens).v[seq]);
   const uint start = sp * SPLIT;
+  if (start >= len) return;  // past the sequence: no split of it
+  const uint splits = min((len + SPLIT - 1) / SPLIT, pc.max_splits);
   const int qpos = int(len) - 1;
   const int lo = pc.window > 0 ? max(qpos - pc.window + 1, 0) : 0;
-  if (start >= len || int(min(start + SPLIT, len)) <= lo) {
-    // Nothing of this split is attended to.
-    if (pc.max_splits > 1 && tid < GQA) {
-      const uint64_t i = (uint64_t(seq * num_heads + kh * GQA + tid) * pc.max_splits + sp) * 2;
-      F32Ref(pc.part_ml + i * 4).v[0] = NEG_INF;
-      F32Ref(pc.part_ml + i * 4).v[1] = 0.0;
+  if (int(min(start + SPLIT, len)) <= lo) {
+    // Nothing of this split is attended to: it weighs nothing in the merge (zeros, not garbage).
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      const uint64_t r = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits + sp;
+      for (uint d = tid; d < HEAD_DIM; d += WG) SharedF32Ref(pc.part_out + (r * HEAD_DIM + d) * 4).v[0] = 0.0;
+      if (tid == 0) {
+        SharedF32Ref(pc.part_ml + r * 8).v[0] = NEG_INF;
+        SharedF32Ref(pc.part_ml + r * 8).v[1] = 0.0;
+      }
     }
+    merge_if_last(seq, kh, splits);
     return;
   }
   const uint end = min(start + SPLIT, len);
@@ -244,18 +362,19 @@ void main() {
     for (uint d = tid; d < HEAD_DIM; d += WG) {
       float o = 0.0;
       for (uint r = 0; r < ROWS; ++r) o += s_red[r * HEAD_DIM + d];
-      if (pc.max_splits == 1) {
+      if (splits == 1) {
         F32Ref(pc.out_ + (uint64_t(seq * num_heads + h) * HEAD_DIM + d) * 4).v[0] = o / l_of[g];
       } else {
-        F32Ref(pc.part_out + ((uint64_t(seq * num_heads + h) * pc.max_splits + sp) * HEAD_DIM + d) * 4)
+        SharedF32Ref(pc.part_out + ((uint64_t(seq * num_heads + h) * pc.max_splits + sp) * HEAD_DIM + d) * 4)
             .v[0] = o;
       }
     }
-    if (pc.max_splits > 1 && tid == 0) {
+    if (splits > 1 && tid == 0) {
       const uint64_t i = (uint64_t(seq * num_heads + h) * pc.max_splits + sp) * 2;
-      F32Ref(pc.part_ml + i * 4).v[0] = m_of[g];
-      F32Ref(pc.part_ml + i * 4).v[1] = l_of[g];
+      SharedF32Ref(pc.part_ml + i * 4).v[0] = m_of[g];
+      SharedF32Ref(pc.part_ml + i * 4).v[1] = l_of[g];
     }
     barrier();
   }
+  if (splits > 1) merge_if_last(seq, kh, splits);
 }

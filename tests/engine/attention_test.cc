@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "engine/paged_attention.h"
 #include "engine/reference/reference_attention.h"
@@ -82,18 +83,28 @@ struct PagedProblem {
                                options, q, num_heads, tables, max_blocks, lens, cu, out);
     return out;
   }
-  std::vector<float> decode() {
-    GpuBuffer out = testing::gpu_zeros(q.size() * 4);
-    PagedAttentionDecode k(gpu());
-    DecodeBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
-                  glens.address(), static_cast<uint32_t>(lens.size()),
-                  static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end())),
+  // Every sequence's decode row, in one launch (or `launches` launches in one batch, each over
+  // the same inputs, with `kernel` kept across calls when given). With `only` set, just that
+  // sequence, as a batch of one.
+  std::vector<float> decode(std::optional<size_t> only = std::nullopt, int launches = 1,
+                            PagedAttentionDecode* kernel = nullptr) {
+    const size_t row = static_cast<size_t>(num_heads) * view.head_dim;
+    const size_t first = only.value_or(0), count = only ? 1 : lens.size();
+    GpuBuffer out = testing::gpu_zeros(count * row * 4);
+    PagedAttentionDecode own(gpu());
+    PagedAttentionDecode& k = kernel ? *kernel : own;
+    DecodeBatch b{gq.address() + first * row * 4, out.address(),
+                  gtables.address() + first * max_blocks * 4, static_cast<uint32_t>(max_blocks),
+                  glens.address() + first * 4, static_cast<uint32_t>(count),
+                  static_cast<uint32_t>(*std::max_element(lens.begin() + first, lens.begin() + first + count)),
                   static_cast<uint32_t>(num_heads)};
     auto batch = std::move(CommandBatch::begin(gpu())).value();
-    Status st = k.record(batch, b, view, options);
-    EXPECT_TRUE(st.ok()) << st.to_string();
+    for (int i = 0; i < launches; ++i) {
+      Status st = k.record(batch, b, view, options);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+    }
     EXPECT_TRUE(batch.submit_and_wait().ok());
-    return from_gpu<float>(out, q.size());
+    return from_gpu<float>(out, count * row);
   }
   std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto) {
     GpuBuffer out = testing::gpu_zeros(q.size() * 4);
@@ -182,6 +193,23 @@ TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
       EXPECT_EQ(std::memcmp(one.data() + s * row, walk.data() + (full.cu[s + 1] - 1) * row, row * 4), 0)
           << "sequence " << s << ", policy " << static_cast<int>(policy);
     }
+  }
+}
+
+// Decode in one launch: the last workgroup of a row merges its splits in split order and resets
+// the row's ticket. So a row's bits are the same alone as in a batch, launch after launch on the
+// same tickets (a ticket left behind would leave later rows unmerged), many launches in one batch.
+TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaunch) {
+  const AttnCase& c = GetParam();
+  PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
+  PagedAttentionDecode kernel(gpu());
+  const auto batched = s.decode(std::nullopt, 1, &kernel);
+  const auto again = s.decode(std::nullopt, 3, &kernel);
+  EXPECT_EQ(std::memcmp(batched.data(), again.data(), batched.size() * 4), 0);
+  const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
+  for (size_t q = 0; q < c.lens.size(); ++q) {
+    const auto alone = s.decode(q, 1, &kernel);
+    EXPECT_EQ(std::memcmp(alone.data(), batched.data() + q * row, row * 4), 0) << "sequence " << q;
   }
 }
 
