@@ -298,18 +298,18 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
   // thread) while this one is checked and promoted, so a long prefix's upload to the GPU overlaps
   // the SSD's reads and nothing waits for the whole prefix to be in memory. Within a slice each
   // lower tier's blocks are read together (the SSD tier issues them as one batch). The first slice
-  // is small so the first upload starts early; later ones carry about kSliceBytes.
+  // is small so the first upload starts early; later ones carry about slice_bytes.
   //
   // When no block waits on I/O (RAM only) there is nothing to overlap: slices are then read on
   // this thread and 4x larger, because each one costs a submission and a wait. Measured on the
-  // H100 host (e2e_bench, 1 GiB Llama-3-8B prefix from RAM): 64 MiB slices reached 0.72-0.79 of
-  // the bus, one slice for the whole prefix 0.83-0.85.
+  // H100 host (e2e_bench, 256 MiB and 1 GiB Llama-3-8B prefixes from RAM, two rounds): 64 MiB
+  // slices reached 0.72-0.82 of the bus, one slice for the whole prefix 0.83-0.92.
   bool any_io = false;
   for (size_t i = 0; i < where.size() && !any_io; ++i) {
     any_io = where[i] > 0 && tiers_[where[i]]->reads_wait_on_io();
   }
-  const uint64_t kSliceBytes = any_io ? 64ull << 20 : 256ull << 20;
-  const size_t kFirstSlice = any_io ? 16 : 64;
+  const uint64_t slice_bytes = any_io ? 64ull << 20 : 256ull << 20;
+  const size_t first_slice = any_io ? 16 : 64;
   auto read_slice = [&](size_t a, size_t b) {
     for (size_t t = 1; t < tiers_.size(); ++t) {
       std::vector<BlockRequest> reqs;
@@ -338,12 +338,12 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
     while (b < where.size() && (where[b] == 0 || n < lower)) n += where[b++] > 0;
     return b;
   };
-  size_t slice_blocks = kFirstSlice;
+  size_t slice_blocks = first_slice;
   size_t a = 0, b = slice_end(0, slice_blocks);
   read_slice(a, b);
-  // Later slices hold about kSliceBytes, sized from a block the first one read.
-  for (size_t i = a; i < b && slice_blocks == kFirstSlice; ++i) {
-    if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(kFirstSlice, kSliceBytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
+  // Later slices hold about slice_bytes, sized from a block the first one read.
+  for (size_t i = a; i < b && slice_blocks == first_slice; ++i) {
+    if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(first_slice, slice_bytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
   }
   // Up to kLookahead slices are being read while one is promoted, so the disk always has a
   // slice's worth of reads queued, also while the last reads of the one before finish.

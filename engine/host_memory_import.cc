@@ -98,7 +98,6 @@ Result<std::optional<HostMemoryImport::Region>> HostMemoryImport::locate(const v
     Status st = import(chunk.base, chunk.bytes, imported);
     if (!st.ok()) {
       large_buffer_unhold_chunk(chunk.base);
-      ++failures_;
       chunks_.emplace(chunk.base, Imported{});  // not tried again: copied through staging
       spdlog::warn("gpu: importing {} MiB of host memory failed, its blocks go through staging: {}",
                    chunk.bytes >> 20, st.to_string());
@@ -114,11 +113,6 @@ Result<std::optional<HostMemoryImport::Region>> HostMemoryImport::locate(const v
 uint64_t HostMemoryImport::imported_bytes() const {
   std::lock_guard lock(mu_);
   return imported_bytes_;
-}
-
-uint64_t HostMemoryImport::import_failures() const {
-  std::lock_guard lock(mu_);
-  return failures_;
 }
 
 }  // namespace kvtier

@@ -33,11 +33,11 @@ class HostMemoryImport {
     uint64_t offset = 0;
   };
   // nullopt when the bytes are not in a large-buffer chunk, or their chunk could not be imported
-  // (an error the first time, counted in import_failures(); later calls just say nullopt).
+  // (an error the first time, logged here and counted by the caller; later calls just say
+  // nullopt).
   Result<std::optional<Region>> locate(const void* p, uint64_t bytes);
 
   uint64_t imported_bytes() const;
-  uint64_t import_failures() const;
 
  private:
   explicit HostMemoryImport(VulkanContext& ctx);
@@ -50,10 +50,9 @@ class HostMemoryImport {
 
   VulkanContext& ctx_;
   PFN_vkGetMemoryHostPointerPropertiesEXT host_pointer_properties_ = nullptr;
-  mutable std::mutex mu_;  // guards chunks_ and the counters
+  mutable std::mutex mu_;  // guards chunks_ and imported_bytes_
   std::map<const uint8_t*, Imported> chunks_;  // by chunk base
   uint64_t imported_bytes_ = 0;
-  uint64_t failures_ = 0;
 };
 
 }  // namespace kvtier
