@@ -3,7 +3,9 @@
 //  * paged decode attention, batch 1/8/64 x context 1k/8k/32k, 32 query heads / 8 KV heads,
 //    head_dim 128, block 16, bf16 and f16: time per call and achieved K/V bandwidth as a fraction
 //    of the copy kernel's
-//  * varlen prefill of a 4k-token prompt: tokens per second
+//  * varlen prefill of 4k- and 16k-token prompts on each attention path the device has (scalar,
+//    cooperative matrices): tokens per second and TFLOP/s (bench/engine_sdpa_reference.py prints
+//    PyTorch SDPA's on the same shapes)
 // Times are medians over repetitions of a submission holding many back-to-back launches.
 #include <algorithm>
 #include <chrono>
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
   uint64_t max_kv_bytes = 20ull << 30;
   uint64_t copy_bytes = 1ull << 30;
   int reps = 7;
-  int prefill_tokens = 4096;
+  std::vector<int> prefill_tokens = {4096, 16384};
   app.add_option("--batches", batches);
   app.add_option("--contexts", contexts);
   app.add_option("--dtypes", dtypes);
@@ -158,41 +160,55 @@ int main(int argc, char** argv) {
   report.print();
   report.write_json(output_path("engine_bench_decode.json"));
 
-  // Varlen prefill of one prompt.
-  Report prefill("engine_bench: varlen prefill, one " + std::to_string(prefill_tokens) +
-                     "-token prompt, 32 / 8 heads, head_dim 128",
-                 {"dtype", "ms / call", "tokens/s", "attention TFLOP/s"});
+  // Varlen prefill of one prompt, on each path.
+  using Path = PagedAttentionVarlen::Path;
+  std::vector<Path> paths{Path::kScalar};
+  if (ctx.info().coopmat_f16) paths.push_back(Path::kCoopMat);
+  Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
+                 {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);
-  for (const std::string& dname : dtypes) {
-    const DType dt = *parse_dtype(dname);
-    const uint64_t blocks = (prefill_tokens + block - 1) / block;
-    const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
-    auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
-    auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
-    std::vector<int32_t> table(blocks);
-    std::iota(table.begin(), table.end(), 0);
-    std::vector<int32_t> lens = {prefill_tokens}, cu = {0, prefill_tokens};
-    std::vector<float> q(static_cast<size_t>(prefill_tokens) * heads * dim, 0.01f);
-    auto gt = upload_new<int32_t>(ctx, table);
-    auto gl = upload_new<int32_t>(ctx, lens);
-    auto gcu = upload_new<int32_t>(ctx, cu);
-    auto gq = upload_new<float>(ctx, q);
-    auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
-    if (!k.ok() || !v.ok() || !gt.ok() || !gl.ok() || !gcu.ok() || !gq.ok() || !go.ok()) {
-      die(internal_error("prefill set-up failed"));
+  for (int tokens : prefill_tokens) {
+    for (const std::string& dname : dtypes) {
+      const DType dt = *parse_dtype(dname);
+      const uint64_t blocks = (tokens + block - 1) / block;
+      const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
+      auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+      auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+      std::vector<int32_t> table(blocks);
+      std::iota(table.begin(), table.end(), 0);
+      std::vector<int32_t> lens = {tokens}, cu = {0, tokens};
+      std::vector<float> q(static_cast<size_t>(tokens) * heads * dim, 0.01f);
+      auto gt = upload_new<int32_t>(ctx, table);
+      auto gl = upload_new<int32_t>(ctx, lens);
+      auto gcu = upload_new<int32_t>(ctx, cu);
+      auto gq = upload_new<float>(ctx, q);
+      auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
+      if (!k.ok() || !v.ok() || !gt.ok() || !gl.ok() || !gcu.ok() || !gq.ok() || !go.ok()) {
+        die(internal_error("prefill set-up failed"));
+      }
+      {  // device memory starts undefined: zeros keep every path finite
+        auto fill = CommandBatch::begin(ctx);
+        if (!fill.ok()) die(fill.status());
+        fill->fill(*k, 0, array_bytes, 0);
+        fill->fill(*v, 0, array_bytes, 0);
+        if (Status st = fill->submit_and_wait(); !st.ok()) die(st);
+      }
+      PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
+      VarlenBatch vb{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks),
+                     gl->address(), gcu->address(), cu, heads, static_cast<uint32_t>(tokens)};
+      AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
+      for (Path path : paths) {
+        PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
+        // One launch per submission: the launcher rewrites its tile table per launch.
+        auto t = time_launches(ctx, 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
+        if (!t.ok()) die(t.status());
+        // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
+        const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
+        prefill.add_row({std::to_string(tokens), dname,
+                         varlen.path(view, heads) == Path::kCoopMat ? "coopmat f16" : "scalar f32",
+                         fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0), fmt_double(flops / *t / 1e12, 2)});
+      }
     }
-    PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
-    VarlenBatch vb{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks),
-                   gl->address(), gcu->address(), cu, heads, static_cast<uint32_t>(prefill_tokens)};
-    AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
-    PagedAttentionVarlen varlen(ctx);
-    // One launch per submission: the launcher rewrites its tile table per launch.
-    auto t = time_launches(ctx, 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
-    if (!t.ok()) die(t.status());
-    // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
-    const double flops = 2.0 * heads * dim * static_cast<double>(prefill_tokens) * prefill_tokens;
-    prefill.add_row({dname, fmt_double(*t * 1e3, 2), fmt_double(prefill_tokens / *t, 0),
-                     fmt_double(flops / *t / 1e12, 2)});
   }
   prefill.print();
   prefill.write_json(output_path("engine_bench_prefill.json"));

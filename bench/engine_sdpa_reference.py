@@ -6,6 +6,8 @@
     a lower bound on what a paged kernel must pay for, not a like-for-like kernel.
   * a device-to-device copy (bytes read + written), the same reference engine_bench uses.
   * the bf16 matmul rate (8192^3), which e2e_bench turns into a lower bound on prefill time.
+  * causal prefill (flash backend) of one 4k and one 16k-token prompt, 32 heads / 8 KV heads,
+    head_dim 128, bf16 and f16: engine_bench's prefill shapes, in its FLOP count.
 
 Prints a table and writes sdpa_reference.json to $KVTIER_BENCH_OUT (or the current directory).
 Medians of repetitions timed with CUDA events.
@@ -64,6 +66,21 @@ def main():
                 out["decode"].append(row)
                 print(f"{row['dtype']:6} {batch:5} {ctx:7} {ms * 1e3:9.1f} {gbps:9.0f} {row['vs_copy']:8.2f}")
                 del q, k, v
+    out["prefill"] = []
+    print(f"{'dtype':6} {'tokens':>7} {'ms/call':>9} {'TFLOP/s':>9}   (causal prefill, flash backend)")
+    for dtype in (torch.bfloat16, torch.float16):
+        for tokens in (4096, 16384):
+            q = torch.randn(1, 32, tokens, 128, dtype=dtype, device=dev)
+            k = torch.randn(1, 8, tokens, 128, dtype=dtype, device=dev)
+            v = torch.randn_like(k)
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+                ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                             inner=3)
+            tflops = 2.0 * 32 * 128 * tokens * tokens / ms / 1e9
+            row = {"dtype": str(dtype).split(".")[-1], "tokens": tokens, "ms_per_call": ms, "tflops": tflops}
+            out["prefill"].append(row)
+            print(f"{row['dtype']:6} {tokens:7} {ms:9.3f} {tflops:9.1f}")
+            del q, k, v
     path = os.path.join(os.environ.get("KVTIER_BENCH_OUT", "."), "sdpa_reference.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=2)

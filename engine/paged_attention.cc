@@ -133,25 +133,53 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   return ok_status();
 }
 
+PagedAttentionVarlen::Path PagedAttentionVarlen::default_path(const VulkanContext& ctx) {
+  return ctx.info().coopmat_f16 ? Path::kCoopMat : Path::kScalar;
+}
+
+Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const PagedKvView& cache,
+                                                                     uint32_t gqa) const {
+  const DeviceInfo& info = ctx_.info();
+  if (preferred_ == Path::kCoopMat && info.coopmat_f16 && cache.head_dim % 16 == 0) {
+    // A subgroup per 16 rows of one query head; up to 4 of them share K/V per head when GQA is
+    // small. Shared memory: K and V chunks (32 keys, f16), per subgroup scores (f32) and weights
+    // (f16) for 16 x 32, and 3 floats per row.
+    const uint32_t rb = (4 % gqa == 0) ? 4 / gqa : 1;
+    const uint32_t subgroups = rb * gqa;
+    const uint64_t shared = 2ull * 32 * cache.head_dim * 2 + subgroups * 16ull * 32 * 6 + subgroups * 16ull * 3 * 4;
+    if (subgroups * 32 <= info.max_workgroup_invocations && shared <= info.max_shared_memory) {
+      return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb};
+    }
+  }
+  // Each lane owns 32 dimensions (fewer lanes for small heads); a row's lanes share a subgroup.
+  const uint32_t p = std::max<uint32_t>(1, cache.head_dim / 32);
+  if (cache.head_dim % p != 0 || p > info.subgroup_size || (p & (p - 1)) != 0) {
+    return unavailable("attention: head_dim " + std::to_string(cache.head_dim) +
+                       " does not split over this device's subgroups");
+  }
+  uint32_t qt = 16;
+  while (qt > 1 && qt * gqa * p > info.max_workgroup_invocations) qt /= 2;
+  const uint32_t wg = qt * gqa * p;
+  if (wg > info.max_workgroup_invocations || 2ull * 16 * cache.head_dim * 4 > info.max_shared_memory) {
+    return unavailable("attention: GQA " + std::to_string(gqa) + " x head_dim " +
+                       std::to_string(cache.head_dim) + " exceeds this device's workgroup limits");
+  }
+  return Launch{Path::kScalar, wg, qt, p, 0};
+}
+
+PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, uint32_t num_heads) const {
+  if (cache.num_kv_heads == 0 || num_heads % cache.num_kv_heads != 0) return Path::kScalar;
+  auto c = configure(cache, num_heads / cache.num_kv_heads);
+  return c.ok() ? c->path : Path::kScalar;
+}
+
 Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
                                     const PagedKvView& cache, const AttentionOptions& o) {
   KVTIER_RETURN_IF_ERROR(check_heads(b.num_heads, cache));
   if (b.host_cu_seqlens_q.size() < 2) return ok_status();
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
-  // Each lane owns 32 dimensions (fewer lanes for small heads); a row's lanes share a subgroup.
-  const uint32_t p = std::max<uint32_t>(1, cache.head_dim / 32);
-  if (cache.head_dim % p != 0 || p > ctx_.info().subgroup_size || (p & (p - 1)) != 0) {
-    return unavailable("attention: head_dim " + std::to_string(cache.head_dim) +
-                       " does not split over this device's subgroups");
-  }
-  uint32_t qt = 16;
-  while (qt > 1 && qt * gqa * p > ctx_.info().max_workgroup_invocations) qt /= 2;
-  const uint32_t wg = qt * gqa * p;
-  if (wg > ctx_.info().max_workgroup_invocations ||
-      2ull * 16 * cache.head_dim * 4 > ctx_.info().max_shared_memory) {
-    return unavailable("attention: GQA " + std::to_string(gqa) + " x head_dim " +
-                       std::to_string(cache.head_dim) + " exceeds this device's workgroup limits");
-  }
+  KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));
+  const uint32_t qt = launch.qt;
   // Tiles: up to qt consecutive rows of one sequence.
   std::vector<int32_t> tiles;
   for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
@@ -173,11 +201,17 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     KVTIER_RETURN_IF_ERROR(tiles_.flush(0, tiles.size() * 4));
     tile_values_ = tiles;
   }
+  const bool coopmat = launch.path == Path::kCoopMat;
   KVTIER_ASSIGN_OR_RETURN(
       auto pipeline,
-      ctx_.pipeline("paged_attention_varlen",
-                    {wg, cache.head_dim, cache.block_size, gqa, qt, p, kernel_dtype(cache.dtype), kSplitTokens},
-                    sizeof(VarlenParams)));
+      coopmat ? ctx_.pipeline("paged_attention_varlen_coopmat",
+                              {launch.wg, cache.head_dim, cache.block_size, gqa, launch.row_blocks,
+                               kernel_dtype(cache.dtype), kSplitTokens},
+                              sizeof(VarlenParams))
+              : ctx_.pipeline("paged_attention_varlen",
+                              {launch.wg, cache.head_dim, cache.block_size, gqa, qt, launch.lanes,
+                               kernel_dtype(cache.dtype), kSplitTokens},
+                              sizeof(VarlenParams)));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
   const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
   const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);

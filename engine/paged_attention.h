@@ -6,8 +6,8 @@
 // whose K/V must already be in the cache). Contexts longer than one split are spread over several
 // workgroups; the last of them to finish combines the splits, in split order.
 //
-// PagedAttentionVarlen (kernels/paged_attention_varlen.comp [+ _merge]): prefill and decode in
-// one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
+// PagedAttentionVarlen (kernels/paged_attention_varlen.comp or _coopmat.comp [+ _merge]): prefill
+// and decode in one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being
 // [cu_seqlens_q[i], cu_seqlens_q[i+1]), the last q_len positions of its seq_lens[i]; causal.
 // Host copies of cu_seqlens_q are needed to cut rows into tiles of one sequence each. Keys are
 // split at fixed positions; a batch with few tiles (a short suffix after a restored prefix, a
@@ -78,10 +78,23 @@ class PagedAttentionVarlen {
   // How splits map to workgroups. kAuto picks by the batch's size; the others exist so tests can
   // check that the choice changes no bit.
   enum class SplitPolicy { kAuto, kWalkSplits, kWorkgroupPerSplit };
+  // Which arithmetic: the scalar kernel (f32 FMAs, everywhere) or the cooperative-matrix one
+  // (tensor cores, f16 inputs, f32 accumulation; paged_attention_varlen_coopmat.comp). Each has its
+  // own bits and keeps the parity contract on its own, so a launcher settles on one from the device
+  // and the cache's shape alone — never from a batch.
+  enum class Path { kScalar, kCoopMat };
+  // The fastest path the device offers.
+  static Path default_path(const VulkanContext& ctx);
+
   explicit PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy = SplitPolicy::kAuto)
-      : ctx_(ctx), policy_(policy) {}
+      : PagedAttentionVarlen(ctx, policy, default_path(ctx)) {}
+  PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy, Path preferred)
+      : ctx_(ctx), policy_(policy), preferred_(preferred) {}
   Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
                 const AttentionOptions& options);
+  // The path this launcher takes for a cache of this shape and this many query heads: the
+  // preferred one where the device and shape allow it, else the scalar one.
+  Path path(const PagedKvView& cache, uint32_t num_heads) const;
 
  private:
   // Keys per split (fixed: a row's bits depend on it). A multiple of the kernel's 16-key chunk.
@@ -91,8 +104,17 @@ class PagedAttentionVarlen {
   static constexpr uint64_t kMaxPartialBytes = 256ull << 20;
 
  private:
+  struct Launch {
+    Path path;
+    uint32_t wg, qt;
+    uint32_t lanes;       // scalar: lanes per row
+    uint32_t row_blocks;  // cooperative matrices: 16-row blocks per tile
+  };
+  Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+
   VulkanContext& ctx_;
   SplitPolicy policy_;
+  Path preferred_;
   GpuBuffer tiles_;
   std::vector<int32_t> tile_values_;  // what tiles_ holds
   GpuBuffer partial_;                 // per-split states of a split launch, grown on demand

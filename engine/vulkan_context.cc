@@ -51,6 +51,23 @@ int type_rank(VkPhysicalDeviceType t) {
   }
 }
 
+// Whether the driver offers the one cooperative-matrix shape the attention kernel is written for:
+// 16x16x16, f16 inputs, f32 accumulator and result, subgroup scope.
+bool has_f16_coopmat(VkInstance instance, VkPhysicalDevice physical) {
+  auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!get) return false;
+  uint32_t n = 0;
+  if (get(physical, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkCooperativeMatrixPropertiesNV> props(n, {.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  if (get(physical, &n, props.data()) != VK_SUCCESS) return false;
+  return std::any_of(props.begin(), props.begin() + n, [](const VkCooperativeMatrixPropertiesNV& p) {
+    return p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+           p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+           p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV;
+  });
+}
+
 }  // namespace
 
 Status VulkanContext::init() {
@@ -192,8 +209,26 @@ Status VulkanContext::init() {
     exec_props.pipelineExecutableInfo = VK_TRUE;
     info_.pipeline_stats = true;
   }
+  // Optional: tensor cores for attention (the scalar kernels remain the fallback).
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  const char* coopmat_env = std::getenv("KVTIER_VK_COOPMAT");
+  if (has_extension(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && f12.shaderFloat16 &&
+      info_.subgroup_size == 32 && !(coopmat_env && *coopmat_env == '0') && has_f16_coopmat(instance_, physical_)) {
+    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    coopmat.cooperativeMatrix = VK_TRUE;
+    info_.coopmat_f16 = true;
+  }
   VkPhysicalDeviceVulkan12Features enable12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  if (info_.pipeline_stats) enable12.pNext = &exec_props;
+  void** chain = &enable12.pNext;
+  if (info_.pipeline_stats) {
+    *chain = &exec_props;
+    chain = &exec_props.pNext;
+  }
+  if (info_.coopmat_f16) {
+    *chain = &coopmat;
+    enable12.shaderFloat16 = VK_TRUE;
+  }
   enable12.bufferDeviceAddress = VK_TRUE;
   enable12.timelineSemaphore = VK_TRUE;
   VkPhysicalDeviceFeatures2 enable{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
@@ -227,10 +262,11 @@ Status VulkanContext::init() {
   VkSemaphoreCreateInfo sci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sci.pNext = &tci;
   VK_TRY("vkCreateSemaphore", vkCreateSemaphore(device_, &sci, nullptr, &timeline_));
-  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}", info_.name, info_.driver,
+  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}{}", info_.name, info_.driver,
                info_.subgroup_size, info_.max_shared_memory / 1024,
                info_.has_transfer_queue ? ", separate transfer queue" : "",
-               info_.host_import_alignment ? ", host memory import" : "");
+               info_.host_import_alignment ? ", host memory import" : "",
+               info_.coopmat_f16 ? ", cooperative matrices" : "");
   return ok_status();
 }
 

@@ -5,7 +5,8 @@
 // figures come from the NVIDIA driver.
 //
 // Required device features: bufferDeviceAddress and shaderInt64 (kernels address buffers by
-// 64-bit pointers), timelineSemaphore, and subgroup shuffles in compute shaders.
+// 64-bit pointers), timelineSemaphore, and subgroup shuffles in compute shaders. Optional ones
+// (host memory import, cooperative matrices, pipeline statistics) are enabled where present.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -41,6 +42,9 @@ struct DeviceInfo {
   // KVTIER_VK_PIPELINE_STATS=1 and the driver supports VK_KHR_pipeline_executable_properties:
   // pipelines record the compiler's statistics (registers, spills), for kernel tuning.
   bool pipeline_stats = false;
+  // Tensor cores through VK_NV_cooperative_matrix: 16x16x16 f16 x f16 + f32 in a subgroup of 32,
+  // with shaderFloat16. Attention prefers them when present (KVTIER_VK_COOPMAT=0: never).
+  bool coopmat_f16 = false;
 };
 
 // Thread-safe: submissions are serialized by an internal mutex; pipelines are cached.

@@ -106,9 +106,11 @@ struct PagedProblem {
     EXPECT_TRUE(batch.submit_and_wait().ok());
     return from_gpu<float>(out, count * row);
   }
-  std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto) {
+  std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto,
+                            PagedAttentionVarlen::Path path = PagedAttentionVarlen::Path::kScalar) {
     GpuBuffer out = testing::gpu_zeros(q.size() * 4);
-    PagedAttentionVarlen k(gpu(), policy);
+    PagedAttentionVarlen k(gpu(), policy, path);
+    EXPECT_EQ(k.path(view, static_cast<uint32_t>(num_heads)), path) << "this shape cannot take the path under test";
     VarlenBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
                   glens.address(), gcu.address(), cu, static_cast<uint32_t>(num_heads),
                   static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end()))};
@@ -145,6 +147,28 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
   std::cout << "  " << what << ": worst relative error " << worst << "\n";
 }
 
+using Path = PagedAttentionVarlen::Path;
+
+// The varlen paths this device runs: the scalar one everywhere, cooperative matrices where the
+// device has them (not lavapipe; the H100 through the device tool).
+std::vector<Path> paths_here() {
+  std::vector<Path> paths{Path::kScalar};
+  if (gpu().info().coopmat_f16) paths.push_back(Path::kCoopMat);
+  return paths;
+}
+
+// Cooperative matrices take q, K, V and the softmax weights as f16 (11-bit significands, against
+// f32's 24): each q_d * k_d is off by up to 2^-10 relative, so a score by up to
+// scale * 2^-10 * sum |q_d k_d| — with these inputs' typical magnitudes (random signs, |q| <= 0.5,
+// |k|, |v| < 4, head_dim <= 128) a few 1e-4, worst cases ~1e-2 — and each weight and value by
+// 2^-11 more. Measured worst error on the H100, relative to 1 + |reference|: 2.7e-4 to 7.8e-4
+// over these shapes. The bound, 4e-3, is five times that and still far below what a wrong row,
+// mask or scale does (errors of order 1).
+float tolerance(Path path, const AttnCase& c) {
+  if (path == Path::kCoopMat) return 4e-3f;
+  return c.softcap > 0 ? 1e-4f : 5e-5f;
+}
+
 class AttentionTriangle : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionTriangle, ReferenceDecodeAndVarlenAgree) {
@@ -165,7 +189,11 @@ TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
   std::vector<int> q_lens;
   for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
   PagedProblem s(c, q_lens);
-  expect_close(s.varlen(), s.reference(c), c.softcap > 0 ? 1e-4f : 5e-5f, "varlen prefill");
+  const auto ref = s.reference(c);
+  for (Path path : paths_here()) {
+    expect_close(s.varlen(PagedAttentionVarlen::SplitPolicy::kAuto, path), ref, tolerance(path, c),
+                 path == Path::kScalar ? "varlen prefill" : "varlen prefill, cooperative matrices");
+  }
 }
 
 // The property prefix restore stands on: a row's output bits depend on its own tokens only. The
@@ -177,21 +205,23 @@ TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
   std::vector<int> q_lens;
   for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
   PagedProblem full(c, q_lens);
-  const auto walk = full.varlen(Policy::kWalkSplits);
-  const auto per_split = full.varlen(Policy::kWorkgroupPerSplit);
-  EXPECT_EQ(std::memcmp(walk.data(), per_split.data(), walk.size() * 4), 0);
-
   PagedProblem last(c, std::vector<int>(c.lens.size(), 1));
   const size_t row = static_cast<size_t>(full.num_heads) * c.head_dim;
   for (size_t s = 0; s < c.lens.size(); ++s) {  // sequence s's last query row, as a decode step
     std::copy_n(full.q.begin() + (full.cu[s + 1] - 1) * row, row, last.q.begin() + s * row);
   }
   last.gq = to_gpu(last.q);
-  for (Policy policy : {Policy::kWalkSplits, Policy::kWorkgroupPerSplit}) {
-    const auto one = last.varlen(policy);
-    for (size_t s = 0; s < c.lens.size(); ++s) {
-      EXPECT_EQ(std::memcmp(one.data() + s * row, walk.data() + (full.cu[s + 1] - 1) * row, row * 4), 0)
-          << "sequence " << s << ", policy " << static_cast<int>(policy);
+  for (Path path : paths_here()) {
+    SCOPED_TRACE(path == Path::kScalar ? "scalar" : "cooperative matrices");
+    const auto walk = full.varlen(Policy::kWalkSplits, path);
+    const auto per_split = full.varlen(Policy::kWorkgroupPerSplit, path);
+    EXPECT_EQ(std::memcmp(walk.data(), per_split.data(), walk.size() * 4), 0);
+    for (Policy policy : {Policy::kWalkSplits, Policy::kWorkgroupPerSplit}) {
+      const auto one = last.varlen(policy, path);
+      for (size_t s = 0; s < c.lens.size(); ++s) {
+        EXPECT_EQ(std::memcmp(one.data() + s * row, walk.data() + (full.cu[s + 1] - 1) * row, row * 4), 0)
+            << "sequence " << s << ", policy " << static_cast<int>(policy);
+      }
     }
   }
 }
@@ -211,6 +241,21 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
     const auto alone = s.decode(q, 1, &kernel);
     EXPECT_EQ(std::memcmp(alone.data(), batched.data() + q * row, row * 4), 0) << "sequence " << q;
   }
+}
+
+// The path is settled from the device and the cache's shape: the same for every batch a launcher
+// records (the signature has no batch to look at), the scalar one where cooperative matrices are
+// missing or the shape does not suit them, and the device's fastest by default.
+TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
+  const bool coopmat = gpu().info().coopmat_f16;
+  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), coopmat ? Path::kCoopMat : Path::kScalar);
+  PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
+  PagedAttentionVarlen preferring_coopmat(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kCoopMat);
+  EXPECT_EQ(preferring_coopmat.path(view, 32), coopmat ? Path::kCoopMat : Path::kScalar);
+  PagedAttentionVarlen scalar(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kScalar);
+  EXPECT_EQ(scalar.path(view, 32), Path::kScalar);
+  view.head_dim = 72;  // not a multiple of the 16-wide tiles
+  EXPECT_EQ(preferring_coopmat.path(view, 32), Path::kScalar);
 }
 
 INSTANTIATE_TEST_SUITE_P(
