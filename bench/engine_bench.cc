@@ -204,6 +204,10 @@ int main(int argc, char** argv) {
         if (!t.ok()) die(t.status());
         // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
         const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
+        if (ctx.info().pipeline_stats && tokens == prefill_tokens.front()) {
+          std::cout << "varlen pipeline (" << dname << ", " << (path == Path::kCoopMat ? "coopmat" : "scalar")
+                    << "): " << varlen.pipeline_statistics(view, heads) << "\n";
+        }
         prefill.add_row({std::to_string(tokens), dname,
                          varlen.path(view, heads) == Path::kCoopMat ? "coopmat f16" : "scalar f32",
                          fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0), fmt_double(flops / *t / 1e12, 2)});

@@ -95,6 +95,8 @@ class PagedAttentionVarlen {
   // The path this launcher takes for a cache of this shape and this many query heads: the
   // preferred one where the device and shape allow it, else the scalar one.
   Path path(const PagedKvView& cache, uint32_t num_heads) const;
+  // The compiled pipeline's statistics for this shape (empty unless captured).
+  std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
 
  private:
   // Keys per split (fixed: a row's bits depend on it). A multiple of the kernel's 16-key chunk.
@@ -111,6 +113,8 @@ class PagedAttentionVarlen {
     uint32_t row_blocks;  // cooperative matrices: 16-row blocks per tile
   };
   Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+  Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
+                                                           const Launch& launch);
 
   VulkanContext& ctx_;
   SplitPolicy policy_;

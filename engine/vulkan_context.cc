@@ -51,7 +51,7 @@ int type_rank(VkPhysicalDeviceType t) {
   }
 }
 
-// Whether the driver offers the one cooperative-matrix shape the attention kernel is written for:
+// Whether the driver offers the cooperative-matrix shape the attention kernel is written for:
 // 16x16x16, f16 inputs, f32 accumulator and result, subgroup scope.
 bool has_f16_coopmat(VkInstance instance, VkPhysicalDevice physical) {
   auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
@@ -214,7 +214,8 @@ Status VulkanContext::init() {
       .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
   const char* coopmat_env = std::getenv("KVTIER_VK_COOPMAT");
   if (has_extension(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && f12.shaderFloat16 &&
-      info_.subgroup_size == 32 && !(coopmat_env && *coopmat_env == '0') && has_f16_coopmat(instance_, physical_)) {
+      info_.subgroup_size == 32 && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT) &&
+      !(coopmat_env && *coopmat_env == '0') && has_f16_coopmat(instance_, physical_)) {
     extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     coopmat.cooperativeMatrix = VK_TRUE;
     info_.coopmat_f16 = true;
