@@ -37,13 +37,20 @@ uint32_t groups(uint64_t n, uint32_t per) { return static_cast<uint32_t>((n + pe
 
 }  // namespace
 
+PagedAttentionVarlen::Path LlamaModel::attention_path(DType kv_dtype, uint32_t block_size) const {
+  const PagedKvView view{0, 0, 1, block_size, static_cast<uint32_t>(config_.num_kv_heads),
+                         static_cast<uint32_t>(config_.head_dim), kv_dtype};
+  return varlen_.path(view, static_cast<uint32_t>(config_.num_heads));
+}
+
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, LlamaConfig config,
-                                                       const LlamaWeights& w) {
+                                                       const LlamaWeights& w,
+                                                       std::optional<PagedAttentionVarlen::Path> attention) {
   // The matmul kernel works in vec4s along k and n.
   for (int dim : {config.hidden(), config.num_kv_heads * config.head_dim, config.ffn, config.vocab}) {
     if (dim <= 0 || dim % 4 != 0) return invalid_argument("llama model: every matrix dimension must be a multiple of 4");
   }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(ctx));
+  std::unique_ptr<LlamaModel> m(new LlamaModel(ctx, attention.value_or(PagedAttentionVarlen::default_path(ctx))));
   m->config_ = config;
   KVTIER_ASSIGN_OR_RETURN(m->embedding_, upload_floats(ctx, w.embedding));
   KVTIER_ASSIGN_OR_RETURN(m->embedding_t_, upload_floats(ctx, w.embedding_t));

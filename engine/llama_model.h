@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -37,19 +38,24 @@ struct ForwardBatch {
 // Not thread-safe (scratch buffers); one per thread of work.
 class LlamaModel {
  public:
-  static Result<std::unique_ptr<LlamaModel>> create(VulkanContext& ctx, LlamaConfig config,
-                                                    const LlamaWeights& weights);
+  // Attention takes `attention`'s path (default: the device's fastest) for the model's life: a
+  // path has its own bits, so one model never mixes them.
+  static Result<std::unique_ptr<LlamaModel>> create(
+      VulkanContext& ctx, LlamaConfig config, const LlamaWeights& weights,
+      std::optional<PagedAttentionVarlen::Path> attention = std::nullopt);
   const LlamaConfig& config() const { return config_; }
+  // The attention path this model's KV shape takes.
+  PagedAttentionVarlen::Path attention_path(DType kv_dtype, uint32_t block_size) const;
 
-  // Logits [logit_rows.size(), vocab]. A step where every sequence has exactly one row uses the
-  // decode kernel; any other the varlen kernel.
+  // Logits [logit_rows.size(), vocab].
   Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
 
  private:
   struct LayerWeights {
     GpuBuffer attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
-  explicit LlamaModel(VulkanContext& ctx) : ctx_(ctx), reshape_(ctx), varlen_(ctx) {}
+  LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path attention)
+      : ctx_(ctx), reshape_(ctx), varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, attention) {}
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
 
   VulkanContext& ctx_;
