@@ -1,5 +1,7 @@
 #include "engine/llama_model.h"
 
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -15,10 +17,6 @@ struct RmsNormParams {
   uint64_t x, weight, out;
   uint32_t dim;
   float eps;
-};
-struct MatmulParams {
-  uint64_t x, w, y;
-  uint32_t rows, k, n, accumulate;
 };
 struct RopeParams {
   uint64_t q, k, positions, cos_table, sin_table;
@@ -45,29 +43,34 @@ PagedAttentionVarlen::Path LlamaModel::attention_path(DType kv_dtype, uint32_t b
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, LlamaConfig config,
                                                        const LlamaWeights& w,
-                                                       std::optional<PagedAttentionVarlen::Path> attention) {
+                                                       std::optional<PagedAttentionVarlen::Path> path) {
   // The matmul kernel works in vec4s along k and n.
   for (int dim : {config.hidden(), config.num_kv_heads * config.head_dim, config.ffn, config.vocab}) {
     if (dim <= 0 || dim % 4 != 0) return invalid_argument("llama model: every matrix dimension must be a multiple of 4");
   }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(ctx, attention.value_or(PagedAttentionVarlen::default_path(ctx))));
+  std::unique_ptr<LlamaModel> m(new LlamaModel(ctx, path.value_or(PagedAttentionVarlen::default_path(ctx))));
+  const uint32_t h = config.hidden(), kvd = config.num_kv_heads * config.head_dim;
+  const uint32_t ffn = config.ffn, vocab = config.vocab;
+  auto upload = [&](const std::vector<float>& values, uint32_t k, uint32_t n) {
+    return MatmulWeights::upload(ctx, values, k, n, m->tensor_cores_);
+  };
   m->config_ = config;
   KVTIER_ASSIGN_OR_RETURN(m->embedding_, upload_floats(ctx, w.embedding));
-  KVTIER_ASSIGN_OR_RETURN(m->embedding_t_, upload_floats(ctx, w.embedding_t));
+  KVTIER_ASSIGN_OR_RETURN(m->embedding_t_, upload(w.embedding_t, h, vocab));
   KVTIER_ASSIGN_OR_RETURN(m->final_norm_, upload_floats(ctx, w.final_norm));
   KVTIER_ASSIGN_OR_RETURN(m->rope_cos_, upload_floats(ctx, w.rope_cos));
   KVTIER_ASSIGN_OR_RETURN(m->rope_sin_, upload_floats(ctx, w.rope_sin));
   for (const LlamaWeights::Layer& l : w.layers) {
     LayerWeights g;
     KVTIER_ASSIGN_OR_RETURN(g.attn_norm, upload_floats(ctx, l.attn_norm));
-    KVTIER_ASSIGN_OR_RETURN(g.wq, upload_floats(ctx, l.wq));
-    KVTIER_ASSIGN_OR_RETURN(g.wk, upload_floats(ctx, l.wk));
-    KVTIER_ASSIGN_OR_RETURN(g.wv, upload_floats(ctx, l.wv));
-    KVTIER_ASSIGN_OR_RETURN(g.wo, upload_floats(ctx, l.wo));
+    KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
+    KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
+    KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
+    KVTIER_ASSIGN_OR_RETURN(g.wo, upload(l.wo, h, h));
     KVTIER_ASSIGN_OR_RETURN(g.mlp_norm, upload_floats(ctx, l.mlp_norm));
-    KVTIER_ASSIGN_OR_RETURN(g.w_gate, upload_floats(ctx, l.w_gate));
-    KVTIER_ASSIGN_OR_RETURN(g.w_up, upload_floats(ctx, l.w_up));
-    KVTIER_ASSIGN_OR_RETURN(g.w_down, upload_floats(ctx, l.w_down));
+    KVTIER_ASSIGN_OR_RETURN(g.w_gate, upload(l.w_gate, h, ffn));
+    KVTIER_ASSIGN_OR_RETURN(g.w_up, upload(l.w_up, h, ffn));
+    KVTIER_ASSIGN_OR_RETURN(g.w_down, upload(l.w_down, ffn, h));
     m->layers_.push_back(std::move(g));
   }
   return m;
@@ -142,14 +145,10 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
 
   KVTIER_ASSIGN_OR_RETURN(auto p_embed, ctx_.pipeline("embedding", {}, sizeof(EmbeddingParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_norm, ctx_.pipeline("rms_norm", {}, sizeof(RmsNormParams)));
-  KVTIER_ASSIGN_OR_RETURN(auto p_mm, ctx_.pipeline("matmul", {}, sizeof(MatmulParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {}, sizeof(RopeParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_silu, ctx_.pipeline("silu_mul", {}, sizeof(SiluMulParams)));
-  const uint32_t h = c.hidden(), kvd = c.num_kv_heads * c.head_dim, r32 = static_cast<uint32_t>(rows);
+  const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
   KVTIER_ASSIGN_OR_RETURN(CommandBatch cb, CommandBatch::begin(ctx_));
-  auto matmul = [&](uint64_t x, const GpuBuffer& w, uint64_t y, uint32_t n_rows, uint32_t k, uint32_t n, bool acc) {
-    cb.dispatch(*p_mm, MatmulParams{x, w.address(), y, n_rows, k, n, acc ? 1u : 0u}, groups(n, 256), groups(n_rows, 4));
-  };
   cb.dispatch(*p_embed, EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
                                         static_cast<uint32_t>(c.vocab), 0},
               groups(static_cast<uint64_t>(rows) * h, 256));
@@ -162,9 +161,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     const LayerWeights& w = layers_[l];
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
-    matmul(hn_.address(), w.wq, q_.address(), r32, h, h, false);
-    matmul(hn_.address(), w.wk, k_.address(), r32, h, kvd, false);
-    matmul(hn_.address(), w.wv, v_.address(), r32, h, kvd, false);
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
     cb.barrier();
     cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
                                     rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
@@ -176,18 +175,18 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
                    at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
     KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
-    matmul(attn_.address(), w.wo, x_.address(), r32, h, h, true);
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
     cb.barrier();
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
-    matmul(hn_.address(), w.w_gate, gate_.address(), r32, h, c.ffn, false);
-    matmul(hn_.address(), w.w_up, up_.address(), r32, h, c.ffn, false);
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_gate, gate_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_up, up_.address(), r32, false));
     cb.barrier();
     cb.dispatch(*p_silu, SiluMulParams{gate_.address(), up_.address(), act_.address(),
                                        static_cast<uint32_t>(rows * c.ffn), 0},
                 groups(static_cast<uint64_t>(rows) * c.ffn, 256));
     cb.barrier();
-    matmul(act_.address(), w.w_down, x_.address(), r32, c.ffn, h, true);
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, act_.address(), w.w_down, x_.address(), r32, true));
     cb.barrier();
   }
   cb.dispatch(*p_norm, RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), h, c.rms_eps}, r32);
@@ -195,8 +194,8 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   for (size_t i = 0; i < nlog; ++i) {
     const int32_t row = b.logit_rows[i];
     if (row < 0 || static_cast<size_t>(row) >= rows) return invalid_argument("forward: logit row out of range");
-    matmul(hn_.address() + static_cast<uint64_t>(row) * h * 4, embedding_t_,
-           logits_.address() + i * c.vocab * 4ull, 1, h, static_cast<uint32_t>(c.vocab), false);
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address() + static_cast<uint64_t>(row) * h * 4, embedding_t_,
+                                          logits_.address() + i * c.vocab * 4ull, 1, false));
   }
   cb.barrier();
   if (nlog) cb.copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);

@@ -7,7 +7,9 @@
 // restored prefix reproduce a recomputed one bit for bit. Decode steps use the varlen attention
 // kernel too (not the faster decode kernel, which sums in another order), so a generated token's
 // K/V are the bits a prefill of the same text computes: a conversation's next turn may restore
-// the previous answer's blocks and still match a recomputation exactly.
+// the previous answer's blocks and still match a recomputation exactly. Where the device has
+// cooperative matrices, attention and the matmuls run on tensor cores (f16 inputs): other bits,
+// the same properties.
 #pragma once
 
 #include <memory>
@@ -17,6 +19,7 @@
 
 #include "engine/gpu_block_pool.h"
 #include "engine/llama_weights.h"
+#include "engine/matmul.h"
 #include "engine/paged_attention.h"
 #include "engine/reshape_and_cache.h"
 
@@ -38,11 +41,12 @@ struct ForwardBatch {
 // Not thread-safe (scratch buffers); one per thread of work.
 class LlamaModel {
  public:
-  // Attention takes `attention`'s path (default: the device's fastest) for the model's life: a
-  // path has its own bits, so one model never mixes them.
+  // Attention and the matmuls take `path` (default: the device's fastest) for the model's life: a
+  // path has its own bits, so one model never mixes them. On kCoopMat, matrices whose shape the
+  // tensor-core matmul takes (k % 32, n % 64) are kept in f16 too and multiplied on it.
   static Result<std::unique_ptr<LlamaModel>> create(
       VulkanContext& ctx, LlamaConfig config, const LlamaWeights& weights,
-      std::optional<PagedAttentionVarlen::Path> attention = std::nullopt);
+      std::optional<PagedAttentionVarlen::Path> path = std::nullopt);
   const LlamaConfig& config() const { return config_; }
   // The attention path this model's KV shape takes.
   PagedAttentionVarlen::Path attention_path(DType kv_dtype, uint32_t block_size) const;
@@ -52,15 +56,20 @@ class LlamaModel {
 
  private:
   struct LayerWeights {
-    GpuBuffer attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+    GpuBuffer attn_norm, mlp_norm;
+    MatmulWeights wq, wk, wv, wo, w_gate, w_up, w_down;
   };
-  LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path attention)
-      : ctx_(ctx), reshape_(ctx), varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, attention) {}
+  LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path path)
+      : ctx_(ctx), tensor_cores_(path == PagedAttentionVarlen::Path::kCoopMat), matmul_(ctx), reshape_(ctx),
+        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path) {}
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
 
   VulkanContext& ctx_;
+  bool tensor_cores_;  // matmuls on matmul_coopmat.comp where the device and shapes allow
   LlamaConfig config_;
-  GpuBuffer embedding_, embedding_t_, final_norm_, rope_cos_, rope_sin_;
+  GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
+  MatmulWeights embedding_t_;
+  Matmul matmul_;
   std::vector<LayerWeights> layers_;
   ReshapeAndCache reshape_;
   PagedAttentionVarlen varlen_;

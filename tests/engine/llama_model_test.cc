@@ -75,18 +75,19 @@ nlohmann::json goldens() {
 
 // The CPU reference stores K/V in the cache's dtype as the GPU does; what is left is f32 rounding
 // order (2e-4) and, per unit u of the KV dtype's rounding, a few u carried through the layers.
-// Attention on cooperative matrices also rounds q, K, V and the softmax weights to f16; a score's
-// error is that rounding times |q||k|, and exp turns it into a relative error of the weights, so
-// it weighs more than its 2^-11 suggests: measured on the H100, worst 0.024 with F32 KV, 0.013
-// with F16, 0.029 with BF16 (greedy tokens equal the reference's in every case). Its bound is
-// twice the BF16 one, about twice the worst measured.
+// On the tensor-core path, attention and every matmul also round their inputs to f16 (each kernel
+// is held to its own bound in attention_test.cc and matmul_test.cc); over 29 matmuls and 4
+// attention layers those roundings compound, and a score's error is amplified by |q||k| before
+// exp: measured on the H100, worst 0.051 with F32 KV, 0.050 with F16, 0.098 with BF16 — while
+// the greedy tokens equal the reference's in every case (checked exactly). The bound is twice
+// the worst measured; the tokens are the sharp check there.
 float logit_tolerance(DType kv, PagedAttentionVarlen::Path path) {
-  if (path == PagedAttentionVarlen::Path::kCoopMat) return 2e-4f + 16 * 0x1p-8f;
+  if (path == PagedAttentionVarlen::Path::kCoopMat) return 0.2f;
   const float u = kv == DType::kBF16 ? 0x1p-8f : kv == DType::kF16 ? 0x1p-11f : 0.0f;
   return 2e-4f + 8 * u;
 }
 
-// Every attention path the device has: the scalar one, and cooperative matrices where present.
+// Every path the device has: scalar, and cooperative matrices where present.
 std::vector<PagedAttentionVarlen::Path> attention_paths() {
   std::vector<PagedAttentionVarlen::Path> paths{PagedAttentionVarlen::Path::kScalar};
   if (gpu().info().coopmat_f16) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
@@ -95,7 +96,7 @@ std::vector<PagedAttentionVarlen::Path> attention_paths() {
 
 // Greedy tokens equal the CPU reference's (and the goldens); logits within the path's bound.
 void expect_model_matches_reference(DType dt, PagedAttentionVarlen::Path path) {
-  SCOPED_TRACE(path == PagedAttentionVarlen::Path::kScalar ? "scalar attention" : "cooperative-matrix attention");
+  SCOPED_TRACE(path == PagedAttentionVarlen::Path::kScalar ? "scalar path" : "tensor-core path");
   const LlamaConfig config = LlamaConfig::tiny();
   const LlamaWeights weights = LlamaWeights::synthetic(config);
   auto model = std::move(LlamaModel::create(gpu(), config, weights, path)).value();

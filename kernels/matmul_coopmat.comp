@@ -1,0 +1,108 @@
+#version 460
+// matmul_coopmat: matmul.comp's y[r, n] = (accumulate ? y[r, n] : 0) + sum_k x[r, k] * w[k, n] on
+// tensor cores (GL_NV_cooperative_matrix): x (f32) is rounded to f16 on its way into shared
+// memory, w comes as f16 [k, n], sums are f32. Needs k % 32 == 0, n % 64 == 0 and 16-byte aligned
+// rows (the launcher uses matmul.comp otherwise). Every output sums its k in 16-wide steps, in
+// order, from its own row of x and column of w, so a row's values are the same bits whatever
+// other rows share the launch — as matmul.comp's are, but not the same bits as matmul.comp's.
+//
+// A workgroup computes 64 rows x 64 columns; each of its four subgroups 32 x 32 (2 x 2 tiles).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#include "common/bda.glsl"
+
+#define ACC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define HALF fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4Ref { vec4 v[]; };
+
+layout(local_size_x = 128) in;
+layout(push_constant) uniform Params {
+  uint64_t x;  // f32 [rows, k]
+  uint64_t w;  // f16 [k, n]
+  uint64_t y;  // f32 [rows, n]
+  uint rows;
+  uint k;
+  uint n;
+  uint accumulate;
+} pc;
+
+const uint BM = 64, BN = 64, BK = 32;
+// Shared row strides, padded so a tile's 16 rows do not share banks.
+const uint XS = BK + 8;
+const uint WS = BN + 8;
+const uint YS = 16 + 4;
+const float F16_MAX = 65504.0;
+
+shared float16_t x_s[BM * XS];
+shared float16_t w_s[BK * WS];
+shared float y_s[4 * 16 * YS];
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x;
+  const uint sg = tid / 32;
+  const uint lane = tid % 32;
+  const uint row0 = gl_WorkGroupID.y * BM;
+  const uint col0 = gl_WorkGroupID.x * BN;
+  const uint sr = (sg / 2) * 32;
+  const uint sc = (sg % 2) * 32;
+  ACC acc[2][2];
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 2; ++j) acc[i][j] = ACC(0.0);
+
+  for (uint k0 = 0; k0 < pc.k; k0 += BK) {
+    barrier();  // every subgroup is done with the previous tiles
+    for (uint i = tid; i < BM * BK / 4; i += 128) {  // x: 64 rows x 32, zeros past the last row
+      const uint r = i / (BK / 4);
+      const uint c = (i % (BK / 4)) * 4;
+      const vec4 v = row0 + r < pc.rows ? F32x4Ref(pc.x + (uint64_t(row0 + r) * pc.k + k0 + c) * 4).v[0] : vec4(0.0);
+      for (uint t = 0; t < 4; ++t) x_s[r * XS + c + t] = float16_t(clamp(v[t], -F16_MAX, F16_MAX));
+    }
+    for (uint i = tid; i < BK * BN / 8; i += 128) {  // w: 32 x 64 halves
+      const uint r = i / (BN / 8);
+      const uint c = (i % (BN / 8)) * 8;
+      const uvec4 u = U32x4Ref(pc.w + (uint64_t(k0 + r) * pc.n + col0 + c) * 2).v[0];
+      for (uint t = 0; t < 4; ++t) {
+        const f16vec2 h2 = unpackFloat2x16(u[t]);
+        w_s[r * WS + c + 2 * t] = h2.x;
+        w_s[r * WS + c + 2 * t + 1] = h2.y;
+      }
+    }
+    barrier();
+    for (uint kk = 0; kk < BK; kk += 16) {
+      HALF a[2], b[2];
+      for (uint i = 0; i < 2; ++i) coopMatLoadNV(a[i], x_s, (sr + i * 16) * XS + kk, XS, false);
+      for (uint j = 0; j < 2; ++j) coopMatLoadNV(b[j], w_s, kk * WS + sc + j * 16, WS, false);
+      for (uint i = 0; i < 2; ++i)
+        for (uint j = 0; j < 2; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+    }
+  }
+  // Each tile through this subgroup's staging area: lane pairs write one row's 16 values each.
+  const uint row = lane / 2;
+  const uint half_ = lane % 2;
+  for (uint i = 0; i < 2; ++i) {
+    for (uint j = 0; j < 2; ++j) {
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      coopMatStoreNV(acc[i][j], y_s, sg * 16 * YS, YS, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      const uint r = row0 + sr + i * 16 + row;
+      if (r >= pc.rows) continue;
+      for (uint t = 0; t < 8; ++t) {
+        const uint c = col0 + sc + j * 16 + half_ * 8 + t;
+        F32Ref y = F32Ref(pc.y + (uint64_t(r) * pc.n + c) * 4);
+        const float v = y_s[sg * 16 * YS + row * YS + half_ * 8 + t];
+        if (pc.accumulate != 0) {
+          precise float sum = y.v[0] + v;
+          y.v[0] = sum;
+        } else {
+          y.v[0] = v;
+        }
+      }
+    }
+  }
+}
