@@ -51,7 +51,7 @@ int type_rank(VkPhysicalDeviceType t) {
   }
 }
 
-// Whether the driver offers the cooperative-matrix shape the attention kernel is written for:
+// Whether the driver offers the cooperative-matrix shape the *_coopmat kernels are written for:
 // 16x16x16, f16 inputs, f32 accumulator and result, subgroup scope.
 bool has_f16_coopmat(VkInstance instance, VkPhysicalDevice physical) {
   auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
@@ -209,7 +209,8 @@ Status VulkanContext::init() {
     exec_props.pipelineExecutableInfo = VK_TRUE;
     info_.pipeline_stats = true;
   }
-  // Optional: tensor cores for attention (the scalar kernels remain the fallback).
+  // Optional: tensor cores for attention and the tiny model's matmuls (the scalar kernels remain
+  // the fallback; KVTIER_VK_COOPMAT=0 keeps to them).
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
       .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
   const char* coopmat_env = std::getenv("KVTIER_VK_COOPMAT");

@@ -234,6 +234,11 @@ TEST_F(ServerRemoteTest, ZKillingAMasterUnderLoadServesNoWrongBytesAndHitsResume
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const int victim = redis.master_port_for("kvtier:" + blocks[0].hash.hex());
   ASSERT_GT(victim, 0);
+  // Redis replicates asynchronously, so a block could die with its master unreplicated (seen once
+  // on a loaded CI machine: 47 of 48 came back). That is Redis's contract, not kvtier's; what this
+  // test holds kvtier to is what happens around a failover of replicated data.
+  ASSERT_TRUE(redis.wait_replicated(victim, std::chrono::seconds(10)))
+      << redis.cli(victim, {"INFO", "replication"});
   redis.kill_port(victim);
   const bool recovered = redis.wait_cluster_ok(std::chrono::seconds(30));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

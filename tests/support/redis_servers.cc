@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/child_process.h"
@@ -187,6 +188,28 @@ void RedisServers::kill_port(int port) {
       pids_[i] = -1;
     }
   }
+}
+
+bool RedisServers::wait_replicated(int port, std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    // INFO replication: "master_repl_offset:N" and a "slaveI:ip=...,offset=N,..." line per replica.
+    const std::string info = ask(port, {"INFO", "replication"});
+    long long master = -1;
+    std::vector<long long> replicas;
+    std::istringstream lines(info);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("master_repl_offset:", 0) == 0) master = std::atoll(line.c_str() + 19);
+      const size_t at = line.find(",offset=");
+      if (line.rfind("slave", 0) == 0 && at != std::string::npos) replicas.push_back(std::atoll(line.c_str() + at + 8));
+    }
+    if (master >= 0 && !replicas.empty() &&
+        std::all_of(replicas.begin(), replicas.end(), [&](long long r) { return r >= master; })) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 bool RedisServers::wait_cluster_ok(std::chrono::milliseconds timeout) const {

@@ -33,6 +33,10 @@ class RedisServers {
   void kill_port(int port);
   // Waits until every live node reports cluster_state:ok and no slot is served by a dead one.
   bool wait_cluster_ok(std::chrono::milliseconds timeout) const;
+  // Waits until every replica of the master on `port` has acknowledged its whole replication
+  // stream (Redis replicates asynchronously: a write the master acknowledged moments before it
+  // dies can die with it).
+  bool wait_replicated(int port, std::chrono::milliseconds timeout) const;
   // redis-cli -p PORT args..., its output.
   std::string cli(int port, const std::vector<std::string>& args) const;
 
