@@ -93,6 +93,8 @@ GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> 
 
 void GpuTier::record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, bool to_device) {
   const VkBuffer staging = device_staging_.handle();
+  metrics_.copy_regions.inc(plan.staged_regions.size());
+  for (const auto& [buffer, regions] : plan.direct) metrics_.copy_regions.inc(regions.size());
   if (to_device) {
     batch.copy_regions(upload_.handle(), staging, plan.staged_regions);
     for (const auto& [buffer, regions] : plan.direct) batch.copy_regions(buffer, staging, regions);
@@ -369,6 +371,8 @@ void GpuTier::visit_metrics(MetricVisitor& v) const {
             {{"direction", "down"}}, metrics_.direct_down.value());
   v.counter("kvtier_gpu_host_import_failures_total", "Chunks of host memory the GPU could not import (their blocks are staged)",
             {}, metrics_.import_failures.value());
+  v.counter("kvtier_gpu_copy_regions_total", "Regions of host-GPU copy commands (adjacent blocks share one)", {},
+            metrics_.copy_regions.value());
   v.gauge("kvtier_gpu_host_imported_bytes", "Host memory imported for direct copies", {},
           host_ ? static_cast<double>(host_->imported_bytes()) : 0.0);
   v.histogram("kvtier_gpu_upload_seconds", "Upload batch latency", {}, metrics_.upload_seconds.snapshot());

@@ -34,6 +34,9 @@ struct GpuTierMetrics {
   Counter direct_up;
   Counter direct_down;
   Counter import_failures;
+  // Regions of the host<->GPU copy commands recorded: blocks that lie side by side on both ends
+  // share one (the driver charges per region).
+  Counter copy_regions;
   Histogram upload_seconds;
   Histogram download_seconds;
 };

@@ -66,6 +66,20 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
   EXPECT_EQ(f.tier->metrics().uploads.value(), 5u);
 }
 
+// Staged blocks lie side by side in the host staging buffer and in device staging, so a batch
+// crosses in one copy region each way (one region per block cost the NVIDIA driver ~2 ms per 447
+// blocks: a bench caught it, this catches it first).
+TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
+  Fixture f(8);
+  std::vector<BlockRef> blocks;
+  for (uint64_t s = 1; s <= 6; ++s) blocks.push_back(f.block(s));
+  ASSERT_LT(f.layout->dense_block_bytes(), 256u << 10) << "small blocks are staged";
+  expect_batch_round_trip(f, blocks);
+  EXPECT_EQ(f.tier->metrics().uploads.value(), 6u);
+  EXPECT_EQ(f.tier->metrics().downloads.value(), 6u);
+  EXPECT_EQ(f.tier->metrics().copy_regions.value(), 2u) << "one region up, one down";
+}
+
 // Batches of 16 MiB and more are copied to and from the staging buffer by several threads, each
 // taking every n-th block: every block must still land in its own slot.
 TEST(GpuTier, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
