@@ -149,14 +149,6 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
 
 using Path = PagedAttentionVarlen::Path;
 
-// The varlen paths this device runs: the scalar one everywhere, cooperative matrices where the
-// device has them (not lavapipe; the H100 through the device tool).
-std::vector<Path> paths_here() {
-  std::vector<Path> paths{Path::kScalar};
-  if (gpu().info().coopmat_f16) paths.push_back(Path::kCoopMat);
-  return paths;
-}
-
 // Cooperative matrices take q, K, V and the softmax weights as f16 (11-bit significands, against
 // f32's 24): each q_d * k_d is off by up to 2^-10 relative, so a score by up to
 // scale * 2^-10 * sum |q_d k_d| — with these inputs' typical magnitudes (random signs, |q| <= 0.5,
@@ -190,7 +182,7 @@ TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
   for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
   PagedProblem s(c, q_lens);
   const auto ref = s.reference(c);
-  for (Path path : paths_here()) {
+  for (Path path : testing::compute_paths()) {
     expect_close(s.varlen(PagedAttentionVarlen::SplitPolicy::kAuto, path), ref, tolerance(path, c),
                  path == Path::kScalar ? "varlen prefill" : "varlen prefill, cooperative matrices");
   }
@@ -211,7 +203,7 @@ TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
     std::copy_n(full.q.begin() + (full.cu[s + 1] - 1) * row, row, last.q.begin() + s * row);
   }
   last.gq = to_gpu(last.q);
-  for (Path path : paths_here()) {
+  for (Path path : testing::compute_paths()) {
     SCOPED_TRACE(path == Path::kScalar ? "scalar" : "cooperative matrices");
     const auto walk = full.varlen(Policy::kWalkSplits, path);
     const auto per_split = full.varlen(Policy::kWorkgroupPerSplit, path);

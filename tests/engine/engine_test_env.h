@@ -11,6 +11,7 @@
 
 #include "engine/command_batch.h"
 #include "engine/gpu_buffer.h"
+#include "engine/paged_attention.h"
 #include "engine/vulkan_context.h"
 #include "serialize/kv_layout.h"
 
@@ -58,6 +59,14 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
+}
+
+// The compute paths this device runs: the scalar one everywhere, cooperative matrices (tensor
+// cores) where the device has them — not lavapipe; the H100 through the device tool.
+inline std::vector<PagedAttentionVarlen::Path> compute_paths() {
+  std::vector<PagedAttentionVarlen::Path> paths{PagedAttentionVarlen::Path::kScalar};
+  if (gpu().info().coopmat_f16) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
+  return paths;
 }
 
 }  // namespace kvtier::testing

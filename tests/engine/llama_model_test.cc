@@ -87,13 +87,6 @@ float logit_tolerance(DType kv, PagedAttentionVarlen::Path path) {
   return 2e-4f + 8 * u;
 }
 
-// Every path the device has: scalar, and cooperative matrices where present.
-std::vector<PagedAttentionVarlen::Path> attention_paths() {
-  std::vector<PagedAttentionVarlen::Path> paths{PagedAttentionVarlen::Path::kScalar};
-  if (gpu().info().coopmat_f16) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
-  return paths;
-}
-
 // Greedy tokens equal the CPU reference's (and the goldens); logits within the path's bound.
 void expect_model_matches_reference(DType dt, PagedAttentionVarlen::Path path) {
   SCOPED_TRACE(path == PagedAttentionVarlen::Path::kScalar ? "scalar path" : "tensor-core path");
@@ -130,7 +123,7 @@ void expect_model_matches_reference(DType dt, PagedAttentionVarlen::Path path) {
 class LlamaModelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LlamaModelTest, GpuLogitsMatchTheCpuReferenceAndTokensMatchTheGoldens) {
-  for (PagedAttentionVarlen::Path path : attention_paths()) expect_model_matches_reference(GetParam(), path);
+  for (PagedAttentionVarlen::Path path : testing::compute_paths()) expect_model_matches_reference(GetParam(), path);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaModelTest, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
