@@ -107,6 +107,14 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
   KVTIER_ASSIGN_OR_RETURN(Config c, configure(cache, gqa));
   const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + c.split - 1) / c.split);
+  const uint32_t* grid = ctx_.info().max_workgroup_count;
+  if (b.num_seqs > grid[0] || cache.num_kv_heads > grid[1] || max_splits > grid[2]) {
+    return invalid_argument("attention: decode of " + std::to_string(b.num_seqs) + " sequences x " +
+                            std::to_string(cache.num_kv_heads) + " KV heads x " + std::to_string(max_splits) +
+                            " splits of " + std::to_string(c.split) + " tokens exceeds the device's grid (" +
+                            std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " +
+                            std::to_string(grid[2]) + " workgroups)");
+  }
   KVTIER_ASSIGN_OR_RETURN(auto decode, decode_pipeline(cache, gqa, c));
   uint64_t part_out = 0, part_ml = 0;
   if (max_splits > 1) {
@@ -239,6 +247,12 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
       policy_ == SplitPolicy::kWorkgroupPerSplit ||
       (policy_ == SplitPolicy::kAuto && max_splits > 1 && num_tiles * cache.num_kv_heads < kMinWorkgroups &&
        partial_bytes <= kMaxPartialBytes);
+  const uint32_t* grid = ctx_.info().max_workgroup_count;
+  if (num_tiles > grid[0] || cache.num_kv_heads > grid[1] || (split_launch && max_splits > grid[2])) {
+    return invalid_argument("attention: varlen launch of " + std::to_string(num_tiles) + " tiles x " +
+                            std::to_string(cache.num_kv_heads) + " KV heads x " +
+                            std::to_string(split_launch ? max_splits : 1) + " splits exceeds the device's grid");
+  }
   if (split_launch && partial_.size() < partial_bytes) {
     KVTIER_ASSIGN_OR_RETURN(partial_, GpuBuffer::create(ctx_, std::max(partial_bytes, partial_.size() * 2),
                                                         MemoryKind::kDevice));

@@ -4,7 +4,8 @@
 // Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32 [num_seqs,
 // max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's own token,
 // whose K/V must already be in the cache). Contexts longer than one split are spread over several
-// workgroups; the last of them to finish combines the splits, in split order.
+// workgroups; the last of them to finish combines the splits, in split order. A batch whose grid
+// (sequences x KV heads x splits) exceeds the device's workgroup counts is refused, not truncated.
 //
 // PagedAttentionVarlen (kernels/paged_attention_varlen.comp or _coopmat.comp [+ _merge]): prefill
 // and decode in one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of sequence i being

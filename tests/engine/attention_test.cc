@@ -235,6 +235,23 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
   }
 }
 
+// A context longer than the device's grid can hold splits of is refused before anything is
+// recorded (the launch would otherwise cover only the first splits and merge a partial row).
+TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
+  PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
+  PagedAttentionDecode kernel(gpu());
+  const uint32_t split = kernel.split_tokens(view, 4);
+  ASSERT_GT(split, 0u);
+  const uint64_t too_long = (uint64_t{gpu().info().max_workgroup_count[2]} + 1) * split;
+  ASSERT_LE(too_long, uint64_t{UINT32_MAX});
+  DecodeBatch b{0, 0, 0, 1, 0, 1, static_cast<uint32_t>(too_long), 32};
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  Status st = kernel.record(batch, b, view, AttentionOptions{0.1f, 0, 0});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("exceeds the device's grid"), std::string::npos) << st.to_string();
+  EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
+}
+
 // The path is settled from the device and the cache's shape: the same for every batch a launcher
 // records (the signature has no batch to look at), the scalar one where cooperative matrices are
 // missing or the shape does not suit them, and the device's fastest by default.
