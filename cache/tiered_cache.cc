@@ -158,11 +158,34 @@ int TieredCache::find_tier(const BlockRequest& request) const {
 
 std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
   std::vector<int> where;
+  // The local tiers are asked a window of keys at a time (one index MultiGet on the SSD for the
+  // window, not a Get per block: a 512-block prefix took ~1.1 ms to locate on the H100 host that
+  // way). Windows start small and double, so a prompt that misses early costs a few lookups,
+  // and the lookups past the first miss never exceed the prefix found before it.
   size_t i = 0;
-  for (; i < keys.size(); ++i) {
-    const int t = find_tier({keys[i].hash, keys[i].tokens});
-    if (t < 0) break;
-    where.push_back(t);
+  for (size_t window = 4; i < keys.size(); window = std::min<size_t>(window * 2, 256)) {
+    const size_t end = std::min(keys.size(), i + window);
+    std::vector<int> found(end - i, -1);
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      if (tiers_[t]->remote()) continue;
+      std::vector<BlockHash> ask;
+      std::vector<size_t> at;
+      for (size_t j = i; j < end; ++j) {
+        if (found[j - i] < 0) {
+          ask.push_back(keys[j].hash);
+          at.push_back(j - i);
+        }
+      }
+      if (ask.empty()) break;
+      const std::vector<bool> has = tiers_[t]->contains_many(ask);
+      for (size_t k = 0; k < ask.size(); ++k) {
+        if (has[k]) found[at[k]] = static_cast<int>(t);
+      }
+    }
+    size_t j = i;
+    for (; j < end && found[j - i] >= 0; ++j) where.push_back(found[j - i]);
+    i = j;
+    if (j < end) break;
   }
   bool any_shared = false;
   for (const auto& t : tiers_) any_shared = any_shared || t->remote();
@@ -345,6 +368,11 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
   for (size_t i = a; i < b && slice_blocks == first_slice; ++i) {
     if (where[i] > 0 && blocks[i]) slice_blocks = std::max<size_t>(first_slice, slice_bytes / std::max<uint64_t>(1, blocks[i]->size_bytes()));
   }
+  // Small blocks: at most kMaxIoSliceBlocks a slice, so that uploads overlap reads there too (a
+  // 16 KiB-block prefix of 512 blocks was one 64 MiB slice after the first: read whole, 7 ms on
+  // the H100 host, then uploaded whole, 2 ms more).
+  constexpr size_t kMaxIoSliceBlocks = 128;
+  if (any_io) slice_blocks = std::min(slice_blocks, std::max(first_slice, kMaxIoSliceBlocks));
   // Up to kLookahead slices are being read while one is promoted, so the disk always has a
   // slice's worth of reads queued, also while the last reads of the one before finish.
   constexpr size_t kLookahead = 2;

@@ -110,6 +110,13 @@ bool RamTier::contains(const BlockHash& hash) const {
   return index_.count(hash) > 0;
 }
 
+std::vector<bool> RamTier::contains_many(std::span<const BlockHash> hashes) const {
+  std::vector<bool> out(hashes.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < hashes.size(); ++i) out[i] = index_.count(hashes[i]) > 0;
+  return out;
+}
+
 Tier::Presence RamTier::probe(const BlockRequest& request) const {
   std::lock_guard lock(mu_);
   auto it = index_.find(request.hash);

@@ -56,6 +56,7 @@ class RamTier final : public Tier {
   std::string_view name() const override { return options_.name; }
   Result<InsertOutcome> insert(BlockRef block) override;
   bool contains(const BlockHash& hash) const override;
+  std::vector<bool> contains_many(std::span<const BlockHash> hashes) const override;  // one lock
   Presence probe(const BlockRequest& request) const override;
   Result<BlockRef> read(const BlockRequest& request) override;
   bool erase(const BlockHash& hash) override;

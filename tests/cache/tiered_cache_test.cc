@@ -52,6 +52,31 @@ TEST(TieredCache, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
   EXPECT_EQ(cache.lookup(h, prompt(40, 2), {}).matched_tokens, 0u);
 }
 
+// Lookups ask the tiers a window of blocks at a time (windows of 4, 8, 16, ...): the chain must
+// still end exactly at its first hole, wherever that falls in a window, with each block credited
+// to the highest tier holding it.
+TEST(TieredCache, LookupStopsAtTheFirstHoleAcrossWindowsAndTiers) {
+  auto h = small_hasher();
+  auto tokens = prompt(4 * 100, 3);
+  auto keys = h.keys(tokens, {});
+  for (size_t hole : {0u, 3u, 4u, 5u, 11u, 12u, 27u, 60u, 99u, 100u}) {
+    auto top = ram(200, "top"), low = ram(200, "low");
+    TieredCache cache({top, low});
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i == hole) continue;
+      auto b = computed_block(h, keys, i);
+      ASSERT_TRUE((i % 3 == 0 ? top : low)->insert(b).ok());
+      if (i % 5 == 0) ASSERT_TRUE(low->insert(b).ok());  // in both: the top one counts
+    }
+    LookupResult r = cache.lookup(h, tokens, {});
+    ASSERT_EQ(r.blocks.size(), std::min(hole, keys.size())) << "hole at " << hole;
+    for (size_t i = 0; i < r.blocks.size(); ++i) {
+      EXPECT_EQ(r.blocks[i].hash, keys[i].hash);
+      EXPECT_EQ(r.blocks[i].tier, i % 3 == 0 ? 0 : 1) << "block " << i;
+    }
+  }
+}
+
 TEST(TieredCache, PublishingTheSameBlockTwiceIsANoOp) {
   auto h = small_hasher();
   TieredCache cache({ram(10)});

@@ -159,6 +159,46 @@ TEST_F(SsdTierTest, ADamagedIndexValueIsQuarantinedAndCounted) {
   EXPECT_FALSE(tier->contains(a->hash()));
 }
 
+// contains_many (a prefix lookup's one MultiGet) answers as contains() does for each hash: blocks
+// on disk and still queued are held, absent ones are not, and an index value that cannot be
+// decoded counts as held until a read quarantines it.
+TEST_F(SsdTierTest, ContainsManyAnswersAsContainsDoesForEachHash) {
+  auto tier = open();
+  std::vector<BlockRef> on_disk, absent;
+  for (uint64_t s = 0; s < 20; ++s) on_disk.push_back(seeded_block(by_dtype_[2], s));
+  for (uint64_t s = 100; s < 105; ++s) absent.push_back(seeded_block(by_dtype_[2], s));
+  for (const auto& b : on_disk) ASSERT_TRUE(tier->insert(b).ok());
+  tier->flush();
+  BlockRef damaged = seeded_block(by_dtype_[2], 50);
+  ASSERT_TRUE(tier->state_for_testing().index->put_raw_value(damaged->hash(), "x").ok());
+  BlockRef queued = seeded_block(by_dtype_[2], 60);
+  ASSERT_TRUE(tier->insert(queued).ok());  // queued or written by now: held either way
+
+  std::vector<BlockHash> hashes;
+  std::vector<bool> expected;
+  for (size_t i = 0; i < on_disk.size(); ++i) {
+    hashes.push_back(on_disk[i]->hash());
+    expected.push_back(true);
+    if (i % 4 == 0) {  // absent ones interleaved, so positions matter
+      hashes.push_back(absent[i / 4]->hash());
+      expected.push_back(false);
+    }
+  }
+  hashes.push_back(damaged->hash());
+  expected.push_back(true);
+  hashes.push_back(queued->hash());
+  expected.push_back(true);
+  const std::vector<bool> many = tier->contains_many(hashes);
+  ASSERT_EQ(many.size(), hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    EXPECT_EQ(many[i], expected[i]) << "hash " << i;
+    EXPECT_EQ(many[i], tier->contains(hashes[i])) << "hash " << i;
+  }
+  EXPECT_TRUE(tier->contains_many({}).empty());
+  tier->close();
+  EXPECT_EQ(tier->contains_many(hashes), std::vector<bool>(hashes.size(), false));  // closed: holds nothing
+}
+
 TEST_F(SsdTierTest, AnEntryNamingAnotherRecordIsCaughtByItsChecksum) {
   auto tier = open();
   BlockRef a = seeded_block(by_dtype_[2], 1), b = seeded_block(by_dtype_[2], 2);

@@ -97,6 +97,17 @@ TEST_F(StripedSsdTierTest, BlocksSpreadOverEveryDirectoryAndEveryOneIsFoundAfter
                     std::vector<std::string>{a_.str(), b_.str(), c_.str()}}) {
     auto tier = open(dirs);
     EXPECT_EQ(count(served(*tier)), 60u);
+    // Asked together (the batched lookup) as asked one by one: with a third directory most
+    // blocks' home is not where they lie, and absent hashes are absent everywhere.
+    std::vector<BlockHash> hashes;
+    for (const auto& b : blocks_) hashes.push_back(b->hash());
+    for (uint64_t s = 1000; s < 1010; ++s) hashes.push_back(seeded_block(layout_, s)->hash());
+    const std::vector<bool> many = tier->contains_many(hashes);
+    ASSERT_EQ(many.size(), hashes.size());
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      EXPECT_EQ(many[i], i < blocks_.size()) << "hash " << i;
+      EXPECT_EQ(many[i], tier->contains(hashes[i])) << "hash " << i;
+    }
     for (const auto& b : blocks_) EXPECT_EQ(*tier->insert(b), InsertOutcome::kAlreadyPresent);
     tier->flush();
     EXPECT_EQ(tier->total(&SsdTierMetrics::spill_written), 0u);

@@ -307,6 +307,31 @@ bool SsdTier::contains_locked(const BlockHash& hash) const {
   return !e.ok() || e->has_value();  // a damaged entry counts as held until a read quarantines it
 }
 
+std::vector<bool> SsdTier::contains_many(std::span<const BlockHash> hashes) const {
+  std::shared_lock life(life_mu_);
+  std::vector<bool> out(hashes.size(), false);
+  if (closed_.load() || hashes.empty()) return out;
+  std::vector<BlockHash> ask;
+  std::vector<size_t> at;
+  {
+    std::lock_guard lock(pending_mu_);
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      if (pending_.count(hashes[i])) {
+        out[i] = true;
+      } else {
+        ask.push_back(hashes[i]);
+        at.push_back(i);
+      }
+    }
+  }
+  if (ask.empty()) return out;
+  const auto entries = state_.index->multi_get(ask);
+  for (size_t k = 0; k < ask.size(); ++k) {
+    out[at[k]] = !entries[k].ok() || entries[k]->has_value();  // damaged: held, as in contains()
+  }
+  return out;
+}
+
 Result<BlockRef> SsdTier::read(const BlockRequest& request) {
   return std::move(read_many(std::span<const BlockRequest>(&request, 1)).front());
 }

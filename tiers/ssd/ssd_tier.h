@@ -46,6 +46,8 @@ class SsdTier final : public Tier {
   bool reads_wait_on_io() const override { return true; }
   Result<InsertOutcome> insert(BlockRef block) override;
   bool contains(const BlockHash& hash) const override;
+  // One index MultiGet for all of them (a prefix's lookup asks hundreds at once).
+  std::vector<bool> contains_many(std::span<const BlockHash> hashes) const override;
   Result<BlockRef> read(const BlockRequest& request) override;
   std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
   bool erase(const BlockHash& hash) override;

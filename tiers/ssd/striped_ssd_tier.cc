@@ -140,7 +140,41 @@ Result<InsertOutcome> StripedSsdTier::insert(BlockRef block) {
   return dirs_[home(block->hash())].tier->insert(std::move(block));
 }
 
+std::vector<int> StripedSsdTier::holders(std::span<const BlockHash> hashes) const {
+  std::vector<int> out(hashes.size(), -1);
+  std::vector<size_t> homes(hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) homes[i] = home(hashes[i]);
+  // As holder(): its home directory first, then the others in order.
+  for (const bool at_home : {true, false}) {
+    for (size_t d = 0; d < dirs_.size(); ++d) {
+      if (!dirs_[d].tier) continue;
+      std::vector<BlockHash> ask;
+      std::vector<size_t> at;
+      for (size_t i = 0; i < hashes.size(); ++i) {
+        if (out[i] < 0 && (homes[i] == d) == at_home) {
+          ask.push_back(hashes[i]);
+          at.push_back(i);
+        }
+      }
+      if (ask.empty()) continue;
+      const std::vector<bool> has = dirs_[d].tier->contains_many(ask);
+      for (size_t k = 0; k < ask.size(); ++k) {
+        if (has[k]) out[at[k]] = static_cast<int>(d);
+      }
+    }
+  }
+  return out;
+}
+
 bool StripedSsdTier::contains(const BlockHash& hash) const { return holder(hash) >= 0; }
+
+std::vector<bool> StripedSsdTier::contains_many(std::span<const BlockHash> hashes) const {
+  if (dirs_.size() == 1) return dirs_.front().tier->contains_many(hashes);
+  const std::vector<int> h = holders(hashes);
+  std::vector<bool> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) out[i] = h[i] >= 0;
+  return out;
+}
 
 Result<BlockRef> StripedSsdTier::read(const BlockRequest& request) {
   return std::move(read_many(std::span<const BlockRequest>(&request, 1)).front());
@@ -152,8 +186,11 @@ std::vector<Result<BlockRef>> StripedSsdTier::read_many(std::span<const BlockReq
   // the miss as one directory would).
   std::vector<std::vector<BlockRequest>> asks(dirs_.size());
   std::vector<std::vector<size_t>> at(dirs_.size());
+  std::vector<BlockHash> hashes;
+  for (const BlockRequest& r : requests) hashes.push_back(r.hash);
+  const std::vector<int> held = holders(hashes);
   for (size_t i = 0; i < requests.size(); ++i) {
-    const int h = holder(requests[i].hash);
+    const int h = held[i];
     const size_t d = h >= 0 ? static_cast<size_t>(h) : home(requests[i].hash);
     asks[d].push_back(requests[i]);
     at[d].push_back(i);

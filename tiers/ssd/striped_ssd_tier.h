@@ -33,6 +33,7 @@ class StripedSsdTier final : public Tier {
   bool reads_wait_on_io() const override { return true; }
   Result<InsertOutcome> insert(BlockRef block) override;
   bool contains(const BlockHash& hash) const override;
+  std::vector<bool> contains_many(std::span<const BlockHash> hashes) const override;
   Result<BlockRef> read(const BlockRequest& request) override;
   std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
   bool erase(const BlockHash& hash) override;
@@ -65,6 +66,8 @@ class StripedSsdTier final : public Tier {
   StripedSsdTier() = default;
   // The directory (index into dirs_) holding `hash`, or -1.
   int holder(const BlockHash& hash) const;
+  // holder() of each, asking every directory once for all of them.
+  std::vector<int> holders(std::span<const BlockHash> hashes) const;
   // Where a new block of `hash` goes: its hash's pick, or the next one up.
   size_t home(const BlockHash& hash) const;
 
