@@ -160,8 +160,8 @@ std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
   std::vector<int> where;
   // The local tiers are asked a window of keys at a time (one index MultiGet on the SSD for the
   // window, not a Get per block: a 512-block prefix took ~1.1 ms to locate on the H100 host that
-  // way). Windows start small and double, so a prompt that misses early costs a few lookups,
-  // and the lookups past the first miss never exceed the prefix found before it.
+  // way). Windows start at 4 and double up to 256, so a prompt that misses early costs a few
+  // lookups, and those past the first miss are at most 3 or the prefix found before it.
   size_t i = 0;
   for (size_t window = 4; i < keys.size(); window = std::min<size_t>(window * 2, 256)) {
     const size_t end = std::min(keys.size(), i + window);
