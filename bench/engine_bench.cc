@@ -66,15 +66,6 @@ Result<double> copy_rate(VulkanContext& ctx, uint64_t bytes, int per_submit, int
   return 2.0 * bytes / t;
 }
 
-double copy_rate_or_die(VulkanContext& ctx, uint64_t bytes, int per_submit, int reps) {
-  auto r = copy_rate(ctx, bytes, per_submit, reps);
-  if (!r.ok()) {
-    std::cerr << r.status().to_string() << "\n";
-    std::exit(1);
-  }
-  return *r;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,7 +97,9 @@ int main(int argc, char** argv) {
   };
 
   // Reference: a plain copy kernel.
-  const double copy_bps = copy_rate_or_die(ctx, copy_bytes, 10, reps);
+  auto copy_or = copy_rate(ctx, copy_bytes, 10, reps);
+  if (!copy_or.ok()) die(copy_or.status());
+  const double copy_bps = *copy_or;
 
   Report report("engine_bench: paged decode attention, 32 query heads / 8 KV heads, head_dim 128, "
                 "block 16",

@@ -236,14 +236,14 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
 }
 
 // A context longer than the device's grid can hold splits of is refused before anything is
-// recorded (the launch would otherwise cover only the first splits and merge a partial row).
+// recorded (such a dispatch is invalid usage in Vulkan: undefined behaviour, not a clear error).
 TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
   PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
   PagedAttentionDecode kernel(gpu());
   const uint32_t split = kernel.split_tokens(view, 4);
   ASSERT_GT(split, 0u);
   const uint64_t too_long = (uint64_t{gpu().info().max_workgroup_count[2]} + 1) * split;
-  ASSERT_LE(too_long, uint64_t{UINT32_MAX});
+  if (too_long > UINT32_MAX) GTEST_SKIP() << "this device's grid holds every context a DecodeBatch can name";
   DecodeBatch b{0, 0, 0, 1, 0, 1, static_cast<uint32_t>(too_long), 32};
   auto batch = std::move(CommandBatch::begin(gpu())).value();
   Status st = kernel.record(batch, b, view, AttentionOptions{0.1f, 0, 0});
