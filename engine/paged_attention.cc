@@ -1,7 +1,7 @@
 #include "engine/paged_attention.h"
 
 #include <algorithm>
-#include <cstring>
+#include <utility>
 #include <vector>
 
 namespace kvtier {
@@ -121,14 +121,17 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
     const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * 4);
     if (tickets_.size() < ticket_bytes) {
       // Zeroed once; every launch leaves them at zero (the last workgroup resets its ticket).
-      KVTIER_ASSIGN_OR_RETURN(tickets_, GpuBuffer::create(ctx_, ticket_bytes, MemoryKind::kDevice));
+      // Launches recorded earlier in this batch keep the old buffers (also below).
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, ticket_bytes, MemoryKind::kDevice));
+      batch.retain(std::exchange(tickets_, std::move(grown)));
       batch.fill(tickets_, 0, ticket_bytes, 0);
       batch.barrier();
     }
     const uint64_t rows = static_cast<uint64_t>(b.num_seqs) * b.num_heads * max_splits;
     const uint64_t need = rows * cache.head_dim * 4 + rows * 8;
     if (partial_.size() < need) {
-      KVTIER_ASSIGN_OR_RETURN(partial_, GpuBuffer::create(ctx_, need, MemoryKind::kDevice));
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, need, MemoryKind::kDevice));
+      batch.retain(std::exchange(partial_, std::move(grown)));
     }
     part_out = partial_.address();
     part_ml = part_out + rows * cache.head_dim * 4;
@@ -227,16 +230,21 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     }
   }
   if (tiles.empty()) return ok_status();
-  // A small host-visible table. A batch may launch many layers over the same tiles; it is only
-  // rewritten when they change (the launcher's contract: not while a batch using it is running).
-  if (tiles != tile_values_) {
+  // The tile table is written in the batch's own stream, so each launch reads the tiles it was
+  // recorded with, whatever later launches or batches write (a host-visible table rewritten in
+  // place would change under launches recorded before). A model's layers launch over the same
+  // tiles: written once per batch while they stay the same.
+  if (tiles != tile_values_ || batch.id() != tiles_batch_) {
     if (tiles_.size() < tiles.size() * 4) {
-      KVTIER_ASSIGN_OR_RETURN(tiles_, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
-                                                        MemoryKind::kUpload));
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer table, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
+                                                                 MemoryKind::kDevice));
+      batch.retain(std::exchange(tiles_, std::move(table)));
     }
-    std::memcpy(tiles_.mapped(), tiles.data(), tiles.size() * 4);
-    KVTIER_RETURN_IF_ERROR(tiles_.flush(0, tiles.size() * 4));
+    batch.barrier();  // launches recorded before have read the table
+    batch.update(tiles_, 0, std::as_bytes(std::span(tiles)));
+    batch.barrier();
     tile_values_ = tiles;
+    tiles_batch_ = batch.id();
   }
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
@@ -254,8 +262,9 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
                             std::to_string(split_launch ? max_splits : 1) + " splits exceeds the device's grid");
   }
   if (split_launch && partial_.size() < partial_bytes) {
-    KVTIER_ASSIGN_OR_RETURN(partial_, GpuBuffer::create(ctx_, std::max(partial_bytes, partial_.size() * 2),
-                                                        MemoryKind::kDevice));
+    KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, std::max(partial_bytes, partial_.size() * 2),
+                                                               MemoryKind::kDevice));
+    batch.retain(std::exchange(partial_, std::move(grown)));
   }
   VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
                   tiles_.address(), split_launch ? partial_.address() : 0, cache.num_kv_heads,

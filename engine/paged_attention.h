@@ -17,8 +17,10 @@
 // many rows share the launch, nor whether they are prefill or decode rows.
 //
 // Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
-// Each launcher keeps scratch buffers that a recorded batch uses. Many launches of the same shape
-// may share one batch (a model's layers); for a different shape, wait for the batch first.
+// Each launcher keeps scratch buffers that recorded batches use. Launches of any shapes may share
+// one batch: scratch a launch outgrows stays with that batch until it is done, and tile tables are
+// written in the batch's stream, so launches recorded before still find theirs. A launcher
+// outlives its batches.
 #pragma once
 
 #include <span>
@@ -36,7 +38,7 @@ struct DecodeBatch {
   uint32_t max_blocks_per_seq = 0;
   uint64_t seq_lens = 0;
   uint32_t num_seqs = 0;
-  uint32_t max_seq_len = 0;  // the longest seq_lens entry (sizes the split grid)
+  uint32_t max_seq_len = 0;  // at least the longest seq_lens entry (sizes the split grid)
   uint32_t num_heads = 0;
 };
 
@@ -71,7 +73,7 @@ struct VarlenBatch {
   uint64_t cu_seqlens_q = 0;   // device i32 [num_seqs + 1]
   std::span<const int32_t> host_cu_seqlens_q;  // the same, on the host
   uint32_t num_heads = 0;
-  uint32_t max_seq_len = 0;    // the longest seq_lens entry (sizes the split grid)
+  uint32_t max_seq_len = 0;    // at least the longest seq_lens entry (sizes the split grid)
 };
 
 class PagedAttentionVarlen {
@@ -121,7 +123,8 @@ class PagedAttentionVarlen {
   SplitPolicy policy_;
   Path preferred_;
   GpuBuffer tiles_;
-  std::vector<int32_t> tile_values_;  // what tiles_ holds
+  std::vector<int32_t> tile_values_;  // what tiles_ holds after the last write recorded
+  uint64_t tiles_batch_ = 0;          // the batch that write was recorded in
   GpuBuffer partial_;                 // per-split states of a split launch, grown on demand
 };
 

@@ -11,6 +11,7 @@
 // (a few ulp each, NVIDIA's being the loosest), while a wrong index, mask or scale moves outputs
 // by far more.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -250,6 +251,87 @@ TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("exceeds the device's grid"), std::string::npos) << st.to_string();
   EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
+}
+
+// A launch that needs larger scratch buffers than the launcher holds may share a batch with
+// launches recorded before it: the buffers those use stay alive until the batch is done. On
+// lavapipe device memory is host memory; with glibc told to mmap every allocation of 64 KiB or
+// more, freeing the first launch's 1 MiB of partials at record time unmaps what it then writes to
+// (checked: the test crashes without the batch keeping them). Both launches must still give the
+// reference's rows.
+TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesIntact) {
+  mallopt(M_MMAP_THRESHOLD, 64 << 10);  // this test's process only (ctest runs each test alone)
+  const AttnCase c{"grow", DType::kBF16, 128, 4, 2, 16, {600, 700, 650}};
+  PagedProblem s(c, {1, 1, 1});
+  const auto ref = s.reference(c);
+  const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
+  PagedAttentionDecode kernel(gpu());
+  GpuBuffer first = testing::gpu_zeros(row * 4), all = testing::gpu_zeros(3 * row * 4);
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  const uint32_t heads = static_cast<uint32_t>(s.num_heads), blocks = static_cast<uint32_t>(s.max_blocks);
+  // max_seq_len is an upper bound: 64k tokens size a grid of 256 splits (1 MiB of partials) for
+  // the first launch, and the second launch's three sequences need three times that and more
+  // tickets than the first one's.
+  Status st = kernel.record(batch, DecodeBatch{s.gq.address(), first.address(), s.gtables.address(), blocks,
+                                               s.glens.address(), 1, 1u << 16, heads},
+                            s.view, s.options);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  st = kernel.record(batch, DecodeBatch{s.gq.address(), all.address(), s.gtables.address(), blocks,
+                                        s.glens.address(), 3, 1u << 16, heads},
+                     s.view, s.options);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(batch.submit_and_wait().ok());
+  expect_close(from_gpu<float>(first, row), std::vector<float>(ref.begin(), ref.begin() + row), 5e-5f,
+               "the earlier launch");
+  expect_close(from_gpu<float>(all, 3 * row), ref, 5e-5f, "the larger launch");
+}
+
+// The same for prefill: a second launch with other tiles (and more partials) in the batch leaves
+// the first one's tile table and partials as they were. Sequence 1 alone first, then both: with
+// one shared table rewritten in place, the first launch reads the second's tiles, which name a
+// sequence its batch does not have (checked: on lavapipe that crashes, as freeing its partials
+// early does). And a batch that is dropped unsubmitted leaves no tiles behind that a later
+// batch would trust (checked to fail when the table is trusted across batches).
+TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
+  mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
+  const AttnCase c{"retile", DType::kBF16, 128, 4, 2, 16, {200, 300}};
+  PagedProblem s(c, {200, 300});
+  const auto ref = s.reference(c);
+  const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
+  for (Path path : testing::compute_paths()) {
+    PagedAttentionVarlen kernel(gpu(), PagedAttentionVarlen::SplitPolicy::kWorkgroupPerSplit, path);
+    const std::vector<int32_t> cu_one{0, 300};
+    GpuBuffer gcu_one = to_gpu(cu_one);
+    GpuBuffer one = testing::gpu_zeros(300 * row * 4), both = testing::gpu_zeros(500 * row * 4);
+    const uint32_t heads = static_cast<uint32_t>(s.num_heads), blocks = static_cast<uint32_t>(s.max_blocks);
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    const VarlenBatch alone{s.gq.address() + 200 * row * 4, one.address(), s.gtables.address() + blocks * 4,
+                            blocks, s.glens.address() + 4, gcu_one.address(), cu_one, heads, 300};
+    Status st = kernel.record(batch, alone, s.view, s.options);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    st = kernel.record(batch, VarlenBatch{s.gq.address(), both.address(), s.gtables.address(), blocks,
+                                          s.glens.address(), s.gcu.address(), s.cu, heads, 300},
+                       s.view, s.options);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(batch.submit_and_wait().ok());
+    expect_close(from_gpu<float>(one, 300 * row), std::vector<float>(ref.begin() + 200 * row, ref.end()),
+                 tolerance(path, c), "the earlier launch");
+    expect_close(from_gpu<float>(both, 500 * row), ref, tolerance(path, c), "the later launch");
+    // A batch that is recorded but never submitted writes nothing: the next batch that launches
+    // over its tiles writes them again.
+    {
+      auto dropped = std::move(CommandBatch::begin(gpu())).value();
+      ASSERT_TRUE(kernel.record(dropped, alone, s.view, s.options).ok());
+    }
+    auto again = std::move(CommandBatch::begin(gpu())).value();
+    GpuBuffer redo = testing::gpu_zeros(300 * row * 4);
+    VarlenBatch alone_again = alone;
+    alone_again.out = redo.address();
+    ASSERT_TRUE(kernel.record(again, alone_again, s.view, s.options).ok());
+    ASSERT_TRUE(again.submit_and_wait().ok());
+    expect_close(from_gpu<float>(redo, 300 * row), std::vector<float>(ref.begin() + 200 * row, ref.end()),
+                 tolerance(path, c), "after a dropped batch");
+  }
 }
 
 // The path is settled from the device and the cache's shape: the same for every batch a launcher
