@@ -161,7 +161,8 @@ std::vector<BlockRef> chain_blocks(const std::shared_ptr<const KvLayout>& layout
 // with coalescing off and on: {off, on}.
 std::pair<double, double> bench_restore_coalescing(const std::string& dir, const std::vector<BlockRef>& blocks,
                                                    std::shared_ptr<LayoutRegistry> layouts, size_t prefix_blocks,
-                                                   int threads, uint64_t seed, SsdTierOptions o) {
+                                                   int threads, uint64_t seed, SsdTierOptions o,
+                                                   uint64_t coalesce_bytes) {
   o.dir = dir;
   o.reset = true;
   o.capacity_bytes = std::max<uint64_t>((blocks.size() + 512) * (blocks[0]->data().size() + (64 << 10)),
@@ -177,7 +178,7 @@ std::pair<double, double> bench_restore_coalescing(const std::string& dir, const
   const auto prefixes = random_prefixes(blocks.size(), prefix_blocks, seed);
   double gbps[2] = {0, 0};
   for (int on = 0; on < 2; ++on) {
-    o.coalesce_read_bytes = on ? (4ull << 20) : 0;
+    o.coalesce_read_bytes = on ? coalesce_bytes : 0;
     auto tier = std::move(SsdTier::open(o, layouts)).value();
     gbps[on] = restore_bps(*tier, blocks, prefixes, threads);
   }
@@ -312,6 +313,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--restore-bytes", restore_bytes, "KV bytes spilled per layout for that table")->capture_default_str();
   app.add_option("--restore-tokens", restore_tokens, "Tokens per restored prefix in that table")->capture_default_str();
+  uint64_t coalesce_bytes = 4ull << 20;
+  app.add_option("--coalesce-bytes", coalesce_bytes, "SsdTierOptions::coalesce_read_bytes of that table's 'on' column")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   keep_freed_block_memory();
   init_logging("warn");
@@ -387,7 +391,8 @@ int main(int argc, char** argv) {
 
   // 2. Restore of whole prefixes by block size, coalescing adjacent records off and on.
   Report by_layout("ssd_bench: restore of " + std::to_string(restore_tokens) + "-token prefixes spilled together, by layout",
-                   {"layout", "block", "blocks", "coalescing off GB/s", "on (4 MiB) GB/s", "off / fio read",
+                   {"layout", "block", "blocks", "coalescing off GB/s",
+                    "on (" + format_byte_size(coalesce_bytes) + ") GB/s", "off / fio read",
                     "on / fio read", "fio, prefix-sized reads GB/s", "on / that"});
   by_layout.set_meta("machine", machine_description());
   by_layout.set_meta("method", "median of " + std::to_string(reps) + " repetitions; fio read from the table above");
@@ -403,7 +408,8 @@ int main(int argc, char** argv) {
     const auto chain = chain_blocks(l, n);
     std::vector<double> off, on;
     for (int r = 0; r < reps; ++r) {
-      auto [o0, o1] = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads, r, tuning);
+      auto [o0, o1] = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads, r, tuning,
+                                               coalesce_bytes);
       off.push_back(o0);
       on.push_back(o1);
     }
