@@ -1,7 +1,5 @@
 #include "engine/command_batch.h"
 
-#include <algorithm>
-#include <atomic>
 #include <utility>
 
 #include "base/log.h"
@@ -16,12 +14,11 @@ Result<CommandBatch> CommandBatch::begin(VulkanContext& ctx, bool transfer_queue
     ctx.free_command_buffer(cb, transfer_queue);
     return vk_status("vkBeginCommandBuffer", r);
   }
-  static std::atomic<uint64_t> next_id{1};
-  return CommandBatch(ctx, cb, transfer_queue, next_id.fetch_add(1, std::memory_order_relaxed));
+  return CommandBatch(ctx, cb, transfer_queue);
 }
 
 CommandBatch::CommandBatch(CommandBatch&& o) noexcept
-    : ctx_(o.ctx_), cb_(std::exchange(o.cb_, VK_NULL_HANDLE)), transfer_(o.transfer_), id_(o.id_),
+    : ctx_(o.ctx_), cb_(std::exchange(o.cb_, VK_NULL_HANDLE)), transfer_(o.transfer_),
       submitted_(std::exchange(o.submitted_, 0)), retained_(std::move(o.retained_)) {}
 
 CommandBatch::~CommandBatch() {
@@ -55,16 +52,12 @@ void CommandBatch::fill(const GpuBuffer& dst, uint64_t offset, uint64_t bytes, u
   vkCmdFillBuffer(cb_, dst.handle(), offset, bytes, value);
 }
 
-void CommandBatch::update(const GpuBuffer& dst, uint64_t offset, std::span<const std::byte> data) {
-  constexpr size_t kMaxUpdate = 65536;  // vkCmdUpdateBuffer's limit per command
-  for (size_t at = 0; at < data.size(); at += kMaxUpdate) {
-    const size_t n = std::min(kMaxUpdate, data.size() - at);
-    vkCmdUpdateBuffer(cb_, dst.handle(), offset + at, n, data.data() + at);
-  }
+void CommandBatch::retain(GpuBuffer buffer) {
+  if (buffer.handle() != VK_NULL_HANDLE) retained_.push_back(std::make_shared<GpuBuffer>(std::move(buffer)));
 }
 
-void CommandBatch::retain(GpuBuffer buffer) {
-  if (buffer.handle() != VK_NULL_HANDLE) retained_.push_back(std::move(buffer));
+void CommandBatch::retain(std::shared_ptr<void> keep) {
+  if (keep) retained_.push_back(std::move(keep));
 }
 
 void CommandBatch::barrier() {

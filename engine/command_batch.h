@@ -5,8 +5,8 @@
 
 #include <vulkan/vulkan.h>
 
-#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,29 +42,24 @@ class CommandBatch {
   // Makes every earlier write visible to every later read or write (and to the host after
   // completion).
   void barrier();
-  // Writes `data` (a multiple of 4 bytes) into dst at this point of the batch: commands recorded
-  // before it read what dst held before. Needs barrier()s around it like any other write.
-  void update(const GpuBuffer& dst, uint64_t offset, std::span<const std::byte> data);
   // Keeps a buffer that recorded commands use alive until the batch is done with it (destroyed
   // with the batch, after its work completes): for scratch a launcher replaces with a larger one
   // while launches recorded earlier in this batch still name the old one.
   void retain(GpuBuffer buffer);
+  // The same for something shared: released once the batch is done.
+  void retain(std::shared_ptr<void> keep);
 
   Result<uint64_t> submit();
   Status submit_and_wait();
-  // Distinct for every batch this process begins: state recorded into one batch (say, a table a
-  // launcher wrote there) is known to be there for later commands of the same batch only.
-  uint64_t id() const { return id_; }
 
  private:
-  CommandBatch(VulkanContext& ctx, VkCommandBuffer cb, bool transfer, uint64_t id)
-      : ctx_(&ctx), cb_(cb), transfer_(transfer), id_(id) {}
+  CommandBatch(VulkanContext& ctx, VkCommandBuffer cb, bool transfer)
+      : ctx_(&ctx), cb_(cb), transfer_(transfer) {}
   VulkanContext* ctx_;
   VkCommandBuffer cb_;
   bool transfer_;
-  uint64_t id_;
   uint64_t submitted_ = 0;  // timeline value, 0 until submitted
-  std::vector<GpuBuffer> retained_;  // freed after the wait in the destructor
+  std::vector<std::shared_ptr<void>> retained_;  // released after the wait in the destructor
 };
 
 }  // namespace kvtier

@@ -1,6 +1,8 @@
 #include "engine/paged_attention.h"
 
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -230,22 +232,37 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     }
   }
   if (tiles.empty()) return ok_status();
-  // The tile table is written in the batch's own stream, so each launch reads the tiles it was
-  // recorded with, whatever later launches or batches write (a host-visible table rewritten in
-  // place would change under launches recorded before). A model's layers launch over the same
-  // tiles: written once per batch while they stay the same.
-  if (tiles != tile_values_ || batch.id() != tiles_batch_) {
-    if (tiles_.size() < tiles.size() * 4) {
-      KVTIER_ASSIGN_OR_RETURN(GpuBuffer table, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
-                                                                 MemoryKind::kDevice));
-      batch.retain(std::exchange(tiles_, std::move(table)));
+  // A small host-visible table, never rewritten while a batch holds it: launches over the same
+  // tiles (a model's layers, decode steps) share one; other tiles take another table, since
+  // launches recorded before may not have run yet. A table goes back to the launcher's pool once
+  // every batch holding it is done (or dropped): no barrier and, after the first few, no allocation.
+  if (tiles != tile_values_) {
+    GpuBuffer table;
+    {
+      std::lock_guard<std::mutex> lock(tile_pool_->mu);
+      auto& free = tile_pool_->free;
+      auto fits = std::find_if(free.begin(), free.end(), [&](const GpuBuffer& t) { return t.size() >= tiles.size() * 4; });
+      if (fits != free.end()) {
+        table = std::move(*fits);
+        free.erase(fits);
+      }
     }
-    batch.barrier();  // launches recorded before have read the table
-    batch.update(tiles_, 0, std::as_bytes(std::span(tiles)));
-    batch.barrier();
+    if (table.handle() == VK_NULL_HANDLE) {
+      KVTIER_ASSIGN_OR_RETURN(table, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
+                                                       MemoryKind::kUpload));
+    }
+    std::memcpy(table.mapped(), tiles.data(), tiles.size() * 4);
+    KVTIER_RETURN_IF_ERROR(table.flush(0, tiles.size() * 4));
+    tiles_ = std::shared_ptr<GpuBuffer>(new GpuBuffer(std::move(table)), [pool = tile_pool_](GpuBuffer* t) {
+      {
+        std::lock_guard<std::mutex> lock(pool->mu);
+        pool->free.push_back(std::move(*t));
+      }
+      delete t;
+    });
     tile_values_ = tiles;
-    tiles_batch_ = batch.id();
   }
+  batch.retain(tiles_);
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
   const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
@@ -267,7 +284,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     batch.retain(std::exchange(partial_, std::move(grown)));
   }
   VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
-                  tiles_.address(), split_launch ? partial_.address() : 0, cache.num_kv_heads,
+                  tiles_->address(), split_launch ? partial_.address() : 0, cache.num_kv_heads,
                   b.max_blocks_per_seq, o.scale, o.softcap, o.window, max_splits};
   batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads, split_launch ? max_splits : 1);
   if (split_launch) {

@@ -18,11 +18,12 @@
 //
 // Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
 // Each launcher keeps scratch buffers that recorded batches use. Launches of any shapes may share
-// one batch: scratch a launch outgrows stays with that batch until it is done, and tile tables are
-// written in the batch's stream, so launches recorded before still find theirs. A launcher
-// outlives its batches.
+// one batch: scratch a launch outgrows, and tile tables, stay with the batch until it is done, so
+// launches recorded before still find theirs. A launcher outlives its batches.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -122,9 +123,13 @@ class PagedAttentionVarlen {
   VulkanContext& ctx_;
   SplitPolicy policy_;
   Path preferred_;
-  GpuBuffer tiles_;
-  std::vector<int32_t> tile_values_;  // what tiles_ holds after the last write recorded
-  uint64_t tiles_batch_ = 0;          // the batch that write was recorded in
+  struct TilePool {
+    std::mutex mu;
+    std::vector<GpuBuffer> free;  // tables no batch holds any more
+  };
+  std::shared_ptr<TilePool> tile_pool_ = std::make_shared<TilePool>();
+  std::shared_ptr<GpuBuffer> tiles_;  // holds tile_values_
+  std::vector<int32_t> tile_values_;
   GpuBuffer partial_;                 // per-split states of a split launch, grown on demand
 };
 

@@ -288,10 +288,10 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
 
 // The same for prefill: a second launch with other tiles (and more partials) in the batch leaves
 // the first one's tile table and partials as they were. Sequence 1 alone first, then both: with
-// one shared table rewritten in place, the first launch reads the second's tiles, which name a
+// one shared table rewritten in place, the first launch reads a later one's tiles, which name a
 // sequence its batch does not have (checked: on lavapipe that crashes, as freeing its partials
-// early does). And a batch that is dropped unsubmitted leaves no tiles behind that a later
-// batch would trust (checked to fail when the table is trusted across batches).
+// early does, and as handing its table to the third launch does). A batch dropped unsubmitted
+// leaves the launcher working.
 TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
   mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
   const AttnCase c{"retile", DType::kBF16, 128, 4, 2, 16, {200, 300}};
@@ -313,10 +313,20 @@ TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
                                           s.glens.address(), s.gcu.address(), s.cu, heads, 300},
                        s.view, s.options);
     ASSERT_TRUE(st.ok()) << st.to_string();
+    // A third tiling (sequence 0's last row as a decode row, then all of sequence 1): its table
+    // must not be the first launch's, though that one is no longer the launcher's latest.
+    const std::vector<int32_t> cu_mixed{0, 1, 301};
+    GpuBuffer gcu_mixed = to_gpu(cu_mixed), mixed = testing::gpu_zeros(301 * row * 4);
+    st = kernel.record(batch, VarlenBatch{s.gq.address() + 199 * row * 4, mixed.address(), s.gtables.address(),
+                                          blocks, s.glens.address(), gcu_mixed.address(), cu_mixed, heads, 300},
+                       s.view, s.options);
+    ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(batch.submit_and_wait().ok());
     expect_close(from_gpu<float>(one, 300 * row), std::vector<float>(ref.begin() + 200 * row, ref.end()),
                  tolerance(path, c), "the earlier launch");
     expect_close(from_gpu<float>(both, 500 * row), ref, tolerance(path, c), "the later launch");
+    expect_close(from_gpu<float>(mixed, 301 * row), std::vector<float>(ref.begin() + 199 * row, ref.end()),
+                 tolerance(path, c), "the third launch");
     // A batch that is recorded but never submitted writes nothing: the next batch that launches
     // over its tiles writes them again.
     {
