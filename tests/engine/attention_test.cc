@@ -269,9 +269,9 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
   GpuBuffer first = testing::gpu_zeros(row * 4), all = testing::gpu_zeros(3 * row * 4);
   auto batch = std::move(CommandBatch::begin(gpu())).value();
   const uint32_t heads = static_cast<uint32_t>(s.num_heads), blocks = static_cast<uint32_t>(s.max_blocks);
-  // max_seq_len is an upper bound: 64k tokens size a grid of 256 splits (1 MiB of partials) for
-  // the first launch, and the second launch's three sequences need three times that and more
-  // tickets than the first one's.
+  // max_seq_len is an upper bound: 64k tokens size a grid of 256 splits of 256 tokens (1 MiB of
+  // partials) for the first launch, and the second launch's three sequences need three times
+  // that and more tickets than the first one's.
   Status st = kernel.record(batch, DecodeBatch{s.gq.address(), first.address(), s.gtables.address(), blocks,
                                                s.glens.address(), 1, 1u << 16, heads},
                             s.view, s.options);
@@ -290,8 +290,8 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
 // the first one's tile table and partials as they were. Sequence 1 alone first, then both: with
 // one shared table rewritten in place, the first launch reads a later one's tiles, which name a
 // sequence its batch does not have (checked: on lavapipe that crashes, as freeing its partials
-// early does, and as handing its table to the third launch does). A batch dropped unsubmitted
-// leaves the launcher working.
+// early does; handing the first table to the third launch gives the first launch wrong rows).
+// A batch dropped unsubmitted leaves the launcher working.
 TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
   mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
   const AttnCase c{"retile", DType::kBF16, 128, 4, 2, 16, {200, 300}};

@@ -28,9 +28,10 @@ struct SsdTierOptions {
   unsigned writer_queue_depth = 64;         // io_uring depth of the writer (>= 32)
   unsigned reader_queue_depth = 64;
   // Records adjacent on disk are read together in ops of up to this many bytes, then split (0:
-  // one op per record). Off by default: on the H100 host's disk it cost 5-10% at every block
-  // size (ssd_bench, 16 KiB to 2 MiB blocks), since io_uring already keeps 64 reads in flight
-  // and small-block restore is bound by per-block verification, not by the number of reads.
+  // one op per record). Off by default. On the H100 host's disk (ssd_bench, 16 KiB to 2 MiB
+  // blocks) it cost 5-10% for short restores, two 128-block prefixes in flight (a record is then
+  // verified only once its whole op is in), yet a 512-block fetch of 16 KiB blocks took ~15%
+  // less time with 1 MiB ops. Either way the restore there waits on the disk, not the CPU.
   uint64_t coalesce_read_bytes = 0;
   // Segments written at once, write groups taking turns between them (each group stays in one, so
   // blocks spilled together stay back to back). Tried because a second directory (a second writer
