@@ -147,27 +147,31 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
 }
 
 PagedAttentionVarlen::Path PagedAttentionVarlen::default_path(const VulkanContext& ctx) {
-  return ctx.info().coopmat_f16 ? Path::kCoopMat : Path::kScalar;
+  return ctx.info().coopmat_mma_fragments ? Path::kCoopMat : Path::kScalar;
 }
 
 Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const PagedKvView& cache,
                                                                      uint32_t gqa) const {
   const DeviceInfo& info = ctx_.info();
-  if (preferred_ == Path::kCoopMat && info.coopmat_f16 && cache.head_dim % 16 == 0) {
+  if (preferred_ == Path::kCoopMat && info.coopmat_mma_fragments && cache.head_dim % 16 == 0) {
     // A subgroup per 16 rows of one query head, up to 8 subgroups sharing each K/V chunk (rows
-    // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens):
-    // 8 subgroups 48/59 TFLOP/s, 4 subgroups 26/31. Shared memory: K and V chunks (32 keys, f16)
-    // and per subgroup scores (f32) and weights (f16) for 16 x 32, and 3 floats per row, with the
-    // kernel's padded strides (KS, SS, PS).
-    auto shared_bytes = [&](uint32_t subgroups) {
-      return 2ull * 32 * (cache.head_dim + 8) * 2 + subgroups * 16ull * (36 * 4 + 40 * 2 + 3 * 4);
+    // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens, the
+    // kernel before the softmax moved into registers): 8 subgroups 48/59 TFLOP/s, 4 subgroups
+    // 26/31. Shared memory: K and V chunks (f16, the kernel's padded stride) and a 16x16 f32
+    // staging tile per subgroup. Chunks of 64 keys where they fit (74 TFLOP/s at 16k against 70
+    // for 32), else 32 (head_dim 256).
+    auto shared_bytes = [&](uint32_t chunk, uint32_t subgroups) {
+      return 2ull * chunk * (cache.head_dim + 8) * 2 + subgroups * 16ull * 20 * 4;
     };
-    for (uint32_t rb = std::max<uint32_t>(1, 8 / gqa); rb >= 1; rb /= 2) {
-      const uint32_t subgroups = rb * gqa;
-      if (subgroups * 32 <= info.max_workgroup_invocations && shared_bytes(subgroups) <= info.max_shared_memory) {
-        return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb};
+    for (uint32_t chunk : {64u, 32u}) {
+      for (uint32_t rb = std::max<uint32_t>(1, 8 / gqa); rb >= 1; rb /= 2) {
+        const uint32_t subgroups = rb * gqa;
+        if (subgroups * 32 <= info.max_workgroup_invocations &&
+            shared_bytes(chunk, subgroups) <= info.max_shared_memory) {
+          return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb, chunk};
+        }
+        if (rb == 1) break;
       }
-      if (rb == 1) break;
     }
   }
   // Each lane owns 32 dimensions (fewer lanes for small heads); a row's lanes share a subgroup.
@@ -183,7 +187,7 @@ Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const Paged
     return unavailable("attention: GQA " + std::to_string(gqa) + " x head_dim " +
                        std::to_string(cache.head_dim) + " exceeds this device's workgroup limits");
   }
-  return Launch{Path::kScalar, wg, qt, p, 0};
+  return Launch{Path::kScalar, wg, qt, p, 0, 0};
 }
 
 PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, uint32_t num_heads) const {
@@ -197,7 +201,7 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(c
   if (l.path == Path::kCoopMat) {
     return ctx_.pipeline("paged_attention_varlen_coopmat",
                          {l.wg, cache.head_dim, cache.block_size, gqa, l.row_blocks, kernel_dtype(cache.dtype),
-                          kSplitTokens},
+                          kSplitTokens, l.chunk},
                          sizeof(VarlenParams));
   }
   return ctx_.pipeline("paged_attention_varlen",

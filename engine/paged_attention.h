@@ -115,6 +115,7 @@ class PagedAttentionVarlen {
     uint32_t wg, qt;
     uint32_t lanes;       // scalar: lanes per row
     uint32_t row_blocks;  // cooperative matrices: 16-row blocks per tile
+    uint32_t chunk;       // cooperative matrices: keys per K/V chunk in shared memory
   };
   Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,

@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "engine/command_batch.h"
 #include "engine/compute_pipeline.h"
+#include "engine/gpu_buffer.h"
 
 namespace kvtier {
 
@@ -33,9 +35,36 @@ Status vk_status(const char* what, VkResult r) {
     if (_r != VK_SUCCESS) return vk_status(what, _r); \
   } while (0)
 
+namespace {
+
+// Runs coopmat_fragment_probe: true when the device lays out 16x16 f32 fragments as
+// kernels/common/mma_fragment.glsl says.
+Result<bool> probe_mma_fragments(VulkanContext& ctx) {
+  KVTIER_ASSIGN_OR_RETURN(auto probe, ctx.pipeline("coopmat_fragment_probe", {}, sizeof(uint64_t)));
+  KVTIER_ASSIGN_OR_RETURN(GpuBuffer flag, GpuBuffer::create(ctx, 4, MemoryKind::kDownload));
+  KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx));
+  const uint64_t address = flag.address();
+  batch.dispatch(*probe, address, 1);
+  KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
+  KVTIER_RETURN_IF_ERROR(flag.invalidate(0, 4));
+  uint32_t ok = 0;
+  std::memcpy(&ok, flag.mapped(), 4);
+  return ok == 1;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<VulkanContext>> VulkanContext::create() {
   std::unique_ptr<VulkanContext> ctx(new VulkanContext());
   KVTIER_RETURN_IF_ERROR(ctx->init());
+  if (ctx->info_.coopmat_f16) {
+    // A probe that fails to run is a broken device, not a different layout: report it.
+    KVTIER_ASSIGN_OR_RETURN(ctx->info_.coopmat_mma_fragments, probe_mma_fragments(*ctx));
+    if (!ctx->info_.coopmat_mma_fragments) {
+      spdlog::warn("vulkan: cooperative-matrix fragments are laid out differently from what the tensor-core "
+                   "attention kernel assumes; attention takes the scalar kernels on this device");
+    }
+  }
   return ctx;
 }
 

@@ -45,6 +45,10 @@ struct DeviceInfo {
   // Tensor cores through VK_NV_cooperative_matrix: 16x16x16 f16 x f16 + f32 in a subgroup of 32,
   // with shaderFloat16. Attention prefers them when present (KVTIER_VK_COOPMAT=0: never).
   bool coopmat_f16 = false;
+  // coopmat_f16, and the device's 16x16 f32 fragments are laid out as the tensor-core attention
+  // kernel assumes (kernels/common/mma_fragment.glsl; checked by a probe kernel at creation).
+  // Attention takes the tensor-core path only then.
+  bool coopmat_mma_fragments = false;
 };
 
 // Thread-safe: submissions are serialized by an internal mutex; pipelines are cached.

@@ -348,7 +348,7 @@ TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
 // records (the signature has no batch to look at), the scalar one where cooperative matrices are
 // missing or the shape does not suit them, and the device's fastest by default.
 TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
-  const bool coopmat = gpu().info().coopmat_f16;
+  const bool coopmat = gpu().info().coopmat_mma_fragments;
   EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), coopmat ? Path::kCoopMat : Path::kScalar);
   PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
   PagedAttentionVarlen preferring_coopmat(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kCoopMat);
@@ -359,6 +359,22 @@ TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
   EXPECT_EQ(preferring_coopmat.path(view, 32), Path::kScalar);
 }
 
+// The tensor-core kernel keeps its softmax on the fragments, so it runs only where the start-up
+// probe found the fragment layout it assumes. NVIDIA's driver gives that layout (the H100 through
+// the device tool): if a driver changed it, attention would fall back to the scalar kernels
+// quietly, so this says so on the hardware the figures come from. Lavapipe has no cooperative
+// matrices: nothing to probe.
+TEST(AttentionPath, TensorCoreFragmentsProbedOnNvidia) {
+  const DeviceInfo& info = gpu().info();
+  if (!info.coopmat_f16) {
+    EXPECT_FALSE(info.coopmat_mma_fragments);
+    GTEST_SKIP() << "no cooperative matrices on " << info.name;
+  }
+  if (info.name.find("NVIDIA") == std::string::npos) GTEST_SKIP() << "layout not known for " << info.name;
+  EXPECT_TRUE(info.coopmat_mma_fragments);
+  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), Path::kCoopMat);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTriangle,
     ::testing::Values(
@@ -367,7 +383,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"f32_d128_gqa8_b16", DType::kF32, 128, 8, 1, 16, {17, 64, 1025}},
         AttnCase{"bf16_d64_gqa4_softcap", DType::kBF16, 64, 4, 2, 16, {50, 600}, 30.0f},
         AttnCase{"f16_d128_gqa4_b32_window", DType::kF16, 128, 4, 2, 32, {200, 1100}, 0.0f, 128},
-        AttnCase{"bf16_d128_gqa2_softcap_window", DType::kBF16, 128, 2, 2, 16, {1, 600}, 50.0f, 100}),
+        AttnCase{"bf16_d128_gqa2_softcap_window", DType::kBF16, 128, 2, 2, 16, {1, 600}, 50.0f, 100},
+        // 64-key chunks do not fit shared memory at head_dim 256: the tensor-core kernel takes 32.
+        AttnCase{"bf16_d256_gqa2", DType::kBF16, 256, 2, 1, 16, {1, 40, 300}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

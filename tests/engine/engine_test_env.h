@@ -65,7 +65,7 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
 // cores) where the device has them — not lavapipe; the H100 through the device tool.
 inline std::vector<PagedAttentionVarlen::Path> compute_paths() {
   std::vector<PagedAttentionVarlen::Path> paths{PagedAttentionVarlen::Path::kScalar};
-  if (gpu().info().coopmat_f16) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
+  if (gpu().info().coopmat_mma_fragments) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
   return paths;
 }
 
