@@ -44,7 +44,7 @@ layout(constant_id = 7) const uint CT = 64;      // keys per chunk: 64, or 32 wh
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
-const uint KS = HEAD_DIM + 8;  // k_s, v_s row stride (f16), padded off the banks' period
+const uint KS4 = HEAD_DIM / 8 + 1;  // k_s, v_s row stride in uvec4s (8 f16), padded off the banks' period
 const uint TS = 20;            // t_s row stride (f32)
 const uint DT = HEAD_DIM / 16;
 const uint NT = CT / 16;       // 16-key tiles per chunk
@@ -75,11 +75,9 @@ layout(push_constant) uniform Params {
   uint max_splits;
 } pc;
 
-shared float16_t k_s[CT * KS];
-shared float16_t v_s[CT * KS];
+shared uvec4 k_s[CT * KS4];
+shared uvec4 v_s[CT * KS4];
 shared float t_s[NSG * 16 * TS];  // a subgroup's staging for one f32 16x16 tile
-
-float16_t to_half(float x) { return float16_t(clamp(x, -F16_MAX, F16_MAX)); }
 
 // A chunk's keys and values go from global memory to registers to k_s / v_s (as f16), with no
 // look-ahead: holding the next chunk in registers while this one computes (NL uvec4s each for K
@@ -106,28 +104,35 @@ void fetch_chunk(int c, int seq, int ctx, uint kh, uint tid) {
   }
 }
 
+// k_s / v_s rows hold f16 values packed 8 to a uvec4, so a thread stores a 16-byte load with one
+// 16-byte store (bf16 converted pairwise), not eight 2-byte ones.
+uint pack_half2(float a, float b) { return packHalf2x16(clamp(vec2(a, b), -F16_MAX, F16_MAX)); }
+
 void store_chunk(uint tid) {
   [[unroll]] for (uint n = 0; n < NL; ++n) {
     const uint idx = tid + n * WG;
     if (idx >= CT * VECS) break;
-    const uint at_ = (idx / VECS) * KS + (idx % VECS) * EPL;
+    const uint t = idx / VECS, v = idx % VECS;
     if (DTYPE == DT_F16) {
-      [[unroll]] for (uint w = 0; w < 4; ++w) {
-        const f16vec2 kh2 = unpackFloat2x16(kw[n][w]);
-        const f16vec2 vh2 = unpackFloat2x16(vw[n][w]);
-        k_s[at_ + 2 * w] = kh2.x;
-        k_s[at_ + 2 * w + 1] = kh2.y;
-        v_s[at_ + 2 * w] = vh2.x;
-        v_s[at_ + 2 * w + 1] = vh2.y;
-      }
-    } else {
+      k_s[t * KS4 + v] = kw[n];
+      v_s[t * KS4 + v] = vw[n];
+    } else if (DTYPE == DT_BF16) {
       float kf[8], vf[8];
       unpack8(kw[n], DTYPE, kf);
       unpack8(vw[n], DTYPE, vf);
-      [[unroll]] for (uint k = 0; k < EPL; ++k) {
-        k_s[at_ + k] = to_half(kf[k]);
-        v_s[at_ + k] = to_half(vf[k]);
+      uvec4 kp, vp;
+      [[unroll]] for (uint w = 0; w < 4; ++w) {
+        kp[w] = pack_half2(kf[2 * w], kf[2 * w + 1]);
+        vp[w] = pack_half2(vf[2 * w], vf[2 * w + 1]);
       }
+      k_s[t * KS4 + v] = kp;
+      v_s[t * KS4 + v] = vp;
+    } else {  // f32: 4 values, half a uvec4
+      const uint at_ = t * KS4 + v / 2, w = (v % 2) * 2;
+      k_s[at_][w] = pack_half2(uintBitsToFloat(kw[n].x), uintBitsToFloat(kw[n].y));
+      k_s[at_][w + 1] = pack_half2(uintBitsToFloat(kw[n].z), uintBitsToFloat(kw[n].w));
+      v_s[at_][w] = pack_half2(uintBitsToFloat(vw[n].x), uintBitsToFloat(vw[n].y));
+      v_s[at_][w + 1] = pack_half2(uintBitsToFloat(vw[n].z), uintBitsToFloat(vw[n].w));
     }
   }
 }
@@ -237,7 +242,7 @@ void main() {
     [[unroll]] for (uint j = 0; j < DT; ++j) {
       [[unroll]] for (uint n = 0; n < NT; ++n) {
         HALF kt;
-        coopMatLoadNV(kt, k_s, n * 16 * KS + j * 16, KS, true);
+        coopMatLoadNV(kt, k_s, n * 16 * KS4 + j * 2, KS4, true);
         sacc[n] = coopMatMulAddNV(qf[j], kt, sacc[n]);
       }
     }
@@ -285,7 +290,7 @@ void main() {
       ol = coopMatMulAddNV(pm[n], ones, ol);
       [[unroll]] for (uint j = 0; j < DT; ++j) {
         HALF vt;
-        coopMatLoadNV(vt, v_s, n * 16 * KS + j * 16, KS, false);
+        coopMatLoadNV(vt, v_s, n * 16 * KS4 + j * 2, KS4, false);
         o[j] = coopMatMulAddNV(pm[n], vt, o[j]);
       }
     }
