@@ -197,11 +197,15 @@ PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, 
 }
 
 Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(const PagedKvView& cache,
-                                                                              uint32_t gqa, const Launch& l) {
+                                                                              uint32_t gqa, const Launch& l,
+                                                                              const AttentionOptions& o) {
   if (l.path == Path::kCoopMat) {
+    // Without a softcap and with a positive scale, the kernel keeps raw dot products and folds the
+    // scale into its exp2 (RAW_SCORES).
+    const uint32_t raw_scores = o.softcap <= 0 && o.scale > 0 ? 1 : 0;
     return ctx_.pipeline("paged_attention_varlen_coopmat",
                          {l.wg, cache.head_dim, cache.block_size, gqa, l.row_blocks, kernel_dtype(cache.dtype),
-                          kSplitTokens, l.chunk},
+                          kSplitTokens, l.chunk, raw_scores},
                          sizeof(VarlenParams));
   }
   return ctx_.pipeline("paged_attention_varlen",
@@ -215,7 +219,7 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
   const uint32_t gqa = num_heads / cache.num_kv_heads;
   auto l = configure(cache, gqa);
   if (!l.ok()) return l.status().to_string();
-  auto p = varlen_pipeline(cache, gqa, *l);
+  auto p = varlen_pipeline(cache, gqa, *l, AttentionOptions{});
   return p.ok() ? (*p)->statistics() : p.status().to_string();
 }
 
@@ -267,7 +271,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     tile_values_ = tiles;
   }
   batch.retain(tiles_);
-  KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch));
+  KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch, o));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
   const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
   const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);

@@ -119,7 +119,7 @@ class PagedAttentionVarlen {
   };
   Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
-                                                           const Launch& launch);
+                                                           const Launch& launch, const AttentionOptions& o);
 
   VulkanContext& ctx_;
   SplitPolicy policy_;

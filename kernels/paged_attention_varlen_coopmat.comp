@@ -41,6 +41,7 @@ layout(constant_id = 4) const uint RB = 1;
 layout(constant_id = 5) const uint DTYPE = DT_BF16;
 layout(constant_id = 6) const uint SPLIT = 256;  // a multiple of CT
 layout(constant_id = 7) const uint CT = 64;      // keys per chunk: 64, or 32 where 64 do not fit
+layout(constant_id = 8) const uint RAW_SCORES = 0;  // 1: no softcap and scale > 0 (see score())
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
@@ -137,6 +138,14 @@ void store_chunk(uint tid) {
   }
 }
 
+// With RAW_SCORES a row's running maximum is over raw dot products (a positive scale keeps their
+// order) and a weight is exp2(dot * k - max * k) with k = scale * log2(e): one FMA and the exp2
+// per score instead of a scaling, a subtraction and exp's own scaling. In natural units the
+// maximum is max * scale (the partials' and the merge's m).
+float score(float dot) { return RAW_SCORES != 0 ? dot : attention_score(dot, pc.scale, pc.softcap); }
+float weight(float x, float m, float mk, float k) { return RAW_SCORES != 0 ? exp2(fma(x, k, -mk)) : exp(x - m); }
+float natural_max(float m) { return RAW_SCORES != 0 ? m * pc.scale : m; }
+
 float quad_max(float x) {
   x = max(x, subgroupShuffleXor(x, 1));
   return max(x, subgroupShuffleXor(x, 2));
@@ -215,6 +224,7 @@ void main() {
     }
   }
   const HALF ones = HALF(1.0);
+  const float k2 = pc.scale * 1.4426950408889634;  // log2(e)
 
   ACC o[DT], run_o[DT], ol;
   [[unroll]] for (uint j = 0; j < DT; ++j) run_o[j] = ACC(0.0);
@@ -253,7 +263,7 @@ void main() {
     if (whole) {
       [[unroll]] for (uint n = 0; n < NT; ++n) {
         [[unroll]] for (uint e = 0; e < 8; ++e) {
-          const float x = attention_score(sacc[n][e], pc.scale, pc.softcap);
+          const float x = score(sacc[n][e]);
           sacc[n][e] = x;
           mc[frag_group(e)] = max(mc[frag_group(e)], x);
         }
@@ -263,26 +273,26 @@ void main() {
         [[unroll]] for (uint e = 0; e < 8; ++e) {
           const uint g = frag_group(e);
           const int tok = c * int(CT) + int(n * 16 + frag_col(lane, e));
-          const float x = (!valid[g] || tok > pos[g] || tok < lo[g]) ? NEG_INF
-                                                                      : attention_score(sacc[n][e], pc.scale, pc.softcap);
+          const float x = (!valid[g] || tok > pos[g] || tok < lo[g]) ? NEG_INF : score(sacc[n][e]);
           sacc[n][e] = x;
           mc[g] = max(mc[g], x);
         }
       }
     }
-    float corr[2];
+    float corr[2], mk[2];
     bool none[2];
     [[unroll]] for (uint g = 0; g < 2; ++g) {
       const float m_new = max(m[g], quad_max(mc[g]));
       none[g] = m_new == NEG_INF;
-      corr[g] = none[g] ? 1.0 : exp(m[g] - m_new);
+      mk[g] = m_new * k2;
+      corr[g] = none[g] ? 1.0 : weight(m[g], m_new, mk[g], k2);
       m[g] = m_new;
     }
     HALF pm[NT];
     [[unroll]] for (uint n = 0; n < NT; ++n) {
       [[unroll]] for (uint e = 0; e < 8; ++e) {
         const uint g = frag_group(e);
-        sacc[n][e] = none[g] ? 0.0 : exp(sacc[n][e] - m[g]);
+        sacc[n][e] = none[g] ? 0.0 : weight(sacc[n][e], m[g], mk[g], k2);
       }
       pm[n] = HALF(sacc[n]);
     }
@@ -319,7 +329,7 @@ void main() {
         const uint64_t at_ = (orow[g] * pc.max_splits + uint(s)) * (HEAD_DIM + 2);
         dst[g] = pc.partial + at_ * 4;
         if (valid[g] && (lane & 3) == 0) {
-          F32Ref(pc.partial + (at_ + HEAD_DIM) * 4).v[0] = m[g];
+          F32Ref(pc.partial + (at_ + HEAD_DIM) * 4).v[0] = natural_max(m[g]);
           F32Ref(pc.partial + (at_ + HEAD_DIM + 1) * 4).v[0] = l[g];
         }
       }
@@ -337,12 +347,12 @@ void main() {
       if (l[g] > 0.0) {
         if (run_l[g] == 0.0) {
           mode[g] = 1.0;
-          run_m[g] = m[g];
+          run_m[g] = natural_max(m[g]);
           run_l[g] = l[g];
         } else {
           mode[g] = 2.0;
           float mm;
-          merge_factors(run_m[g], m[g], mm, fa[g], fb[g]);
+          merge_factors(run_m[g], natural_max(m[g]), mm, fa[g], fb[g]);
           precise float nl = run_l[g] * fa[g] + l[g] * fb[g];
           run_l[g] = nl;
           run_m[g] = mm;
