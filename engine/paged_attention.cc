@@ -158,8 +158,8 @@ Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const Paged
     // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens, the
     // kernel before the softmax moved into registers): 8 subgroups 48/59 TFLOP/s, 4 subgroups
     // 26/31. Shared memory: K and V chunks (f16, the kernel's padded stride) and a 16x16 f32
-    // staging tile per subgroup. Chunks of 64 keys where they fit (74 TFLOP/s at 16k against 70
-    // for 32), else 32 (head_dim 256).
+    // staging tile per subgroup. Chunks of 64 keys where they fit (the kernel's first version:
+    // 74 TFLOP/s at 16k against 70 for 32), else 32 (head_dim 256).
     auto shared_bytes = [&](uint32_t chunk, uint32_t subgroups) {
       return 2ull * chunk * (cache.head_dim + 8) * 2 + subgroups * 16ull * 20 * 4;
     };
@@ -219,7 +219,7 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
   const uint32_t gqa = num_heads / cache.num_kv_heads;
   auto l = configure(cache, gqa);
   if (!l.ok()) return l.status().to_string();
-  auto p = varlen_pipeline(cache, gqa, *l, AttentionOptions{});
+  auto p = varlen_pipeline(cache, gqa, *l, AttentionOptions{});  // no softcap: the common variant
   return p.ok() ? (*p)->statistics() : p.status().to_string();
 }
 
