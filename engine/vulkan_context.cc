@@ -46,9 +46,8 @@ Result<bool> probe_mma_fragments(VulkanContext& ctx) {
   const uint64_t address = flag.address();
   batch.dispatch(*probe, address, 1);
   KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
-  KVTIER_RETURN_IF_ERROR(flag.invalidate(0, 4));
   uint32_t ok = 0;
-  std::memcpy(&ok, flag.mapped(), 4);
+  KVTIER_RETURN_IF_ERROR(download(ctx, flag, 0, std::span(reinterpret_cast<uint8_t*>(&ok), 4)));
   return ok == 1;
 }
 
@@ -58,9 +57,14 @@ Result<std::unique_ptr<VulkanContext>> VulkanContext::create() {
   std::unique_ptr<VulkanContext> ctx(new VulkanContext());
   KVTIER_RETURN_IF_ERROR(ctx->init());
   if (ctx->info_.coopmat_f16) {
-    // A probe that fails to run is a broken device, not a different layout: report it.
-    KVTIER_ASSIGN_OR_RETURN(ctx->info_.coopmat_mma_fragments, probe_mma_fragments(*ctx));
-    if (!ctx->info_.coopmat_mma_fragments) {
+    // A probe that cannot run (a driver that fails the cooperative-matrix shader, say) costs the
+    // tensor-core attention, not the device: the scalar kernels still serve.
+    Result<bool> probed = probe_mma_fragments(*ctx);
+    ctx->info_.coopmat_mma_fragments = probed.ok() && *probed;
+    if (!probed.ok()) {
+      spdlog::warn("vulkan: the cooperative-matrix fragment probe failed ({}); attention takes the scalar kernels",
+                   probed.status().to_string());
+    } else if (!*probed) {
       spdlog::warn("vulkan: cooperative-matrix fragments are laid out differently from what the tensor-core "
                    "attention kernel assumes; attention takes the scalar kernels on this device");
     }
