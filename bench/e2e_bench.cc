@@ -447,6 +447,11 @@ int main(int argc, char** argv) {
                "the rest of the prompt through the model. 'same logits': first-token logits bit-identical "
                "to the uncached run's.");
     r.set_meta("vulkan", ctx->info().name);
+    // The model takes the device's default path; the tensor-core and scalar runs give different
+    // TTFTs, and KVTIER_VK_COOPMAT=0 runs write the same file.
+    r.set_meta("attention", PagedAttentionVarlen::default_path(*ctx) == PagedAttentionVarlen::Path::kCoopMat
+                                ? "tensor cores"
+                                : "scalar");
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
   }
