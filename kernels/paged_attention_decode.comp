@@ -1,13 +1,15 @@
 #version 460
 // paged_attention_decode: one query token per sequence against its paged K/V, GQA (GQA query
 // heads share a KV head), per-sequence lengths, optional sliding window and soft-capping.
-// Grid (sequence, kv head, split): a split covers SPLIT consecutive context tokens, so long
-// contexts spread over many workgroups. A sequence of one split writes its output directly; with
-// more, each split writes an unnormalized partial result plus (max, sum) and takes a ticket for
-// its (sequence, kv head); the workgroup that takes the last ticket merges the partials of every
-// GQA head, reading them in split order (so the result does not depend on which one finished
-// last), and resets the ticket for the next launch. One launch, no second kernel. SPLIT is fixed
-// per shape, never chosen from the batch, so a sequence decodes to the same bits alone or batched.
+// Grid (split, kv head, sequence): a split covers SPLIT consecutive context tokens, so long
+// contexts spread over many workgroups. Splits vary fastest, so a row's splits run together and
+// its merge overlaps the splits of rows dispatched after it instead of piling up at the end. A
+// sequence of one split writes its output directly; with more, each split writes an unnormalized
+// partial result plus (max, sum) and takes a ticket for its (sequence, kv head); the workgroup
+// that takes the last ticket merges the partials of every GQA head, reading them in split order
+// (so the result does not depend on which one finished last), and resets the ticket for the next
+// launch. One launch, no second kernel. SPLIT is fixed per shape, never chosen from the batch, so
+// a sequence decodes to the same bits alone or batched.
 //
 // Buffers: q, out f32 [num_seqs, num_heads, HEAD_DIM]; k_cache, v_cache [num_blocks, BLOCK_SIZE,
 // num_kv_heads, HEAD_DIM] in DTYPE; block_tables i32 [num_seqs, max_blocks_per_seq]; seq_lens i32
@@ -75,11 +77,29 @@ shared float s_scores[GQA * SPLIT];
 shared float s_red[ROWS * HEAD_DIM];
 shared float s_stat[SUBGROUPS * GQA];
 shared bool s_last;
+// Byte offsets of the split's cache blocks, read from the block table once per workgroup (the K
+// and V passes would otherwise load a table entry per row and wait on it before every row load).
+const uint SPLIT_BLOCKS = (SPLIT + BLOCK_SIZE - 2) / BLOCK_SIZE + 1;  // a split may straddle blocks
+shared uint64_t s_block[SPLIT_BLOCKS];
 
-uint64_t row_address(uint64_t cache, uint seq, uint kh, uint t) {
-  const int blk = I32Ref(pc.block_tables).v[seq * pc.max_blocks_per_seq + t / BLOCK_SIZE];
-  const uint64_t token_row = uint64_t(blk) * BLOCK_SIZE + (t % BLOCK_SIZE);
-  return cache + (token_row * pc.num_kv_heads + kh) * (HEAD_DIM * ESZ);
+// The address of this lane's first 16 bytes of token t's row (t in the split starting at start).
+uint64_t row_address(uint64_t cache, uint start, uint kh, uint lane, uint t) {
+  return cache + s_block[t / BLOCK_SIZE - start / BLOCK_SIZE] +
+         ((t % BLOCK_SIZE) * pc.num_kv_heads + kh) * (HEAD_DIM * ESZ) + lane * 16;
+}
+
+// The U rows of one step (rows past end read as zeros).
+void load_rows(uint64_t cache, uint start, uint end, uint kh, uint lane, uint row, uint step,
+               out uvec4 w[U][VEC_PER_LANE]) {
+  [[unroll]] for (uint u = 0; u < U; ++u) {
+    const uint t = step + u * ROWS + row;
+    if (t < end) {
+      const uint64_t addr = row_address(cache, start, kh, lane, t);
+      [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = U32x4Ref(addr + uint64_t(v * LANES) * 16).v[0];
+    } else {
+      [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = uvec4(0);
+    }
+  }
 }
 
 // After this workgroup's partials are written: take a ticket; the workgroup that takes the last
@@ -195,9 +215,9 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint lane = tid % LANES;
   const uint row = tid / LANES;
-  const uint seq = gl_WorkGroupID.x;
+  const uint sp = gl_WorkGroupID.x;
   const uint kh = gl_WorkGroupID.y;
-  const uint sp = gl_WorkGroupID.z;
+  const uint seq = gl_WorkGroupID.z;
   const uint num_heads = pc.num_kv_heads * GQA;
   const uint len = uint(I32Ref(pc.seq_lens).v[seq]);
   const uint start = sp * SPLIT;
@@ -220,6 +240,11 @@ void main() {
   }
   const uint end = min(start + SPLIT, len);
   const uint n = end - start;
+  const uint first_block = start / BLOCK_SIZE;
+  for (uint i = tid; i < (end - 1) / BLOCK_SIZE - first_block + 1; i += WG) {
+    const int blk = I32Ref(pc.block_tables).v[seq * pc.max_blocks_per_seq + first_block + i];
+    s_block[i] = uint64_t(blk) * (BLOCK_SIZE * HEAD_DIM * ESZ) * pc.num_kv_heads;
+  }
 
   // This lane's slice of every query head of this KV head.
   float qv[GQA][VEC_PER_LANE * 8];
@@ -242,20 +267,12 @@ void main() {
     if ((lane & (LANES >> (s + 1))) != 0) base += NV >> (s + 1);
   }
 
+  barrier();  // s_block
+
   // 1. Scores. Every lane runs the same number of steps so the subgroup stays converged.
   for (uint step = start; step < end; step += ROWS * U) {
     uvec4 w[U][VEC_PER_LANE];
-    [[unroll]] for (uint u = 0; u < U; ++u) {
-      const uint t = step + u * ROWS + row;
-      if (t < end) {
-        const uint64_t addr = row_address(pc.k_cache, seq, kh, t);
-        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
-          w[u][v] = U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0];
-        }
-      } else {
-        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = uvec4(0);
-      }
-    }
+    load_rows(pc.k_cache, start, end, kh, lane, row, step, w);
     float acc[NV];
     [[unroll]] for (uint i = 0; i < NV; ++i) acc[i] = 0.0;
     [[unroll]] for (uint u = 0; u < U; ++u) {
@@ -335,17 +352,7 @@ void main() {
   }
   for (uint step = start; step < end; step += ROWS * U) {
     uvec4 w[U][VEC_PER_LANE];
-    [[unroll]] for (uint u = 0; u < U; ++u) {
-      const uint t = step + u * ROWS + row;
-      if (t < end) {
-        const uint64_t addr = row_address(pc.v_cache, seq, kh, t);
-        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
-          w[u][v] = U32x4Ref(addr + uint64_t(v * LANES + lane) * 16).v[0];
-        }
-      } else {
-        [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) w[u][v] = uvec4(0);
-      }
-    }
+    load_rows(pc.v_cache, start, end, kh, lane, row, step, w);
     [[unroll]] for (uint u = 0; u < U; ++u) {
       const uint t = step + u * ROWS + row;
       const bool valid = t < end;  // padded rows weigh 0 (their w is 0 and p is 0)

@@ -236,21 +236,28 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
   }
 }
 
-// A context longer than the device's grid can hold splits of is refused before anything is
-// recorded (such a dispatch is invalid usage in Vulkan: undefined behaviour, not a clear error).
+// A context longer than the device's grid can hold splits of (splits are the grid's x), or more
+// sequences than its z holds, is refused before anything is recorded (such a dispatch is invalid
+// usage in Vulkan: undefined behaviour, not a clear error).
 TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
   PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
   PagedAttentionDecode kernel(gpu());
   const uint32_t split = kernel.split_tokens(view, 4);
   ASSERT_GT(split, 0u);
-  const uint64_t too_long = (uint64_t{gpu().info().max_workgroup_count[2]} + 1) * split;
+  auto expect_refused = [&](const DecodeBatch& b) {
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    Status st = kernel.record(batch, b, view, AttentionOptions{0.1f, 0, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("exceeds the device's grid"), std::string::npos) << st.to_string();
+    EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
+  };
+  const uint64_t too_many_seqs = uint64_t{gpu().info().max_workgroup_count[2]} + 1;
+  if (too_many_seqs <= UINT32_MAX) {
+    expect_refused(DecodeBatch{0, 0, 0, 1, 0, static_cast<uint32_t>(too_many_seqs), 512, 32});
+  }
+  const uint64_t too_long = (uint64_t{gpu().info().max_workgroup_count[0]} + 1) * split;
   if (too_long > UINT32_MAX) GTEST_SKIP() << "this device's grid holds every context a DecodeBatch can name";
-  DecodeBatch b{0, 0, 0, 1, 0, 1, static_cast<uint32_t>(too_long), 32};
-  auto batch = std::move(CommandBatch::begin(gpu())).value();
-  Status st = kernel.record(batch, b, view, AttentionOptions{0.1f, 0, 0});
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("exceeds the device's grid"), std::string::npos) << st.to_string();
-  EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
+  expect_refused(DecodeBatch{0, 0, 0, 1, 0, 1, static_cast<uint32_t>(too_long), 32});
 }
 
 // A launch that needs larger scratch buffers than the launcher holds may share a batch with
@@ -385,7 +392,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"f16_d128_gqa4_b32_window", DType::kF16, 128, 4, 2, 32, {200, 1100}, 0.0f, 128},
         AttnCase{"bf16_d128_gqa2_softcap_window", DType::kBF16, 128, 2, 2, 16, {1, 600}, 50.0f, 100},
         // 64-key chunks do not fit shared memory at head_dim 256: the tensor-core kernel takes 32.
-        AttnCase{"bf16_d256_gqa2", DType::kBF16, 256, 2, 1, 16, {1, 40, 300}}),
+        AttnCase{"bf16_d256_gqa2", DType::kBF16, 256, 2, 1, 16, {1, 40, 300}},
+        // Blocks of 48 tokens: decode splits (256 tokens) start inside a block and straddle two.
+        AttnCase{"bf16_d64_gqa4_b48", DType::kBF16, 64, 4, 1, 48, {1, 300, 700}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
