@@ -52,10 +52,6 @@ void CommandBatch::fill(const GpuBuffer& dst, uint64_t offset, uint64_t bytes, u
   vkCmdFillBuffer(cb_, dst.handle(), offset, bytes, value);
 }
 
-void CommandBatch::retain(GpuBuffer buffer) {
-  if (buffer.handle() != VK_NULL_HANDLE) retained_.push_back(std::make_shared<GpuBuffer>(std::move(buffer)));
-}
-
 void CommandBatch::retain(std::shared_ptr<void> keep) {
   if (keep) retained_.push_back(std::move(keep));
 }

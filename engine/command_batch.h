@@ -42,11 +42,9 @@ class CommandBatch {
   // Makes every earlier write visible to every later read or write (and to the host after
   // completion).
   void barrier();
-  // Keeps a buffer that recorded commands use alive until the batch is done with it (destroyed
-  // with the batch, after its work completes): for scratch a launcher replaces with a larger one
-  // while launches recorded earlier in this batch still name the old one.
-  void retain(GpuBuffer buffer);
-  // The same for something shared: released once the batch is done.
+  // Keeps what recorded commands use (a launcher's scratch buffers, which the launcher may replace
+  // or drop before the batch runs) alive until the batch is done: released after the destructor's
+  // wait, or when a batch is dropped unsubmitted.
   void retain(std::shared_ptr<void> keep);
 
   Result<uint64_t> submit();

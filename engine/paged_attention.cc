@@ -124,25 +124,27 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   uint64_t part_out = 0, part_ml = 0;
   if (max_splits > 1) {
     const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * 4);
-    if (tickets_.size() < ticket_bytes) {
+    if (!tickets_ || tickets_->size() < ticket_bytes) {
       // Zeroed once; every launch leaves them at zero (the last workgroup resets its ticket).
-      // Launches recorded earlier in this batch keep the old buffers (also below).
+      // Launches recorded earlier keep the old buffers: their batches hold them (also below).
       KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, ticket_bytes, MemoryKind::kDevice));
-      batch.retain(std::exchange(tickets_, std::move(grown)));
-      batch.fill(tickets_, 0, ticket_bytes, 0);
+      tickets_ = std::make_shared<GpuBuffer>(std::move(grown));
+      batch.fill(*tickets_, 0, ticket_bytes, 0);
       batch.barrier();
     }
+    batch.retain(tickets_);
     const uint64_t rows = static_cast<uint64_t>(b.num_seqs) * b.num_heads * max_splits;
     const uint64_t need = rows * cache.head_dim * 4 + rows * 8;
-    if (partial_.size() < need) {
+    if (!partial_ || partial_->size() < need) {
       KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, need, MemoryKind::kDevice));
-      batch.retain(std::exchange(partial_, std::move(grown)));
+      partial_ = std::make_shared<GpuBuffer>(std::move(grown));
     }
-    part_out = partial_.address();
+    batch.retain(partial_);
+    part_out = partial_->address();
     part_ml = part_out + rows * cache.head_dim * 4;
   }
   DecodeParams p{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, part_out, part_ml,
-                 max_splits > 1 ? tickets_.address() : 0, cache.num_kv_heads, b.max_blocks_per_seq,
+                 max_splits > 1 ? tickets_->address() : 0, cache.num_kv_heads, b.max_blocks_per_seq,
                  max_splits, o.scale, o.softcap, o.window};
   // Splits fastest (x): see the kernel's header.
   batch.dispatch(*decode, p, max_splits, cache.num_kv_heads, b.num_seqs);
@@ -290,20 +292,23 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
                             std::to_string(cache.num_kv_heads) + " KV heads x " +
                             std::to_string(split_launch ? max_splits : 1) + " splits exceeds the device's grid");
   }
-  if (split_launch && partial_.size() < partial_bytes) {
-    KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, std::max(partial_bytes, partial_.size() * 2),
-                                                               MemoryKind::kDevice));
-    batch.retain(std::exchange(partial_, std::move(grown)));
+  if (split_launch) {
+    if (!partial_ || partial_->size() < partial_bytes) {
+      const uint64_t bytes = std::max(partial_bytes, partial_ ? partial_->size() * 2 : 0);
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, bytes, MemoryKind::kDevice));
+      partial_ = std::make_shared<GpuBuffer>(std::move(grown));
+    }
+    batch.retain(partial_);
   }
   VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
-                  tiles_->address(), split_launch ? partial_.address() : 0, cache.num_kv_heads,
+                  tiles_->address(), split_launch ? partial_->address() : 0, cache.num_kv_heads,
                   b.max_blocks_per_seq, o.scale, o.softcap, o.window, max_splits};
   batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads, split_launch ? max_splits : 1);
   if (split_launch) {
     batch.barrier();
     KVTIER_ASSIGN_OR_RETURN(auto merge, ctx_.pipeline("paged_attention_varlen_merge", {cache.head_dim},
                                                       sizeof(VarlenMergeParams)));
-    batch.dispatch(*merge, VarlenMergeParams{b.out, partial_.address(), b.num_heads, max_splits}, total_rows,
+    batch.dispatch(*merge, VarlenMergeParams{b.out, partial_->address(), b.num_heads, max_splits}, total_rows,
                    b.num_heads);
   }
   batch.barrier();

@@ -18,8 +18,8 @@
 //
 // Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
 // Each launcher keeps scratch buffers that recorded batches use. Launches of any shapes may share
-// one batch: scratch a launch outgrows, and tile tables, stay with the batch until it is done, so
-// launches recorded before still find theirs. A launcher outlives its batches.
+// one batch, and a launcher may go before batches it recorded into: every batch holds the scratch
+// buffers and tile tables its launches use until it is done.
 #pragma once
 
 #include <memory>
@@ -61,8 +61,9 @@ class PagedAttentionDecode {
   Result<std::shared_ptr<ComputePipeline>> decode_pipeline(const PagedKvView& cache, uint32_t gqa,
                                                            const Config& c);
   VulkanContext& ctx_;
-  GpuBuffer partial_;  // part_out then part_ml, grown on demand
-  GpuBuffer tickets_;  // u32 per (sequence, kv head), zero between launches, grown on demand
+  // Replaced by a larger one on demand; each batch holds the ones its launches use.
+  std::shared_ptr<GpuBuffer> partial_;  // part_out then part_ml
+  std::shared_ptr<GpuBuffer> tickets_;  // u32 per (sequence, kv head), zero between launches
 };
 
 struct VarlenBatch {
@@ -131,7 +132,7 @@ class PagedAttentionVarlen {
   std::shared_ptr<TilePool> tile_pool_ = std::make_shared<TilePool>();
   std::shared_ptr<GpuBuffer> tiles_;  // holds tile_values_
   std::vector<int32_t> tile_values_;
-  GpuBuffer partial_;                 // per-split states of a split launch, grown on demand
+  std::shared_ptr<GpuBuffer> partial_;  // per-split states of a split launch, as the decode's
 };
 
 }  // namespace kvtier

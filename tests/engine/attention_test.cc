@@ -293,6 +293,42 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
   expect_close(from_gpu<float>(all, 3 * row), ref, 5e-5f, "the larger launch");
 }
 
+// A launcher may go before the batch it recorded into runs: the batch holds its scratch (partials,
+// tickets, tile tables). With the launcher owning them alone, its destructor frees them under the
+// recorded commands (checked: on lavapipe, with the mmap threshold below, the test then crashes).
+TEST(AttentionLaunchers, MayGoBeforeTheBatchesTheyRecordedInto) {
+  mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
+  const AttnCase c{"gone", DType::kBF16, 128, 4, 2, 16, {600, 300}};
+  PagedProblem s(c, {1, 300});
+  const auto ref = s.reference(c);
+  const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
+  const uint32_t heads = static_cast<uint32_t>(s.num_heads), blocks = static_cast<uint32_t>(s.max_blocks);
+  GpuBuffer decoded = testing::gpu_zeros(row * 4), prefilled = testing::gpu_zeros(300 * row * 4);
+  const std::vector<int32_t> cu{0, 300};
+  GpuBuffer gcu = to_gpu(cu);
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  {
+    PagedAttentionDecode decode(gpu());
+    // 64k tokens of grid: 1 MiB of partials, past the mmap threshold.
+    Status st = decode.record(batch, DecodeBatch{s.gq.address(), decoded.address(), s.gtables.address(), blocks,
+                                                 s.glens.address(), 1, 1u << 16, heads},
+                              s.view, s.options);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    PagedAttentionVarlen varlen(gpu(), PagedAttentionVarlen::SplitPolicy::kWorkgroupPerSplit,
+                                PagedAttentionVarlen::default_path(gpu()));
+    st = varlen.record(batch, VarlenBatch{s.gq.address() + row * 4, prefilled.address(),
+                                          s.gtables.address() + blocks * 4, blocks, s.glens.address() + 4,
+                                          gcu.address(), cu, heads, 300},  // 2.5 MiB of partials
+                       s.view, s.options);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  ASSERT_TRUE(batch.submit_and_wait().ok());
+  expect_close(from_gpu<float>(decoded, row), std::vector<float>(ref.begin(), ref.begin() + row), 5e-5f,
+               "decode");
+  expect_close(from_gpu<float>(prefilled, 300 * row), std::vector<float>(ref.begin() + row, ref.end()), 5e-5f,
+               "prefill");
+}
+
 // The same for prefill: a second launch with other tiles (and more partials) in the batch leaves
 // the first one's tile table and partials as they were. Sequence 1 alone first, then both: with
 // one shared table rewritten in place, the first launch reads a later one's tiles, which name a
