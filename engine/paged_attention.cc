@@ -54,10 +54,10 @@ Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const Paged
   const uint32_t subgroup = ctx_.info().subgroup_size;
   Config c;
   // Measured on an H100 (bf16, 32/8 heads, d128; unroll x workgroup x split swept): 128 threads
-  // and 256-token splits gave the best bandwidth at every batch. 8 rows in flight per lane cost no
-  // registers over 4 once the split's block addresses sit in shared memory (96 either way) and
-  // read faster at batch 8 and 64 (64 x 8k 0.91-0.92 of the copy kernel against 0.88-0.89;
-  // batch 1 unchanged).
+  // and 256-token splits gave the best bandwidth at every batch. Once the split's block addresses
+  // sit in shared memory, 8 rows in flight per lane take 96 registers against 95 for 4, and read
+  // faster at batch 8 and 64 (64 x 8k 0.91-0.92 of the copy kernel against 0.88-0.89; batch 1
+  // unchanged). Double-buffering the rows instead took 126 registers and was slower everywhere.
   c.wg = std::max<uint32_t>(128, subgroup);
   c.u = 8;
   // A row's lanes share one subgroup (the reduce-scatter uses subgroupShuffleXor).
