@@ -34,7 +34,8 @@ uint32_t largest_pow2_dividing(uint32_t n, uint32_t cap) {
   return p;
 }
 
-Status check_heads(uint32_t num_heads, const PagedKvView& cache) {
+Status check_shapes(uint32_t num_heads, const PagedKvView& cache) {
+  if (cache.block_size == 0) return invalid_argument("attention: the cache's block_size is 0");
   if (cache.num_kv_heads == 0 || num_heads % cache.num_kv_heads != 0) {
     return invalid_argument("attention: num_heads " + std::to_string(num_heads) +
                             " is not a multiple of num_kv_heads " + std::to_string(cache.num_kv_heads));
@@ -49,6 +50,7 @@ Status check_heads(uint32_t num_heads, const PagedKvView& cache) {
 
 Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const PagedKvView& cache,
                                                                      uint32_t gqa) const {
+  KVTIER_RETURN_IF_ERROR(check_shapes(gqa * cache.num_kv_heads, cache));
   const uint32_t elems = 16 / static_cast<uint32_t>(dtype_size(cache.dtype));
   const uint32_t vec_per_row = cache.head_dim / elems;
   const uint32_t subgroup = ctx_.info().subgroup_size;
@@ -72,13 +74,17 @@ Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const Paged
   c.bf_steps = 0;
   for (uint32_t lanes = c.lanes >> c.rs_steps; lanes > 1; lanes /= 2) ++c.bf_steps;
   const uint32_t rows = c.wg / c.lanes;
-  const int64_t floats = ctx_.info().max_shared_memory / 4 - static_cast<int64_t>(rows) * cache.head_dim -
-                         static_cast<int64_t>(c.subgroups) * gqa;
+  // The kernel's shared memory: scores (GQA per token of the split), the split's block offsets,
+  // the output reduction, per-subgroup statistics and one flag.
+  auto shared_bytes = [&](uint64_t split) {
+    return 4 * (gqa * split + uint64_t{rows} * cache.head_dim + uint64_t{c.subgroups} * gqa + 1) +
+           8 * ((split + cache.block_size - 2) / cache.block_size + 1);
+  };
   // Fixed per shape (never chosen from the batch) so a sequence's result never depends on what it
   // is batched with.
   uint32_t split = 256;
-  while (split > 32 && static_cast<int64_t>(gqa) * split > floats) split /= 2;
-  if (static_cast<int64_t>(gqa) * split > floats) {
+  while (split > 32 && shared_bytes(split) > ctx_.info().max_shared_memory) split /= 2;
+  if (shared_bytes(split) > ctx_.info().max_shared_memory) {
     return unavailable("attention: shared memory too small for GQA " + std::to_string(gqa));
   }
   c.split = split;
@@ -107,7 +113,7 @@ uint32_t PagedAttentionDecode::split_tokens(const PagedKvView& cache, uint32_t g
 
 Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
                                     const PagedKvView& cache, const AttentionOptions& o) {
-  KVTIER_RETURN_IF_ERROR(check_heads(b.num_heads, cache));
+  KVTIER_RETURN_IF_ERROR(check_shapes(b.num_heads, cache));
   if (b.num_seqs == 0) return ok_status();
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
   KVTIER_ASSIGN_OR_RETURN(Config c, configure(cache, gqa));
@@ -221,7 +227,7 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(c
 }
 
 std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, uint32_t num_heads) {
-  if (Status st = check_heads(num_heads, cache); !st.ok()) return st.to_string();
+  if (Status st = check_shapes(num_heads, cache); !st.ok()) return st.to_string();
   const uint32_t gqa = num_heads / cache.num_kv_heads;
   auto l = configure(cache, gqa);
   if (!l.ok()) return l.status().to_string();
@@ -231,7 +237,7 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
 
 Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
                                     const PagedKvView& cache, const AttentionOptions& o) {
-  KVTIER_RETURN_IF_ERROR(check_heads(b.num_heads, cache));
+  KVTIER_RETURN_IF_ERROR(check_shapes(b.num_heads, cache));
   if (b.host_cu_seqlens_q.size() < 2) return ok_status();
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
   KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));

@@ -293,6 +293,28 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
   expect_close(from_gpu<float>(all, 3 * row), ref, 5e-5f, "the larger launch");
 }
 
+// Shapes the kernels cannot take are refused before anything is recorded, by both launchers: a
+// block size of 0 (the kernels divide by it), heads that do not group, a head_dim past 256.
+TEST(AttentionLaunchers, RefuseShapesTheKernelsCannotTake) {
+  const PagedKvView good{0, 0, 64, 16, 8, 128, DType::kBF16};
+  PagedKvView no_blocks = good, odd_heads = good, wide = good;
+  no_blocks.block_size = 0;
+  odd_heads.num_kv_heads = 5;
+  wide.head_dim = 264;
+  const std::vector<int32_t> cu{0, 1};
+  for (const PagedKvView& view : {no_blocks, odd_heads, wide}) {
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    PagedAttentionDecode decode(gpu());
+    Status st = decode.record(batch, DecodeBatch{0, 0, 0, 1, 0, 1, 16, 32}, view, AttentionOptions{0.1f, 0, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    PagedAttentionVarlen varlen(gpu());
+    st = varlen.record(batch, VarlenBatch{0, 0, 0, 1, 0, 0, cu, 32, 16}, view, AttentionOptions{0.1f, 0, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    if (view.num_kv_heads == good.num_kv_heads) EXPECT_EQ(decode.split_tokens(view, 4), 0u);  // no split size
+    EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
+  }
+}
+
 // A launcher may go before the batch it recorded into runs: the batch holds its scratch (partials,
 // tickets, tile tables). With the launcher owning them alone, its destructor frees them under the
 // recorded commands (checked: on lavapipe, with the mmap threshold below, the test then crashes).
