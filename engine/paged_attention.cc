@@ -50,7 +50,7 @@ Status check_shapes(uint32_t num_heads, const PagedKvView& cache) {
 
 Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const PagedKvView& cache,
                                                                      uint32_t gqa) const {
-  KVTIER_RETURN_IF_ERROR(check_shapes(gqa * cache.num_kv_heads, cache));
+  // Callers check the shapes first (check_shapes): record() once per launch, not twice.
   const uint32_t elems = 16 / static_cast<uint32_t>(dtype_size(cache.dtype));
   const uint32_t vec_per_row = cache.head_dim / elems;
   const uint32_t subgroup = ctx_.info().subgroup_size;
@@ -100,6 +100,7 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionDecode::decode_pipeline(
 }
 
 std::string PagedAttentionDecode::pipeline_statistics(const PagedKvView& cache, uint32_t gqa) {
+  if (Status st = check_shapes(gqa * cache.num_kv_heads, cache); !st.ok()) return st.to_string();
   auto c = configure(cache, gqa);
   if (!c.ok()) return c.status().to_string();
   auto p = decode_pipeline(cache, gqa, *c);
@@ -107,6 +108,7 @@ std::string PagedAttentionDecode::pipeline_statistics(const PagedKvView& cache, 
 }
 
 uint32_t PagedAttentionDecode::split_tokens(const PagedKvView& cache, uint32_t gqa) const {
+  if (!check_shapes(gqa * cache.num_kv_heads, cache).ok()) return 0;
   auto c = configure(cache, gqa);
   return c.ok() ? c->split : 0;
 }
