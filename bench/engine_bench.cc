@@ -6,7 +6,9 @@
 //  * varlen prefill of 4k- and 16k-token prompts on each attention path the device has (scalar,
 //    cooperative matrices): tokens per second and TFLOP/s (bench/engine_sdpa_reference.py prints
 //    PyTorch SDPA's on the same shapes)
-// Times are medians over repetitions of a submission holding many back-to-back launches.
+// Times are medians over repetitions of a submission holding back-to-back launches, timed by the
+// GPU's timestamps around them (as CUDA events time the PyTorch reference); --host-timed times the
+// host's submit-and-wait instead, which adds the submission's round trip divided by the launches.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "bench/harness/bench_report.h"
+#include "engine/gpu_timer.h"
 #include "engine/paged_attention.h"
 
 using namespace kvtier;
@@ -31,7 +34,10 @@ struct CopyParams {
   uint64_t src, dst, words;
 };
 
-// Seconds per call of `record` (which records `per_submit` launches), median of `reps` submissions.
+// GPU timestamps around the launches unless --host-timed (or the device has none): then null.
+GpuTimer* g_timer = nullptr;
+
+// Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each.
 template <typename F>
 Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F record) {
   {  // warm-up: pipelines compiled, caches and clocks up
@@ -42,10 +48,16 @@ Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F rec
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
     KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
+    if (g_timer) g_timer->start(b);
     for (int i = 0; i < per_submit; ++i) KVTIER_RETURN_IF_ERROR(record(b));
+    if (g_timer) g_timer->stop(b);
     auto t0 = Clock::now();
     KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / per_submit);
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (g_timer) {
+      KVTIER_ASSIGN_OR_RETURN(t, g_timer->seconds());
+    }
+    samples.push_back(t / per_submit);
   }
   return percentile(samples, 0.5);
 }
@@ -83,6 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--copy-bytes", copy_bytes, "Size of the copy kernel's buffers");
   app.add_option("--reps", reps);
   app.add_option("--prefill-tokens", prefill_tokens);
+  bool host_timed = false;
+  app.add_flag("--host-timed", host_timed, "Time the host's submit-and-wait, not the GPU's timestamps");
   CLI11_PARSE(app, argc, argv);
   init_logging("warn");
   auto ctx_or = VulkanContext::create();
@@ -95,6 +109,18 @@ int main(int argc, char** argv) {
     std::cerr << s.to_string() << "\n";
     std::exit(1);
   };
+
+  std::unique_ptr<GpuTimer> timer;
+  if (!host_timed) {
+    auto t = GpuTimer::create(ctx);
+    if (t.ok()) {
+      timer = std::move(t).value();
+      g_timer = timer.get();
+    } else {
+      std::cerr << "timing on the host: " << t.status().to_string() << "\n";
+    }
+  }
+  const std::string timing = g_timer ? "GPU timestamps around the launches" : "host-timed submit-and-wait";
 
   // Reference: a plain copy kernel.
   auto copy_or = copy_rate(ctx, copy_bytes, 10, reps);
@@ -109,8 +135,7 @@ int main(int argc, char** argv) {
   report.set_meta("machine", machine_description());
   report.set_meta("copy kernel", fmt_double(copy_bps / 1e9, 1) + " GB/s (bytes read + written, " +
                                      format_byte_size(copy_bytes) + " buffers)");
-  report.set_meta("method", "median of " + std::to_string(reps) +
-                                " submissions of back-to-back launches, host-timed");
+  report.set_meta("method", "median of " + std::to_string(reps) + " submissions of back-to-back launches, " + timing);
   const uint32_t heads = 32, kv_heads = 8, dim = 128, block = 16;
   std::mt19937_64 rng(1);
   for (const std::string& dname : dtypes) {
@@ -176,6 +201,7 @@ int main(int argc, char** argv) {
   Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
                  {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);
+  prefill.set_meta("method", "median of " + std::to_string(reps) + " launches, " + timing);
   for (int tokens : prefill_tokens) {
     for (const std::string& dname : dtypes) {
       const DType dt = *parse_dtype(dname);

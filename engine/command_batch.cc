@@ -65,6 +65,10 @@ void CommandBatch::barrier() {
                        nullptr, 0, nullptr);
 }
 
+void CommandBatch::write_timestamp(VkQueryPool pool, uint32_t query) {
+  vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);
+}
+
 Result<uint64_t> CommandBatch::submit() {
   if (submitted_) return failed_precondition("command batch submitted twice");
   barrier();  // results are visible to the host once the timeline reaches this batch

@@ -42,6 +42,9 @@ class CommandBatch {
   // Makes every earlier write visible to every later read or write (and to the host after
   // completion).
   void barrier();
+  // Writes timestamp query `query` of `pool` (GpuTimer) once every command recorded before it
+  // has completed.
+  void write_timestamp(VkQueryPool pool, uint32_t query);
   // Keeps what recorded commands use (a launcher's scratch buffers, which the launcher may replace
   // or drop before the batch runs) alive until the batch is done: released after the destructor's
   // wait, or when a batch is dropped unsubmitted.

@@ -204,7 +204,12 @@ Status VulkanContext::init() {
   compute_family_ = static_cast<uint32_t>(compute);
   info_.has_transfer_queue = transfer >= 0;
   transfer_family_ = transfer >= 0 ? static_cast<uint32_t>(transfer) : compute_family_;
-  if (families[compute_family_].timestampValidBits > 0) info_.timestamp_period_ns = props.limits.timestampPeriod;
+  // Timestamps (GpuTimer) also need queries reset from the host: a timer read before its batch
+  // ran must say so rather than return whatever an unreset query holds.
+  if (families[compute_family_].timestampValidBits > 0 && f12.hostQueryReset) {
+    info_.timestamp_period_ns = props.limits.timestampPeriod;
+    info_.timestamp_valid_bits = families[compute_family_].timestampValidBits;
+  }
 
   const float priority = 1.0f;
   std::vector<VkDeviceQueueCreateInfo> queues;
@@ -266,6 +271,7 @@ Status VulkanContext::init() {
   }
   enable12.bufferDeviceAddress = VK_TRUE;
   enable12.timelineSemaphore = VK_TRUE;
+  enable12.hostQueryReset = info_.timestamp_period_ns > 0 ? VK_TRUE : VK_FALSE;
   VkPhysicalDeviceFeatures2 enable{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   enable.pNext = &enable12;
   enable.features.shaderInt64 = VK_TRUE;

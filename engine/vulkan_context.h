@@ -33,7 +33,8 @@ struct DeviceInfo {
   uint32_t max_workgroup_invocations = 0;
   uint32_t max_workgroup_count[3] = {0, 0, 0};
   uint32_t max_push_constants = 0;
-  float timestamp_period_ns = 0;  // 0 when the compute queue has no timestamps
+  float timestamp_period_ns = 0;  // 0 without compute timestamps or host query resets (GpuTimer)
+  uint32_t timestamp_valid_bits = 0;
   bool has_transfer_queue = false;
   bool has_float64 = false;  // needed by the GPU quantizer
   // VK_EXT_external_memory_host is enabled: host memory at this alignment can be imported and
