@@ -95,7 +95,8 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionDecode::decode_pipeline(
     const PagedKvView& cache, uint32_t gqa, const Config& c) {
   return ctx_.pipeline("paged_attention_decode",
                        {c.wg, cache.head_dim, cache.block_size, gqa, c.lanes, c.split,
-                        kernel_dtype(cache.dtype), c.nv, c.subgroups, c.rs_steps, c.bf_steps, c.u},
+                        kernel_dtype(cache.dtype), c.nv, c.subgroups, c.rs_steps, c.bf_steps, c.u, kMergeGroup,
+                        kTwoLevelSplits},
                        sizeof(DecodeParams));
 }
 
@@ -131,7 +132,8 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   KVTIER_ASSIGN_OR_RETURN(auto decode, decode_pipeline(cache, gqa, c));
   uint64_t part_out = 0, part_ml = 0;
   if (max_splits > 1) {
-    const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * 4);
+    const uint64_t max_groups = (max_splits + kMergeGroup - 1) / kMergeGroup;
+    const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * (1 + max_groups) * 4);
     if (!tickets_ || tickets_->size() < ticket_bytes) {
       // Zeroed once; every launch leaves them at zero (the last workgroup resets its ticket).
       // Launches recorded earlier keep the old buffers: their batches hold them (also below).

@@ -4,7 +4,8 @@
 // Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32 [num_seqs,
 // max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's own token,
 // whose K/V must already be in the cache). Contexts longer than one split are spread over several
-// workgroups; the last of them to finish combines the splits, in split order. A batch whose grid
+// workgroups; the last of them to finish combines the splits, in split order (rows of more than 64
+// splits: groups of 16 splits first, then the groups, each in order). A batch whose grid
 // (sequences x KV heads x splits) exceeds the device's workgroup counts is refused, not truncated.
 //
 // PagedAttentionVarlen (kernels/paged_attention_varlen.comp or _coopmat.comp [+ _merge]): prefill
@@ -60,10 +61,15 @@ class PagedAttentionDecode {
   Result<Config> configure(const PagedKvView& cache, uint32_t gqa) const;
   Result<std::shared_ptr<ComputePipeline>> decode_pipeline(const PagedKvView& cache, uint32_t gqa,
                                                            const Config& c);
+  // Rows of more than kTwoLevelSplits splits merge in groups of kMergeGroup, then the groups (see
+  // the kernel). Fixed: the tree's shape is part of a row's bits.
+  static constexpr uint32_t kMergeGroup = 16;
+  static constexpr uint32_t kTwoLevelSplits = 64;
   VulkanContext& ctx_;
   // Replaced by a larger one on demand; each batch holds the ones its launches use.
   std::shared_ptr<GpuBuffer> partial_;  // part_out then part_ml
-  std::shared_ptr<GpuBuffer> tickets_;  // u32 per (sequence, kv head), zero between launches
+  // u32 per (sequence, kv head), then per (sequence, kv head, group); zero between launches.
+  std::shared_ptr<GpuBuffer> tickets_;
 };
 
 struct VarlenBatch {

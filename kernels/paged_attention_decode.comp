@@ -8,13 +8,15 @@
 // partial result plus (max, sum) and takes a ticket for its (sequence, kv head); the workgroup
 // that takes the last ticket merges the partials of every GQA head, reading them in split order
 // (so the result does not depend on which one finished last), and resets the ticket for the next
-// launch. One launch, no second kernel. SPLIT is fixed per shape, never chosen from the batch, so
+// launch; rows of more than TWO_LEVEL splits merge groups of GROUP splits first, then the groups
+// (merge_if_last). One launch, no second kernel. SPLIT is fixed per shape, never chosen from the batch, so
 // a sequence decodes to the same bits alone or batched.
 //
 // Buffers: q, out f32 [num_seqs, num_heads, HEAD_DIM]; k_cache, v_cache [num_blocks, BLOCK_SIZE,
 // num_kv_heads, HEAD_DIM] in DTYPE; block_tables i32 [num_seqs, max_blocks_per_seq]; seq_lens i32
 // [num_seqs]; part_out f32 [num_seqs, num_heads, max_splits, HEAD_DIM]; part_ml f32 [..., 2];
-// tickets u32 [num_seqs, num_kv_heads], zero between launches.
+// tickets u32: [num_seqs, num_kv_heads] for the rows, then [num_seqs, num_kv_heads, groups of
+// the longest row] for two-level merges; zero between launches.
 //
 // Bandwidth is the goal (every K/V byte is read once): a row (one token, one KV head) is read by
 // LANES lanes of one subgroup, 16 bytes each, and every lane keeps U rows' loads in flight. The U
@@ -40,6 +42,8 @@ layout(constant_id = 8) const uint SUBGROUPS = 4;  // WG / subgroup size
 layout(constant_id = 9) const uint RS_STEPS = 4;   // reduce-scatter rounds (host computes them)
 layout(constant_id = 10) const uint BF_STEPS = 0;  // butterfly rounds after it
 layout(constant_id = 11) const uint U = 4;         // rows per lane per step (loads in flight)
+layout(constant_id = 12) const uint GROUP = 16;     // splits per group of a two-level merge
+layout(constant_id = 13) const uint TWO_LEVEL = 64; // rows of more splits merge in two levels
 
 layout(local_size_x_id = 0) in;
 
@@ -102,38 +106,52 @@ void load_rows(uint64_t cache, uint start, uint end, uint kh, uint lane, uint ro
   }
 }
 
-// After this workgroup's partials are written: take a ticket; the workgroup that takes the last
-// one combines every split of the GQA heads of (seq, kh), in split order:
-// out = sum_i exp(m_i - M) * o_i / sum_i exp(m_i - M) * l_i, M = max_i m_i (masked splits carry
-// m = -inf and weigh nothing), then resets the ticket. Called in uniform control flow.
-void merge_if_last(uint seq, uint kh, uint splits) {
-  const uint tid = gl_LocalInvocationID.x;
+// Rows of more than TWO_LEVEL splits merge in two levels: the workgroup that finishes a group of
+// GROUP consecutive splits last merges the group (in split order) into the partial slot of its
+// first split, and the one that finishes the last group merges the groups (in group order). One
+// workgroup summing every split of a long row was the tail of a batch-1 call (H100, 1 x 32k: 15 of
+// 80 us). The tree's shape depends on the row's split count alone, never on the batch.
+
+// Takes a ticket at `at` (this workgroup's writes released first); true in every thread of the
+// workgroup that takes the last of `count`, which then sees every other one's writes and resets
+// the ticket for the next launch. Called in uniform control flow.
+bool last_ticket(uint64_t at, uint count) {
   memoryBarrierBuffer();  // release: this workgroup's partials before its ticket
   barrier();
-  if (tid == 0) {
-    const uint64_t t = pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4;
-    s_last = atomicAdd(SharedU32Ref(t).v[0], 1u) == splits - 1;
+  if (gl_LocalInvocationID.x == 0) {
+    const bool last = atomicAdd(SharedU32Ref(at).v[0], 1u) == count - 1;
+    if (last) SharedU32Ref(at).v[0] = 0;
+    s_last = last;
   }
   barrier();
-  if (!s_last) return;
-  memoryBarrierBuffer();  // acquire: every other workgroup's partials after the last ticket
-  // The splits' statistics are read by all threads at once (one load each, not a chain of
+  const bool last = s_last;  // rewritten only after the next ticket's first barrier
+  if (last) memoryBarrierBuffer();  // acquire: every other workgroup's partials after the last ticket
+  return last;
+}
+
+// Combines the partial states first, first + stride, ... (count of them) of every GQA head of
+// (seq, kh), in that order: o = sum_i exp(m_i - M) * o_i, l = sum_i exp(m_i - M) * l_i, M = max_i m_i
+// (masked states carry m = -inf and weigh nothing). Writes o / l to the output, or with `keep`
+// the state (M, l, o) into slot `first`. Called in uniform control flow.
+void merge_range(uint seq, uint kh, uint first, uint count, uint stride, bool keep) {
+  const uint tid = gl_LocalInvocationID.x;
+  // The states' statistics are read by all threads at once (one load each, not a chain of
   // dependent loads per thread: that made the merge cost more than the second launch it saves),
   // the weights kept in shared memory (s_scores is free by now). Every sum has a fixed order —
-  // split i to thread i % WG in increasing i, then the subgroup and subgroup-order reductions —
+  // state j to thread j % WG in increasing j, then the subgroup and subgroup-order reductions —
   // so the bits depend on the row alone, never on which workgroup finished last.
   const uint num_heads = pc.num_kv_heads * GQA;
   const uint sg = gl_SubgroupID;
-  const bool weights_fit = splits <= SPLIT;  // one weight per (head, split) in s_scores
+  const bool weights_fit = count <= SPLIT;  // one weight per (head, state) in s_scores
   // Statistics of every head at once (all heads' loads in flight together; two rounds of loads,
   // not two per head).
   float big_m[GQA], big_l[GQA];
   float m_loc[GQA];
   [[unroll]] for (uint g = 0; g < GQA; ++g) m_loc[g] = NEG_INF;
-  for (uint i = tid; i < splits; i += WG) {
+  for (uint j = tid; j < count; j += WG) {
     [[unroll]] for (uint g = 0; g < GQA; ++g) {
       const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
-      m_loc[g] = max(m_loc[g], SharedF32Ref(pc.part_ml + (row + i) * 8).v[0]);
+      m_loc[g] = max(m_loc[g], SharedF32Ref(pc.part_ml + (row + first + j * stride) * 8).v[0]);
     }
   }
   [[unroll]] for (uint g = 0; g < GQA; ++g) {
@@ -148,12 +166,12 @@ void merge_if_last(uint seq, uint kh, uint splits) {
   barrier();
   float l_loc[GQA];
   [[unroll]] for (uint g = 0; g < GQA; ++g) l_loc[g] = 0.0;
-  for (uint i = tid; i < splits; i += WG) {
+  for (uint j = tid; j < count; j += WG) {
     [[unroll]] for (uint g = 0; g < GQA; ++g) {
-      const uint64_t row = uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits;
-      const vec2 mli = vec2(SharedF32Ref(pc.part_ml + (row + i) * 8).v[0], SharedF32Ref(pc.part_ml + (row + i) * 8).v[1]);
-      const float w = mli.x == NEG_INF ? 0.0 : exp(mli.x - big_m[g]);  // masked splits weigh nothing
-      if (weights_fit) s_scores[g * SPLIT + i] = w;
+      const uint64_t at_ = (uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits + first + j * stride) * 8;
+      const vec2 mli = vec2(SharedF32Ref(pc.part_ml + at_).v[0], SharedF32Ref(pc.part_ml + at_).v[1]);
+      const float w = mli.x == NEG_INF ? 0.0 : exp(mli.x - big_m[g]);  // masked states weigh nothing
+      if (weights_fit) s_scores[g * SPLIT + j] = w;
       l_loc[g] += w * mli.y;
     }
   }
@@ -166,8 +184,8 @@ void merge_if_last(uint seq, uint kh, uint splits) {
     big_l[g] = 0.0;
     for (uint s = 0; s < SUBGROUPS; ++s) big_l[g] += s_stat[s * GQA + g];
   }
-  // Outputs: each thread four dimensions of one head, the splits' partials loaded as vec4s
-  // MERGE_AHEAD at a time, summed in split order. (One float per load for every head issued 4x the
+  // Outputs: each thread four dimensions of one head, the states' partials loaded as vec4s
+  // MERGE_AHEAD at a time, summed in state order. (One float per load for every head issued 4x the
   // coherent loads: on the H100 a 1 x 32k call took 119-124 us with them, 106-115 with vec4s, and
   // 85 with no merge at all.)
   // Masked splits wrote zeros, so every partial is finite and a weight of 0 adds exactly 0.
@@ -185,30 +203,60 @@ void merge_if_last(uint seq, uint kh, uint splits) {
       }
     }
     vec4 o = vec4(0.0);
-    for (uint i0 = 0; i0 < splits; i0 += MERGE_AHEAD) {
+    for (uint j0 = 0; j0 < count; j0 += MERGE_AHEAD) {
       vec4 x[MERGE_AHEAD];
       [[unroll]] for (uint k = 0; k < MERGE_AHEAD; ++k) {
-        x[k] = i0 + k < splits ? SharedF32x4Ref(pc.part_out + ((row + i0 + k) * HEAD_DIM + d) * 4).v[0] : vec4(0.0);
+        x[k] = j0 + k < count ? SharedF32x4Ref(pc.part_out + ((row + first + (j0 + k) * stride) * HEAD_DIM + d) * 4).v[0]
+                              : vec4(0.0);
       }
       [[unroll]] for (uint k = 0; k < MERGE_AHEAD; ++k) {
-        if (i0 + k < splits) {
+        if (j0 + k < count) {
           float w;
           if (weights_fit) {
-            w = s_scores[g * SPLIT + i0 + k];
+            w = s_scores[g * SPLIT + j0 + k];
           } else {
-            const float mi = SharedF32Ref(pc.part_ml + row * 8).v[2 * (i0 + k)];
+            const float mi = SharedF32Ref(pc.part_ml + (row + first + (j0 + k) * stride) * 8).v[0];
             w = mi == NEG_INF ? 0.0 : exp(mi - m_g);
           }
           o += w * x[k];
         }
       }
     }
-    const vec4 result = o / l_g;
-    [[unroll]] for (uint c = 0; c < 4; ++c) {  // scalar stores: out need not be 16-byte aligned
-      F32Ref(pc.out_ + (uint64_t(seq * num_heads + kh * GQA + g) * HEAD_DIM + d + c) * 4).v[0] = result[c];
+    if (keep) {  // slot `first`'s four values here are read by this thread alone, above
+      SharedF32x4Ref(pc.part_out + ((row + first) * HEAD_DIM + d) * 4).v[0] = o;
+    } else {
+      const vec4 result = o / l_g;
+      [[unroll]] for (uint c = 0; c < 4; ++c) {  // scalar stores: out need not be 16-byte aligned
+        F32Ref(pc.out_ + (uint64_t(seq * num_heads + kh * GQA + g) * HEAD_DIM + d + c) * 4).v[0] = result[c];
+      }
     }
   }
-  if (tid == 0) SharedU32Ref(pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4).v[0] = 0;
+  if (!keep) return;
+  barrier();  // the statistics of slot `first` are read before they are replaced
+  if (tid == 0) {
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      const uint64_t at_ = (uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits + first) * 8;
+      SharedF32Ref(pc.part_ml + at_).v[0] = big_m[g];
+      SharedF32Ref(pc.part_ml + at_).v[1] = big_l[g];
+    }
+  }
+}
+
+// After this workgroup's partials (split sp of splits) are written: the merges it finishes.
+void merge_if_last(uint seq, uint kh, uint sp, uint splits) {
+  const uint64_t row_ticket = pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4;
+  if (splits <= TWO_LEVEL) {
+    if (last_ticket(row_ticket, splits)) merge_range(seq, kh, 0, splits, 1, false);
+    return;
+  }
+  const uint groups = (splits + GROUP - 1) / GROUP;
+  const uint grp = sp / GROUP;
+  const uint max_groups = (pc.max_splits + GROUP - 1) / GROUP;
+  const uint64_t group_ticket = pc.tickets + (uint64_t(pc.num_kv_heads) * gl_NumWorkGroups.z +
+                                              uint64_t(seq * pc.num_kv_heads + kh) * max_groups + grp) * 4;
+  if (!last_ticket(group_ticket, min(GROUP, splits - grp * GROUP))) return;
+  merge_range(seq, kh, grp * GROUP, min(GROUP, splits - grp * GROUP), 1, true);
+  if (last_ticket(row_ticket, groups)) merge_range(seq, kh, 0, groups, GROUP, false);
 }
 
 void main() {
@@ -235,7 +283,7 @@ void main() {
         SharedF32Ref(pc.part_ml + r * 8).v[1] = 0.0;
       }
     }
-    merge_if_last(seq, kh, splits);
+    merge_if_last(seq, kh, sp, splits);
     return;
   }
   const uint end = min(start + SPLIT, len);
@@ -391,5 +439,5 @@ void main() {
     }
     barrier();
   }
-  if (splits > 1) merge_if_last(seq, kh, splits);
+  if (splits > 1) merge_if_last(seq, kh, sp, splits);
 }

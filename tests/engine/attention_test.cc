@@ -236,6 +236,30 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
   }
 }
 
+// Rows of more than 64 splits (16k tokens) merge in two levels: groups of 16 splits, then the
+// groups. Such rows must match the reference, keep their bits alone, batched with short rows and
+// launch after launch (a group ticket left behind would leave later launches unmerged), with a
+// window that masks whole groups. Lengths: 65 splits (a last group of one), 71 (of 7), 67
+// (windowed: the first groups see nothing), and a short row (one level) beside them.
+TEST(AttentionDecode, LongRowsMergeInTwoLevelsAndKeepTheirBits) {
+  for (int window : {0, 5000}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const AttnCase c{"long", DType::kBF16, 64, 4, 2, 16, {16400, 18000, 300, 17000}, 0.0f, window};
+    PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
+    const auto ref = s.reference(c);
+    PagedAttentionDecode kernel(gpu());
+    const auto batched = s.decode(std::nullopt, 1, &kernel);
+    expect_close(batched, ref, 5e-5f, "decode vs reference");
+    const auto again = s.decode(std::nullopt, 2, &kernel);
+    EXPECT_EQ(std::memcmp(batched.data(), again.data(), batched.size() * 4), 0);
+    const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
+    for (size_t q = 0; q < c.lens.size(); ++q) {
+      const auto alone = s.decode(q, 1, &kernel);
+      EXPECT_EQ(std::memcmp(alone.data(), batched.data() + q * row, row * 4), 0) << "sequence " << q;
+    }
+  }
+}
+
 // A context longer than the device's grid can hold splits of (splits are the grid's x), or more
 // sequences than its z holds, is refused before anything is recorded (such a dispatch is invalid
 // usage in Vulkan: undefined behaviour, not a clear error).
