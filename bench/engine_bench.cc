@@ -34,12 +34,11 @@ struct CopyParams {
   uint64_t src, dst, words;
 };
 
-// GPU timestamps around the launches unless --host-timed (or the device has none): then null.
-GpuTimer* g_timer = nullptr;
-
-// Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each.
+// Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each: between
+// `timer`'s timestamps around the calls, or with no timer (--host-timed, or a device without
+// timestamps) the host's submit-and-wait.
 template <typename F>
-Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F record) {
+Result<double> time_launches(VulkanContext& ctx, GpuTimer* timer, int per_submit, int reps, F record) {
   {  // warm-up: pipelines compiled, caches and clocks up
     KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
     KVTIER_RETURN_IF_ERROR(record(b));
@@ -48,14 +47,14 @@ Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F rec
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
     KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
-    if (g_timer) g_timer->start(b);
+    if (timer) timer->start(b);
     for (int i = 0; i < per_submit; ++i) KVTIER_RETURN_IF_ERROR(record(b));
-    if (g_timer) g_timer->stop(b);
+    if (timer) timer->stop(b);
     auto t0 = Clock::now();
     KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
     double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (g_timer) {
-      KVTIER_ASSIGN_OR_RETURN(t, g_timer->seconds());
+    if (timer) {
+      KVTIER_ASSIGN_OR_RETURN(t, timer->seconds());
     }
     samples.push_back(t / per_submit);
   }
@@ -64,13 +63,13 @@ Result<double> time_launches(VulkanContext& ctx, int per_submit, int reps, F rec
 
 // Bytes read plus written per second by a plain copy kernel between two buffers of `bytes`,
 // `per_submit` launches back to back (each with its barrier, as the attention launches have).
-Result<double> copy_rate(VulkanContext& ctx, uint64_t bytes, int per_submit, int reps) {
+Result<double> copy_rate(VulkanContext& ctx, GpuTimer* timer, uint64_t bytes, int per_submit, int reps) {
   KVTIER_ASSIGN_OR_RETURN(GpuBuffer src, GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
   KVTIER_ASSIGN_OR_RETURN(GpuBuffer dst, GpuBuffer::create(ctx, bytes, MemoryKind::kDevice));
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, ctx.pipeline("copy_bandwidth", {}, sizeof(CopyParams)));
   CopyParams p{src.address(), dst.address(), bytes / 16};
   const uint32_t groups = static_cast<uint32_t>(std::clamp<uint64_t>(bytes / 16 / 256, 1, 65535));
-  KVTIER_ASSIGN_OR_RETURN(double t, time_launches(ctx, per_submit, reps, [&](CommandBatch& b) {
+  KVTIER_ASSIGN_OR_RETURN(double t, time_launches(ctx, timer, per_submit, reps, [&](CommandBatch& b) {
                             b.dispatch(*pipeline, p, groups);
                             b.barrier();
                             return ok_status();
@@ -115,15 +114,14 @@ int main(int argc, char** argv) {
     auto t = GpuTimer::create(ctx);
     if (t.ok()) {
       timer = std::move(t).value();
-      g_timer = timer.get();
     } else {
       std::cerr << "timing on the host: " << t.status().to_string() << "\n";
     }
   }
-  const std::string timing = g_timer ? "GPU timestamps around the launches" : "host-timed submit-and-wait";
+  const std::string timing = timer ? "GPU timestamps around the launches" : "host-timed submit-and-wait";
 
   // Reference: a plain copy kernel.
-  auto copy_or = copy_rate(ctx, copy_bytes, 10, reps);
+  auto copy_or = copy_rate(ctx, timer.get(), copy_bytes, 10, reps);
   if (!copy_or.ok()) die(copy_or.status());
   const double copy_bps = *copy_or;
 
@@ -174,12 +172,12 @@ int main(int argc, char** argv) {
           std::cout << "decode pipeline (" << dname << "): " << decode.pipeline_statistics(view, heads / kv_heads) << "\n";
         }
         const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
-        auto t = time_launches(ctx, per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
+        auto t = time_launches(ctx, timer.get(), per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
         if (!t.ok()) die(t.status());
         const double bps = 2.0 * array_bytes / *t;
         // The same bytes through the copy kernel, launched as often: what one launch of this size
         // can reach on this GPU (a small launch cannot fill it, whatever it does).
-        auto same = copy_rate(ctx, array_bytes, per_submit, reps);
+        auto same = copy_rate(ctx, timer.get(), array_bytes, per_submit, reps);
         report.add_row({dname, std::to_string(batch), std::to_string(context),
                         format_byte_size(2 * array_bytes), fmt_double(*t * 1e6, 1),
                         fmt_double(bps / 1e9, 1), fmt_double(bps / copy_bps, 2),
@@ -235,7 +233,7 @@ int main(int argc, char** argv) {
       for (Path path : paths) {
         PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
         // One launch per submission: the launcher rewrites its tile table per launch.
-        auto t = time_launches(ctx, 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
+        auto t = time_launches(ctx, timer.get(), 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
         if (!t.ok()) die(t.status());
         // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
         const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;

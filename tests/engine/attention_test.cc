@@ -222,18 +222,25 @@ TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
 // Decode in one launch: the last workgroup of a row merges its splits in split order and resets
 // the row's ticket. So a row's bits are the same alone as in a batch, launch after launch on the
 // same tickets (a ticket left behind would leave later rows unmerged), many launches in one batch.
-TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaunch) {
-  const AttnCase& c = GetParam();
-  PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
+// Every sequence's decode rows, batched; checks that `launches` launches in one batch give the
+// same bits (on one launcher's tickets) and each sequence alone does too.
+std::vector<float> decode_expecting_the_same_bits(PagedProblem& s, int launches) {
   PagedAttentionDecode kernel(gpu());
   const auto batched = s.decode(std::nullopt, 1, &kernel);
-  const auto again = s.decode(std::nullopt, 3, &kernel);
+  const auto again = s.decode(std::nullopt, launches, &kernel);
   EXPECT_EQ(std::memcmp(batched.data(), again.data(), batched.size() * 4), 0);
-  const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
-  for (size_t q = 0; q < c.lens.size(); ++q) {
+  const size_t row = static_cast<size_t>(s.num_heads) * s.view.head_dim;
+  for (size_t q = 0; q < s.lens.size(); ++q) {
     const auto alone = s.decode(q, 1, &kernel);
     EXPECT_EQ(std::memcmp(alone.data(), batched.data() + q * row, row * 4), 0) << "sequence " << q;
   }
+  return batched;
+}
+
+TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaunch) {
+  const AttnCase& c = GetParam();
+  PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
+  decode_expecting_the_same_bits(s, 3);
 }
 
 // Rows of more than 64 splits (16k tokens) merge in two levels: groups of 16 splits, then the
@@ -246,17 +253,7 @@ TEST(AttentionDecode, LongRowsMergeInTwoLevelsAndKeepTheirBits) {
     SCOPED_TRACE("window " + std::to_string(window));
     const AttnCase c{"long", DType::kBF16, 64, 4, 2, 16, {16400, 18000, 300, 17000}, 0.0f, window};
     PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
-    const auto ref = s.reference(c);
-    PagedAttentionDecode kernel(gpu());
-    const auto batched = s.decode(std::nullopt, 1, &kernel);
-    expect_close(batched, ref, 5e-5f, "decode vs reference");
-    const auto again = s.decode(std::nullopt, 2, &kernel);
-    EXPECT_EQ(std::memcmp(batched.data(), again.data(), batched.size() * 4), 0);
-    const size_t row = static_cast<size_t>(s.num_heads) * c.head_dim;
-    for (size_t q = 0; q < c.lens.size(); ++q) {
-      const auto alone = s.decode(q, 1, &kernel);
-      EXPECT_EQ(std::memcmp(alone.data(), batched.data() + q * row, row * 4), 0) << "sequence " << q;
-    }
+    expect_close(decode_expecting_the_same_bits(s, 2), s.reference(c), 5e-5f, "decode vs reference");
   }
 }
 
