@@ -106,12 +106,6 @@ void load_rows(uint64_t cache, uint start, uint end, uint kh, uint lane, uint ro
   }
 }
 
-// Rows of more than TWO_LEVEL splits merge in two levels: the workgroup that finishes a group of
-// GROUP consecutive splits last merges the group (in split order) into the partial slot of its
-// first split, and the one that finishes the last group merges the groups (in group order). One
-// workgroup summing every split of a long row was the tail of a batch-1 call (H100, 1 x 32k: 15 of
-// 80 us). The tree's shape depends on the row's split count alone, never on the batch.
-
 // Takes a ticket at `at` (this workgroup's writes released first); true in every thread of the
 // workgroup that takes the last of `count`, which then sees every other one's writes and resets
 // the ticket for the next launch. Called in uniform control flow.
@@ -242,7 +236,12 @@ void merge_range(uint seq, uint kh, uint first, uint count, uint stride, bool ke
   }
 }
 
-// After this workgroup's partials (split sp of splits) are written: the merges it finishes.
+// After this workgroup's partials (split sp of splits) are written: the merges it finishes. Rows
+// of more than TWO_LEVEL splits merge in two levels: the workgroup that finishes a group of GROUP
+// consecutive splits last merges the group (in split order) into the slot of its first split, and
+// the one that finishes the last group merges the groups (in group order). One workgroup summing
+// every split of a long row was the tail of a batch-1 call (H100, 1 x 32k: 15 of 80 us). The
+// tree's shape depends on the row's split count alone, never on the batch.
 void merge_if_last(uint seq, uint kh, uint sp, uint splits) {
   const uint64_t row_ticket = pc.tickets + uint64_t(seq * pc.num_kv_heads + kh) * 4;
   if (splits <= TWO_LEVEL) {
