@@ -77,8 +77,8 @@ layout(push_constant) uniform Params {
   int window;     // 0: off; else attend to the last `window` positions
 } pc;
 
-shared float s_scores[GQA * SPLIT];
-shared float s_red[ROWS * HEAD_DIM];
+// The scores (GQA x SPLIT), then space for the rows' sums; the sums use the scores' space too.
+shared float s_work[GQA * SPLIT + ROWS * HEAD_DIM];
 shared float s_stat[SUBGROUPS * GQA];
 shared bool s_last;
 // Byte offsets of the split's cache blocks, read from the block table once per workgroup (the K
@@ -165,7 +165,7 @@ void merge_range(uint seq, uint kh, uint first, uint count, uint stride, bool ke
       const uint64_t at_ = (uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits + first + j * stride) * 8;
       const vec2 mli = vec2(SharedF32Ref(pc.part_ml + at_).v[0], SharedF32Ref(pc.part_ml + at_).v[1]);
       const float w = mli.x == NEG_INF ? 0.0 : exp(mli.x - big_m[g]);  // masked states weigh nothing
-      if (weights_fit) s_scores[g * SPLIT + j] = w;
+      if (weights_fit) s_work[g * SPLIT + j] = w;
       l_loc[g] += w * mli.y;
     }
   }
@@ -209,7 +209,7 @@ void merge_range(uint seq, uint kh, uint first, uint count, uint stride, bool ke
         if (j0 + k < count) {
           float w;
           if (weights_fit) {
-            w = s_scores[g * SPLIT + j0 + k];
+            w = s_work[g * SPLIT + j0 + k];
           } else {
             const float mi = SharedF32Ref(pc.part_ml + (row + first + (j0 + k) * stride) * 8).v[0];
             w = mi == NEG_INF ? 0.0 : exp(mi - m_g);
@@ -353,7 +353,7 @@ void main() {
         const uint u = idx / GQA, g = idx % GQA;
         const uint t = step + u * ROWS + row;
         if (u < U && t < end) {
-          s_scores[g * SPLIT + (t - start)] =
+          s_work[g * SPLIT + (t - start)] =
               int(t) < lo ? NEG_INF : attention_score(acc[j], pc.scale, pc.softcap);
         }
       }
@@ -366,7 +366,7 @@ void main() {
   float m_of[GQA], l_of[GQA];
   [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float m = NEG_INF;
-    for (uint i = tid; i < n; i += WG) m = max(m, s_scores[g * SPLIT + i]);
+    for (uint i = tid; i < n; i += WG) m = max(m, s_work[g * SPLIT + i]);
     m = subgroupMax(m);
     if (subgroupElect()) s_stat[sg * GQA + g] = m;
   }
@@ -380,8 +380,8 @@ void main() {
   [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float l = 0.0;
     for (uint i = tid; i < n; i += WG) {
-      const float p = exp(s_scores[g * SPLIT + i] - m_of[g]);
-      s_scores[g * SPLIT + i] = p;
+      const float p = exp(s_work[g * SPLIT + i] - m_of[g]);
+      s_work[g * SPLIT + i] = p;
       l += p;
     }
     l = subgroupAdd(l);
@@ -409,36 +409,60 @@ void main() {
         float e[8];
         unpack8(w[u][v], DTYPE, e);
         [[unroll]] for (uint g = 0; g < GQA; ++g) {
-          const float p = valid ? s_scores[g * SPLIT + (t - start)] : 0.0;
+          const float p = valid ? s_work[g * SPLIT + (t - start)] : 0.0;
           [[unroll]] for (uint k = 0; k < ELEMS; ++k) acc[g][v * 8 + k] += p * e[k];
         }
       }
     }
   }
-  [[unroll]] for (uint g = 0; g < GQA; ++g) {
-    [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
-      [[unroll]] for (uint k = 0; k < ELEMS; ++k) {
-        s_red[row * HEAD_DIM + (v * LANES + lane) * ELEMS + k] = acc[g][v * 8 + k];
+  // 4. The rows' sums: the row groups of a subgroup added by shuffles, then the subgroups' sums
+  // through shared memory (the scores' space too, free once every V row is weighed), as many heads
+  // at a time as fit: all of them on 32-wide subgroups, so two barriers instead of two per head.
+  [[unroll]] for (uint o = LANES; o < WG / SUBGROUPS; o *= 2) {
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      [[unroll]] for (uint k = 0; k < VEC_PER_LANE * 8; ++k) acc[g][k] += subgroupShuffleXor(acc[g][k], o);
+    }
+  }
+  const uint HEADS_AT_ONCE = min(GQA, (GQA * SPLIT + ROWS * HEAD_DIM) / (SUBGROUPS * HEAD_DIM));
+  barrier();  // every V row weighed: the scores' space is free
+  for (uint g0 = 0; g0 < GQA; g0 += HEADS_AT_ONCE) {
+    const uint heads = min(HEADS_AT_ONCE, GQA - g0);
+    if (gl_SubgroupInvocationID < LANES) {
+      [[unroll]] for (uint g = 0; g < GQA; ++g) {
+        if (g >= g0 && g < g0 + heads) {
+          [[unroll]] for (uint v = 0; v < VEC_PER_LANE; ++v) {
+            [[unroll]] for (uint k = 0; k < ELEMS; ++k) {
+              s_work[((g - g0) * SUBGROUPS + sg) * HEAD_DIM + (v * LANES + lane) * ELEMS + k] = acc[g][v * 8 + k];
+            }
+          }
+        }
       }
     }
     barrier();
-    const uint h = kh * GQA + g;
-    for (uint d = tid; d < HEAD_DIM; d += WG) {
+    for (uint i = tid; i < heads * HEAD_DIM; i += WG) {
+      const uint g = g0 + i / HEAD_DIM, d = i % HEAD_DIM;
+      const uint h = kh * GQA + g;
       float o = 0.0;
-      for (uint r = 0; r < ROWS; ++r) o += s_red[r * HEAD_DIM + d];
+      for (uint r = 0; r < SUBGROUPS; ++r) o += s_work[((g - g0) * SUBGROUPS + r) * HEAD_DIM + d];
       if (splits == 1) {
-        F32Ref(pc.out_ + (uint64_t(seq * num_heads + h) * HEAD_DIM + d) * 4).v[0] = o / l_of[g];
+        float l_g = 0.0;
+        [[unroll]] for (uint x = 0; x < GQA; ++x) {  // without dynamic indexing
+          if (x == g) l_g = l_of[x];
+        }
+        F32Ref(pc.out_ + (uint64_t(seq * num_heads + h) * HEAD_DIM + d) * 4).v[0] = o / l_g;
       } else {
         SharedF32Ref(pc.part_out + ((uint64_t(seq * num_heads + h) * pc.max_splits + sp) * HEAD_DIM + d) * 4)
             .v[0] = o;
       }
     }
-    if (splits > 1 && tid == 0) {
-      const uint64_t i = (uint64_t(seq * num_heads + h) * pc.max_splits + sp) * 2;
+    barrier();
+  }
+  if (splits > 1 && tid == 0) {
+    [[unroll]] for (uint g = 0; g < GQA; ++g) {
+      const uint64_t i = (uint64_t(seq * num_heads + kh * GQA + g) * pc.max_splits + sp) * 2;
       SharedF32Ref(pc.part_ml + i * 4).v[0] = m_of[g];
       SharedF32Ref(pc.part_ml + i * 4).v[1] = l_of[g];
     }
-    barrier();
   }
   if (splits > 1) merge_if_last(seq, kh, sp, splits);
 }
