@@ -77,7 +77,7 @@ Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const Paged
   // The kernel's shared memory: scores (GQA per token of the split), the split's block offsets,
   // the output reduction, per-subgroup statistics and one flag.
   auto shared_bytes = [&](uint64_t split) {
-    return 4 * (gqa * split + uint64_t{rows} * cache.head_dim + uint64_t{c.subgroups} * gqa + 1) +
+    return 4 * (gqa * split + uint64_t{rows} * cache.head_dim + 2 * uint64_t{c.subgroups} * gqa + 1) +
            8 * ((split + cache.block_size - 2) / cache.block_size + 1);
   };
   // Fixed per shape (never chosen from the batch) so a sequence's result never depends on what it

@@ -79,7 +79,7 @@ layout(push_constant) uniform Params {
 
 // The scores (GQA x SPLIT), then space for the rows' sums; the sums use the scores' space too.
 shared float s_work[GQA * SPLIT + ROWS * HEAD_DIM];
-shared float s_stat[SUBGROUPS * GQA];
+shared float s_stat[2 * SUBGROUPS * GQA];  // maxima, then sums
 shared bool s_last;
 // Byte offsets of the split's cache blocks, read from the block table once per workgroup (the K
 // and V passes would otherwise load a table entry per row and wait on it before every row load).
@@ -361,12 +361,20 @@ void main() {
   }
   barrier();
 
-  // 2. Softmax statistics for every head at once: subgroup reductions, then across subgroups.
+  // 2. Softmax statistics for every head at once: subgroup reductions, then across subgroups. A
+  // thread keeps its scores between the maximum and the weights, and the sums go to their own
+  // half of s_stat, so the two reductions take two barriers.
   const uint sg = gl_SubgroupID;
+  const uint PER = (SPLIT + WG - 1) / WG;  // scores per thread and head
   float m_of[GQA], l_of[GQA];
+  float sv[GQA][PER];
   [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float m = NEG_INF;
-    for (uint i = tid; i < n; i += WG) m = max(m, s_work[g * SPLIT + i]);
+    [[unroll]] for (uint k = 0; k < PER; ++k) {
+      const uint i = tid + k * WG;
+      sv[g][k] = i < n ? s_work[g * SPLIT + i] : NEG_INF;
+      m = max(m, sv[g][k]);
+    }
     m = subgroupMax(m);
     if (subgroupElect()) s_stat[sg * GQA + g] = m;
   }
@@ -375,22 +383,22 @@ void main() {
     float m = NEG_INF;
     for (uint s = 0; s < SUBGROUPS; ++s) m = max(m, s_stat[s * GQA + g]);
     m_of[g] = m;
-  }
-  barrier();
-  [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float l = 0.0;
-    for (uint i = tid; i < n; i += WG) {
-      const float p = exp(s_work[g * SPLIT + i] - m_of[g]);
-      s_work[g * SPLIT + i] = p;
-      l += p;
+    [[unroll]] for (uint k = 0; k < PER; ++k) {
+      const uint i = tid + k * WG;
+      if (i < n) {
+        const float p = exp(sv[g][k] - m);
+        s_work[g * SPLIT + i] = p;
+        l += p;
+      }
     }
     l = subgroupAdd(l);
-    if (subgroupElect()) s_stat[sg * GQA + g] = l;
+    if (subgroupElect()) s_stat[(SUBGROUPS + sg) * GQA + g] = l;
   }
   barrier();
   [[unroll]] for (uint g = 0; g < GQA; ++g) {
     float l = 0.0;
-    for (uint s = 0; s < SUBGROUPS; ++s) l += s_stat[s * GQA + g];
+    for (uint s = 0; s < SUBGROUPS; ++s) l += s_stat[(SUBGROUPS + s) * GQA + g];
     l_of[g] = l;
   }
 
