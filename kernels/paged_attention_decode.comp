@@ -131,12 +131,12 @@ void merge_range(uint seq, uint kh, uint first, uint count, uint stride, bool ke
   const uint tid = gl_LocalInvocationID.x;
   // The states' statistics are read by all threads at once (one load each, not a chain of
   // dependent loads per thread: that made the merge cost more than the second launch it saves),
-  // the weights kept in shared memory (s_scores is free by now). Every sum has a fixed order —
+  // the weights kept in shared memory (the scores' space is free by now). Every sum has a fixed order —
   // state j to thread j % WG in increasing j, then the subgroup and subgroup-order reductions —
   // so the bits depend on the row alone, never on which workgroup finished last.
   const uint num_heads = pc.num_kv_heads * GQA;
   const uint sg = gl_SubgroupID;
-  const bool weights_fit = count <= SPLIT;  // one weight per (head, state) in s_scores
+  const bool weights_fit = count <= SPLIT;  // one weight per (head, state) in the scores' space
   // Statistics of every head at once (all heads' loads in flight together; two rounds of loads,
   // not two per head).
   float big_m[GQA], big_l[GQA];
