@@ -75,7 +75,7 @@ Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const Paged
   for (uint32_t lanes = c.lanes >> c.rs_steps; lanes > 1; lanes /= 2) ++c.bf_steps;
   const uint32_t rows = c.wg / c.lanes;
   // The kernel's shared memory: scores (GQA per token of the split), the split's block offsets,
-  // the output reduction, per-subgroup statistics and one flag.
+  // the rows' sums, per-subgroup statistics (maxima and sums) and one flag.
   auto shared_bytes = [&](uint64_t split) {
     return 4 * (gqa * split + uint64_t{rows} * cache.head_dim + 2 * uint64_t{c.subgroups} * gqa + 1) +
            8 * ((split + cache.block_size - 2) / cache.block_size + 1);
