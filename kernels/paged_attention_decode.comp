@@ -431,7 +431,8 @@ void main() {
       [[unroll]] for (uint k = 0; k < VEC_PER_LANE * 8; ++k) acc[g][k] += subgroupShuffleXor(acc[g][k], o);
     }
   }
-  const uint HEADS_AT_ONCE = min(GQA, (GQA * SPLIT + ROWS * HEAD_DIM) / (SUBGROUPS * HEAD_DIM));
+  // At least one: a row's lanes share a subgroup, so ROWS >= SUBGROUPS.
+  const uint HEADS_AT_ONCE = max(1u, min(GQA, (GQA * SPLIT + ROWS * HEAD_DIM) / (SUBGROUPS * HEAD_DIM)));
   barrier();  // every V row weighed: the scores' space is free
   for (uint g0 = 0; g0 < GQA; g0 += HEADS_AT_ONCE) {
     const uint heads = min(HEADS_AT_ONCE, GQA - g0);
