@@ -256,7 +256,7 @@ TEST_P(ParityTest, BatchedDecodeEqualsEachSequenceAlone) {
 // uncached prompts start at once and decode; B joins the batch when its blocks are in. Every
 // sequence still gets, bit for bit, what it gets alone. The hold must outlast the others' two
 // prefills, or B's blocks are in before the first step and it rightly joins at step 0: 300 ms did
-// not, once, in a loaded `make test` here (F16), so it is 1.5 s (the test takes ~0.5 s longer).
+// not, once, in a loaded `make test` here (F16), so it is 1.5 s.
 TEST_P(ParityTest, ASequenceJoinsWhenItsSsdPrefixIsInWhileOthersDecodeAndAllEqualAlone) {
   // B first: the generator must not wait on it while the others could decode.
   const std::vector<std::vector<int32_t>> prompts{kPromptB, tokens_from(6, 40), tokens_from(7, 25)};
