@@ -9,7 +9,7 @@
 #include <random>
 
 #include "base/byte_size.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/tiered_cache.h"
 #include "tests/support/test_blocks.h"

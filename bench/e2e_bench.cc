@@ -22,13 +22,13 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
-#include "tiers/ssd/io/io_uring_ring.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
+#include "tiers/ssd/io/io_uring_ring.h"
 
 using namespace kvtier;
 using namespace kvtier::bench;

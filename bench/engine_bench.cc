@@ -21,8 +21,8 @@
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "bench/harness/bench_report.h"
-#include "engine/gpu_timer.h"
-#include "engine/paged_attention.h"
+#include "engine/attention/paged_attention.h"
+#include "engine/vulkan/gpu_timer.h"
 
 using namespace kvtier;
 using namespace kvtier::bench;

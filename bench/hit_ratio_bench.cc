@@ -10,7 +10,7 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "bench/traces/belady.h"
 #include "bench/traces/replay.h"

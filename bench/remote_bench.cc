@@ -15,7 +15,7 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "tests/support/redis_servers.h"

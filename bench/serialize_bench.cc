@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "base/byte_size.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 #include "tests/support/test_blocks.h"
 
 using namespace kvtier;

@@ -19,14 +19,14 @@
 #include <CLI/CLI.hpp>
 
 #include "base/byte_size.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
+#include "serialize/format/block_codec.h"
 #include "server/block_service.h"
-#include "server/http_api.h"
-#include "server/kvtier_client.h"
+#include "server/cli/kvtier_client.h"
+#include "server/http/http_api.h"
 #include "server/synthetic_block.h"
 #include "server/wire/wire_server.h"
-#include "serialize/block_codec.h"
 #include "tests/support/self_signed_cert.h"
 #include "tests/support/temp_dir.h"
 

@@ -25,7 +25,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "base/byte_size.h"
-#include "base/memory_policy.h"
+#include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/prefix_hasher.h"
 #include "tests/support/test_blocks.h"

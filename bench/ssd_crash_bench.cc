@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "bench/harness/bench_report.h"
 #include "tests/support/temp_dir.h"
-#include "tests/tiers/ssd_crash_driver.h"
+#include "tests/tiers/ssd/ssd_crash_driver.h"
 
 using namespace kvtier;
 

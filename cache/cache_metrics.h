@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 
 namespace kvtier {
 

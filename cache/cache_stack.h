@@ -10,12 +10,12 @@
 #include <optional>
 
 #include "cache/tiered_cache.h"
-#include "engine/gpu_block_pool.h"
+#include "engine/blocks/gpu_block_pool.h"
 #include "serialize/layout_registry.h"
 #include "tiers/gpu_tier.h"
 #include "tiers/ram_tier.h"
-#include "tiers/ssd/ssd_options.h"
 #include "tiers/remote/remote_tier.h"
+#include "tiers/ssd/ssd_options.h"
 #include "tiers/ssd/striped_ssd_tier.h"
 
 namespace kvtier {

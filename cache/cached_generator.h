@@ -13,7 +13,7 @@
 
 #include "cache/prefix_hasher.h"
 #include "cache/tiered_cache.h"
-#include "engine/llama_model.h"
+#include "engine/model/llama_model.h"
 #include "tiers/gpu_tier.h"
 
 namespace kvtier {

@@ -8,11 +8,11 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "base/metrics_exporters.h"
+#include "base/metrics/metrics_exporters.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
 #include "embed/block_tensors.h"
-#include "engine/vulkan_context.h"
+#include "engine/vulkan/vulkan_context.h"
 
 namespace kvtier {
 

@@ -1,5 +1,5 @@
-// The compiled kernels: SPIR-V of every kernels/*.comp, embedded at build time, by kernel name
-// ("paged_attention_decode"). Empty span for an unknown name.
+// The compiled kernels: SPIR-V of every kernels/<folder>/*.comp, embedded at build time, by
+// kernel name ("paged_attention_decode"). Empty span for an unknown name.
 #pragma once
 
 #include <cstdint>

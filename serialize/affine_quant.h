@@ -5,10 +5,10 @@
 // Scale/bias choice follows MLX: the endpoint of larger magnitude ("edge") is made exactly
 // representable (scale = edge / round(edge / scale0), bias = edge). Where MLX divides, we multiply
 // by a correctly rounded reciprocal, and q is computed against the scale and bias *as stored*
-// (rounded to the dtype). Both choices exist so the GPU kernel (kernels/quantize.comp) reproduces
-// this bit for bit: Vulkan guarantees correctly rounded +, -, * but not division. Data quantized
-// by MLX dequantizes identically here; our quantizer may pick a different level than MLX's in
-// rare near-ties.
+// (rounded to the dtype). Both choices exist so the GPU kernel (kernels/blocks/quantize.comp)
+// reproduces this bit for bit: Vulkan guarantees correctly rounded +, -, * but not division. Data
+// quantized by MLX dequantizes identically here; our quantizer may pick a different level than
+// MLX's in rare near-ties.
 //
 // Dequantization is the reference formula out = round_to_dtype(fl(fl(scale * q) + bias)): one
 // rounding after the multiply, one after the add, then to the dtype. No FMA.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "base/aligned_buffer.h"
+#include "base/memory/aligned_buffer.h"
 #include "base/status.h"
 #include "serialize/block_hash.h"
 #include "serialize/kv_layout.h"

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "serialize/block_document.h"
+#include "serialize/format/block_document.h"
 
 namespace kvtier {
 namespace {

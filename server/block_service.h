@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "base/aligned_buffer.h"
-#include "base/bytes.h"
 #include "base/log.h"
-#include "base/metrics.h"
+#include "base/memory/aligned_buffer.h"
+#include "base/memory/bytes.h"
+#include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
 
@@ -85,7 +85,7 @@ class BlockService {
   CacheStack& stack() { return stack_; }
 
   Result<LookupReply> lookup(const PromptRequest& request);
-  // `document` is one block document (serialize/block_document.h) stored under `hash`; a
+  // `document` is one block document (serialize/format/block_document.h) stored under `hash`; a
   // non-empty `ns` must be the document's namespace. kInserted (201) or kAlreadyPresent (200).
   // The document starts `buffer` and is `length` bytes long; the stored block keeps the buffer as
   // its storage (no copy of the KV).

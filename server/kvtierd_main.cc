@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/byte_size.h"
-#include "base/memory_policy.h"
 #include "base/log.h"
-#include "engine/vulkan_context.h"
+#include "base/memory/memory_policy.h"
+#include "engine/vulkan/vulkan_context.h"
 #include "server/block_service.h"
-#include "server/http_api.h"
-#include "server/wire/wire_server.h"
+#include "server/http/http_api.h"
 #include "server/server_options.h"
+#include "server/wire/wire_server.h"
 
 using namespace kvtier;
 

@@ -11,9 +11,9 @@
 #include <unordered_map>
 
 #include "base/log.h"
-#include "engine/block_transfer.h"
-#include "engine/gpu_block_pool.h"
-#include "engine/host_memory_import.h"
+#include "engine/blocks/block_transfer.h"
+#include "engine/blocks/gpu_block_pool.h"
+#include "engine/vulkan/host_memory_import.h"
 #include "tiers/tier.h"
 
 namespace kvtier {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 #include "base/status.h"
 
 namespace kvtier {

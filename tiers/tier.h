@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 #include "base/status.h"
 #include "serialize/block.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/paged_kv.h"
+#include "engine/attention/paged_kv.h"
 
 namespace kvtier::reference {
 

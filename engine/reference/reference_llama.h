@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/llama_weights.h"
+#include "engine/model/llama_weights.h"
 
 namespace kvtier::reference {
 

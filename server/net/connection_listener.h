@@ -13,7 +13,7 @@
 #include <string>
 
 #include "base/log.h"
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 #include "base/status.h"
 #include "server/net/connection_threads.h"
 

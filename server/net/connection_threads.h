@@ -10,7 +10,7 @@
 #include <functional>
 #include <mutex>
 
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 
 namespace kvtier {
 

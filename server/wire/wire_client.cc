@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "server/kvtier_client.h"
+#include "server/cli/kvtier_client.h"
 #include "server/wire/socket_io.h"
 
 namespace kvtier {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/bytes.h"
+#include "base/memory/bytes.h"
 #include "base/status.h"
 #include "serialize/block_hash.h"
 #include "server/wire/wire_format.h"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/request_json.h"
+#include "server/http/request_json.h"
 #include "server/status_codes.h"
 #include "server/wire/socket_io.h"
 

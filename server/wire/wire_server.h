@@ -14,7 +14,7 @@
 #include <string>
 
 #include "base/log.h"
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 #include "server/block_service.h"
 #include "server/net/connection_listener.h"
 #include "server/tenant_table.h"

@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include "base/aligned_buffer.h"
-#include "base/large_buffer_cache.h"
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "base/metrics.h"
+#include "base/memory/aligned_buffer.h"
+#include "base/memory/large_buffer_cache.h"
+#include "base/metrics/metrics.h"
 #include "base/status.h"
 
 namespace kvtier {

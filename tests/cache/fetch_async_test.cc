@@ -13,7 +13,7 @@
 #include "cache/tiered_cache.h"
 #include "tests/cache/cache_test_blocks.h"
 #include "tests/support/io_fault_injector.h"
-#include "tests/tiers/ssd_test_env.h"
+#include "tests/tiers/ssd/ssd_test_env.h"
 #include "tiers/ram_tier.h"
 
 namespace kvtier {

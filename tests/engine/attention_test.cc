@@ -19,7 +19,7 @@
 #include <numeric>
 #include <optional>
 
-#include "engine/paged_attention.h"
+#include "engine/attention/paged_attention.h"
 #include "engine/reference/reference_attention.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/test_blocks.h"

@@ -2,10 +2,10 @@
 // definitions: these move or transform stored data, so they must match bit for bit.
 #include <gtest/gtest.h>
 
-#include "engine/affine_quant_kernels.h"
-#include "engine/block_transfer.h"
+#include "engine/attention/reshape_and_cache.h"
+#include "engine/blocks/affine_quant_kernels.h"
+#include "engine/blocks/block_transfer.h"
 #include "engine/reference/reference_cache_ops.h"
-#include "engine/reshape_and_cache.h"
 #include "serialize/affine_quant.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/test_blocks.h"

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "engine/command_batch.h"
-#include "engine/gpu_buffer.h"
-#include "engine/paged_attention.h"
-#include "engine/vulkan_context.h"
+#include "engine/attention/paged_attention.h"
+#include "engine/vulkan/command_batch.h"
+#include "engine/vulkan/gpu_buffer.h"
+#include "engine/vulkan/vulkan_context.h"
 #include "serialize/kv_layout.h"
 
 namespace kvtier::testing {

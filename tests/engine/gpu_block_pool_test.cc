@@ -1,6 +1,6 @@
 // GpuBlockPool's books, vLLM v1's semantics: least recently used first, cached blocks with no
 // references stay findable until reused, all-or-nothing allocation.
-#include "engine/gpu_block_pool.h"
+#include "engine/blocks/gpu_block_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // GpuTimer: the GPU's clock around recorded commands, as engine_bench times its launches. What
 // it reports must be the recorded work's own time: more work takes longer, the time fits inside
 // the host's wait for the batch, and a timer whose batch never ran says so.
-#include "engine/gpu_timer.h"
+#include "engine/vulkan/gpu_timer.h"
 
 #include <gtest/gtest.h>
 

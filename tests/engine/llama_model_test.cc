@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/gpu_block_pool.h"
-#include "engine/llama_model.h"
+#include "engine/blocks/gpu_block_pool.h"
+#include "engine/model/llama_model.h"
 #include "engine/reference/reference_llama.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/engine/golden_prompts.h"

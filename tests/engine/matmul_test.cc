@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/matmul.h"
+#include "engine/model/matmul.h"
 #include "tests/engine/engine_test_env.h"
 
 namespace kvtier {

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 #include "tests/fuzz/fuzz_layouts.h"
 
 using namespace kvtier;

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 #include "tests/fuzz/fuzz_layouts.h"
 #include "tests/support/test_blocks.h"
 

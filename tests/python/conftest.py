@@ -89,7 +89,8 @@ def tokens_for(seed, n):
 
 def corrupt_every_record(ssd_dir):
     """Flips one byte inside the document of every record of every segment file (found by the
-    frame magic "KVTF", serialize/frame.h), as a bad sector would. Returns the records touched."""
+    frame magic "KVTF", serialize/format/frame.h), as a bad sector would. Returns the records
+    touched."""
     touched = 0
     paths = sorted(os.path.join(d, n) for d, _, names in os.walk(ssd_dir) for n in names if n.endswith(".kvs"))
     for path in paths:

@@ -1,4 +1,4 @@
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 
 #include <cstring>
 #include <string>

@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/kvtier_client.h"
+#include "server/cli/kvtier_client.h"
 #include "tests/server/server_process.h"
 #include "tests/server/wire_blocks.h"
 #include "tests/support/temp_dir.h"

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "server/kvtier_client.h"
+#include "server/cli/kvtier_client.h"
 #include "tests/server/server_process.h"
 #include "tests/server/wire_blocks.h"
 #include "tests/support/redis_servers.h"

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/prefix_hasher.h"
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 
 namespace kvtier::testing {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "base/bytes.h"
+#include "base/memory/bytes.h"
 #include "serialize/block.h"
 #include "tests/support/test_blocks.h"
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "base/large_buffer_cache.h"
+#include "base/memory/large_buffer_cache.h"
 
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/test_blocks.h"

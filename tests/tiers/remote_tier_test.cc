@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 #include "tests/support/redis_servers.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"

@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "base/bytes.h"
-#include "serialize/block_codec.h"
+#include "base/memory/bytes.h"
+#include "serialize/format/block_codec.h"
 
 namespace kvtier {
 namespace {

@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <map>
 
-#include "base/aligned_buffer.h"
-#include "tiers/ssd/io/dir_lock.h"
-#include "tiers/ssd/read/record_check.h"
-#include "tiers/ssd/io/segment_file.h"
+#include "base/memory/aligned_buffer.h"
 #include "tiers/ssd/index/ssd_index.h"
 #include "tiers/ssd/index/ssd_manifest.h"
+#include "tiers/ssd/io/dir_lock.h"
+#include "tiers/ssd/io/segment_file.h"
+#include "tiers/ssd/read/record_check.h"
 #include "tiers/ssd/ssd_state.h"
 
 namespace kvtier {

@@ -3,7 +3,7 @@
 // reinsertion; recovery at open; queue and capacity gauges; write and read latency.
 #pragma once
 
-#include "base/metrics.h"
+#include "base/metrics/metrics.h"
 
 namespace kvtier {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "serialize/frame.h"
+#include "serialize/format/frame.h"
 
 namespace kvtier {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "base/byte_size.h"
-#include "serialize/block_document.h"
+#include "serialize/format/block_document.h"
 
 namespace kvtier {
 

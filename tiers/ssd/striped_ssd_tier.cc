@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "base/byte_size.h"
-#include "base/metric_sum.h"
+#include "base/metrics/metric_sum.h"
 
 namespace kvtier {
 

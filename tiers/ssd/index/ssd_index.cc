@@ -8,7 +8,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
-#include "serialize/checksum.h"
+#include "serialize/format/checksum.h"
 
 namespace kvtier {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "serialize/block_codec.h"
+#include "serialize/format/block_codec.h"
 #include "tiers/ssd/index/ssd_index.h"
 #include "tiers/tier.h"
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tiers/namespace_usage.h"
-#include "base/aligned_buffer.h"
+#include "base/memory/aligned_buffer.h"
 #include "serialize/block_hash.h"
+#include "tiers/namespace_usage.h"
 
 namespace kvtier {
 

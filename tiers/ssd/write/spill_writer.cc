@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "base/byte_size.h"
-#include "serialize/checksum.h"
+#include "serialize/format/checksum.h"
 #include "tiers/ssd/io/io_fault_seam.h"
 
 namespace kvtier {

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "serialize/frame.h"
+#include "serialize/format/frame.h"
 #include "tiers/ssd/io/io_uring_ring.h"
-#include "tiers/ssd/write/spill_queue.h"
 #include "tiers/ssd/ssd_state.h"
+#include "tiers/ssd/write/spill_queue.h"
 
 namespace kvtier {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "base/byte_size.h"
-#include "serialize/checksum.h"
+#include "serialize/format/checksum.h"
 #include "tiers/ssd/write/spill_writer.h"
 
 namespace kvtier {

@@ -1,0 +1,328 @@
+#include "engine/attention/paged_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace kvtier {
+
+namespace {
+
+struct DecodeParams {
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, part_out, part_ml, tickets;
+  uint32_t num_kv_heads, max_blocks_per_seq, max_splits;
+  float scale, softcap;
+  int32_t window;
+};
+struct VarlenParams {
+  uint64_t q, out, k_cache, v_cache, block_tables, seq_lens, cu_seqlens_q, tiles, partial;
+  uint32_t num_kv_heads, max_blocks_per_seq;
+  float scale, softcap;
+  int32_t window;
+  uint32_t max_splits;
+};
+struct VarlenMergeParams {
+  uint64_t out, partial;
+  uint32_t num_heads, max_splits;
+};
+
+uint32_t largest_pow2_dividing(uint32_t n, uint32_t cap) {
+  uint32_t p = 1;
+  while (p * 2 <= cap && n % (p * 2) == 0) p *= 2;
+  return p;
+}
+
+Status check_shapes(uint32_t num_heads, const PagedKvView& cache) {
+  if (cache.block_size == 0) return invalid_argument("attention: the cache's block_size is 0");
+  if (cache.num_kv_heads == 0 || num_heads % cache.num_kv_heads != 0) {
+    return invalid_argument("attention: num_heads " + std::to_string(num_heads) +
+                            " is not a multiple of num_kv_heads " + std::to_string(cache.num_kv_heads));
+  }
+  if (cache.head_dim % 8 != 0 || cache.head_dim > 256) {
+    return invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<PagedAttentionDecode::Config> PagedAttentionDecode::configure(const PagedKvView& cache,
+                                                                     uint32_t gqa) const {
+  // Callers check the shapes first (check_shapes): record() once per launch, not twice.
+  const uint32_t elems = 16 / static_cast<uint32_t>(dtype_size(cache.dtype));
+  const uint32_t vec_per_row = cache.head_dim / elems;
+  const uint32_t subgroup = ctx_.info().subgroup_size;
+  Config c;
+  // Measured on an H100 (bf16, 32/8 heads, d128; unroll x workgroup x split swept): 128 threads
+  // and 256-token splits gave the best bandwidth at every batch. Once the split's block addresses
+  // sit in shared memory, 8 rows in flight per lane take 96 registers against 95 for 4, and read
+  // faster at batch 8 and 64 (64 x 8k 0.91-0.92 of the copy kernel against 0.88-0.89; batch 1
+  // unchanged). Double-buffering the rows instead took 126 registers and was slower everywhere.
+  c.wg = std::max<uint32_t>(128, subgroup);
+  c.u = 8;
+  // A row's lanes share one subgroup (the reduce-scatter uses subgroupShuffleXor).
+  c.lanes = largest_pow2_dividing(vec_per_row, std::min<uint32_t>(16, subgroup));
+  c.nv = 1;
+  while (c.nv < c.u * gqa) c.nv *= 2;
+  c.subgroups = c.wg / subgroup;
+  // The reduce-scatter halves the values held per lane until one is left or the lanes run out;
+  // a plain butterfly finishes the rest.
+  c.rs_steps = 0;
+  for (uint32_t held = c.nv, lanes = c.lanes; held > 1 && lanes > 1; held /= 2, lanes /= 2) ++c.rs_steps;
+  c.bf_steps = 0;
+  for (uint32_t lanes = c.lanes >> c.rs_steps; lanes > 1; lanes /= 2) ++c.bf_steps;
+  const uint32_t rows = c.wg / c.lanes;
+  // The kernel's shared memory: scores (GQA per token of the split), the split's block offsets,
+  // the rows' sums, per-subgroup statistics (maxima and sums) and one flag.
+  auto shared_bytes = [&](uint64_t split) {
+    return 4 * (gqa * split + uint64_t{rows} * cache.head_dim + 2 * uint64_t{c.subgroups} * gqa + 1) +
+           8 * ((split + cache.block_size - 2) / cache.block_size + 1);
+  };
+  // Fixed per shape (never chosen from the batch) so a sequence's result never depends on what it
+  // is batched with.
+  uint32_t split = 256;
+  while (split > 32 && shared_bytes(split) > ctx_.info().max_shared_memory) split /= 2;
+  if (shared_bytes(split) > ctx_.info().max_shared_memory) {
+    return unavailable("attention: shared memory too small for GQA " + std::to_string(gqa));
+  }
+  c.split = split;
+  return c;
+}
+
+Result<std::shared_ptr<ComputePipeline>> PagedAttentionDecode::decode_pipeline(
+    const PagedKvView& cache, uint32_t gqa, const Config& c) {
+  return ctx_.pipeline("paged_attention_decode",
+                       {c.wg, cache.head_dim, cache.block_size, gqa, c.lanes, c.split,
+                        kernel_dtype(cache.dtype), c.nv, c.subgroups, c.rs_steps, c.bf_steps, c.u, kMergeGroup,
+                        kTwoLevelSplits},
+                       sizeof(DecodeParams));
+}
+
+std::string PagedAttentionDecode::pipeline_statistics(const PagedKvView& cache, uint32_t gqa) {
+  if (Status st = check_shapes(gqa * cache.num_kv_heads, cache); !st.ok()) return st.to_string();
+  auto c = configure(cache, gqa);
+  if (!c.ok()) return c.status().to_string();
+  auto p = decode_pipeline(cache, gqa, *c);
+  return p.ok() ? (*p)->statistics() : p.status().to_string();
+}
+
+uint32_t PagedAttentionDecode::split_tokens(const PagedKvView& cache, uint32_t gqa) const {
+  if (!check_shapes(gqa * cache.num_kv_heads, cache).ok()) return 0;
+  auto c = configure(cache, gqa);
+  return c.ok() ? c->split : 0;
+}
+
+Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
+                                    const PagedKvView& cache, const AttentionOptions& o) {
+  KVTIER_RETURN_IF_ERROR(check_shapes(b.num_heads, cache));
+  if (b.num_seqs == 0) return ok_status();
+  const uint32_t gqa = b.num_heads / cache.num_kv_heads;
+  KVTIER_ASSIGN_OR_RETURN(Config c, configure(cache, gqa));
+  const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + c.split - 1) / c.split);
+  const uint32_t* grid = ctx_.info().max_workgroup_count;
+  if (max_splits > grid[0] || cache.num_kv_heads > grid[1] || b.num_seqs > grid[2]) {
+    return invalid_argument("attention: decode of " + std::to_string(max_splits) + " splits of " +
+                            std::to_string(c.split) + " tokens x " + std::to_string(cache.num_kv_heads) +
+                            " KV heads x " + std::to_string(b.num_seqs) + " sequences exceeds the device's grid (" +
+                            std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " +
+                            std::to_string(grid[2]) + " workgroups)");
+  }
+  KVTIER_ASSIGN_OR_RETURN(auto decode, decode_pipeline(cache, gqa, c));
+  uint64_t part_out = 0, part_ml = 0;
+  if (max_splits > 1) {
+    const uint64_t max_groups = (max_splits + kMergeGroup - 1) / kMergeGroup;
+    const uint64_t ticket_bytes = std::max<uint64_t>(16, uint64_t{b.num_seqs} * cache.num_kv_heads * (1 + max_groups) * 4);
+    if (!tickets_ || tickets_->size() < ticket_bytes) {
+      // Zeroed once; every launch leaves them at zero (the last workgroup resets its ticket).
+      // Launches recorded earlier keep the old buffers: their batches hold them (also below).
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, ticket_bytes, MemoryKind::kDevice));
+      tickets_ = std::make_shared<GpuBuffer>(std::move(grown));
+      batch.fill(*tickets_, 0, ticket_bytes, 0);
+      batch.barrier();
+    }
+    batch.retain(tickets_);
+    const uint64_t rows = static_cast<uint64_t>(b.num_seqs) * b.num_heads * max_splits;
+    const uint64_t need = rows * cache.head_dim * 4 + rows * 8;
+    if (!partial_ || partial_->size() < need) {
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, need, MemoryKind::kDevice));
+      partial_ = std::make_shared<GpuBuffer>(std::move(grown));
+    }
+    batch.retain(partial_);
+    part_out = partial_->address();
+    part_ml = part_out + rows * cache.head_dim * 4;
+  }
+  DecodeParams p{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, part_out, part_ml,
+                 max_splits > 1 ? tickets_->address() : 0, cache.num_kv_heads, b.max_blocks_per_seq,
+                 max_splits, o.scale, o.softcap, o.window};
+  // Splits fastest (x): see the kernel's header.
+  batch.dispatch(*decode, p, max_splits, cache.num_kv_heads, b.num_seqs);
+  batch.barrier();
+  return ok_status();
+}
+
+PagedAttentionVarlen::Path PagedAttentionVarlen::default_path(const VulkanContext& ctx) {
+  return ctx.info().coopmat_mma_fragments ? Path::kCoopMat : Path::kScalar;
+}
+
+Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const PagedKvView& cache,
+                                                                     uint32_t gqa) const {
+  const DeviceInfo& info = ctx_.info();
+  if (preferred_ == Path::kCoopMat && info.coopmat_mma_fragments && cache.head_dim % 16 == 0) {
+    // A subgroup per 16 rows of one query head, up to 8 subgroups sharing each K/V chunk (rows
+    // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens, the
+    // kernel before the softmax moved into registers): 8 subgroups 48/59 TFLOP/s, 4 subgroups
+    // 26/31. Shared memory: K and V chunks (f16, the kernel's padded stride) and a 16x16 f32
+    // staging tile per subgroup. Chunks of 64 keys where they fit (the kernel's first version:
+    // 74 TFLOP/s at 16k against 70 for 32), else 32 (head_dim 256).
+    auto shared_bytes = [&](uint32_t chunk, uint32_t subgroups) {
+      return 2ull * chunk * (cache.head_dim + 8) * 2 + subgroups * 16ull * 20 * 4;
+    };
+    for (uint32_t chunk : {64u, 32u}) {
+      for (uint32_t rb = std::max<uint32_t>(1, 8 / gqa); rb >= 1; rb /= 2) {
+        const uint32_t subgroups = rb * gqa;
+        if (subgroups * 32 <= info.max_workgroup_invocations &&
+            shared_bytes(chunk, subgroups) <= info.max_shared_memory) {
+          return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb, chunk};
+        }
+        if (rb == 1) break;
+      }
+    }
+  }
+  // Each lane owns 32 dimensions (fewer lanes for small heads); a row's lanes share a subgroup.
+  const uint32_t p = std::max<uint32_t>(1, cache.head_dim / 32);
+  if (cache.head_dim % p != 0 || p > info.subgroup_size || (p & (p - 1)) != 0) {
+    return unavailable("attention: head_dim " + std::to_string(cache.head_dim) +
+                       " does not split over this device's subgroups");
+  }
+  uint32_t qt = 16;
+  while (qt > 1 && qt * gqa * p > info.max_workgroup_invocations) qt /= 2;
+  const uint32_t wg = qt * gqa * p;
+  if (wg > info.max_workgroup_invocations || 2ull * 16 * cache.head_dim * 4 > info.max_shared_memory) {
+    return unavailable("attention: GQA " + std::to_string(gqa) + " x head_dim " +
+                       std::to_string(cache.head_dim) + " exceeds this device's workgroup limits");
+  }
+  return Launch{Path::kScalar, wg, qt, p, 0, 0};
+}
+
+PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, uint32_t num_heads) const {
+  if (cache.num_kv_heads == 0 || num_heads % cache.num_kv_heads != 0) return Path::kScalar;
+  auto c = configure(cache, num_heads / cache.num_kv_heads);
+  return c.ok() ? c->path : Path::kScalar;
+}
+
+Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(const PagedKvView& cache,
+                                                                              uint32_t gqa, const Launch& l,
+                                                                              const AttentionOptions& o) {
+  if (l.path == Path::kCoopMat) {
+    // Without a softcap and with a positive scale, the kernel keeps raw dot products and folds the
+    // scale into its exp2 (RAW_SCORES).
+    const uint32_t raw_scores = o.softcap <= 0 && o.scale > 0 ? 1 : 0;
+    return ctx_.pipeline("paged_attention_varlen_coopmat",
+                         {l.wg, cache.head_dim, cache.block_size, gqa, l.row_blocks, kernel_dtype(cache.dtype),
+                          kSplitTokens, l.chunk, raw_scores},
+                         sizeof(VarlenParams));
+  }
+  return ctx_.pipeline("paged_attention_varlen",
+                       {l.wg, cache.head_dim, cache.block_size, gqa, l.qt, l.lanes, kernel_dtype(cache.dtype),
+                        kSplitTokens},
+                       sizeof(VarlenParams));
+}
+
+std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, uint32_t num_heads) {
+  if (Status st = check_shapes(num_heads, cache); !st.ok()) return st.to_string();
+  const uint32_t gqa = num_heads / cache.num_kv_heads;
+  auto l = configure(cache, gqa);
+  if (!l.ok()) return l.status().to_string();
+  auto p = varlen_pipeline(cache, gqa, *l, AttentionOptions{});  // no softcap: the common variant
+  return p.ok() ? (*p)->statistics() : p.status().to_string();
+}
+
+Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
+                                    const PagedKvView& cache, const AttentionOptions& o) {
+  KVTIER_RETURN_IF_ERROR(check_shapes(b.num_heads, cache));
+  if (b.host_cu_seqlens_q.size() < 2) return ok_status();
+  const uint32_t gqa = b.num_heads / cache.num_kv_heads;
+  KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));
+  const uint32_t qt = launch.qt;
+  // Tiles: up to qt consecutive rows of one sequence.
+  std::vector<int32_t> tiles;
+  for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
+    const int32_t rows = b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s];
+    for (int32_t r = 0; r < rows; r += static_cast<int32_t>(qt)) {
+      tiles.push_back(static_cast<int32_t>(s));
+      tiles.push_back(r);
+    }
+  }
+  if (tiles.empty()) return ok_status();
+  // A small host-visible table, never rewritten while a batch holds it: launches over the same
+  // tiles (a model's layers, decode steps) share one; other tiles take another table, since
+  // launches recorded before may not have run yet. A table goes back to the launcher's pool once
+  // every batch holding it is done (or dropped): no barrier and, after the first few, no allocation.
+  if (tiles != tile_values_) {
+    GpuBuffer table;
+    {
+      std::lock_guard<std::mutex> lock(tile_pool_->mu);
+      auto& free = tile_pool_->free;
+      auto fits = std::find_if(free.begin(), free.end(), [&](const GpuBuffer& t) { return t.size() >= tiles.size() * 4; });
+      if (fits != free.end()) {
+        table = std::move(*fits);
+        free.erase(fits);
+      }
+    }
+    if (table.handle() == VK_NULL_HANDLE) {
+      KVTIER_ASSIGN_OR_RETURN(table, GpuBuffer::create(ctx_, std::max<size_t>(4096, tiles.size() * 8),
+                                                       MemoryKind::kUpload));
+    }
+    std::memcpy(table.mapped(), tiles.data(), tiles.size() * 4);
+    KVTIER_RETURN_IF_ERROR(table.flush(0, tiles.size() * 4));
+    tiles_ = std::shared_ptr<GpuBuffer>(new GpuBuffer(std::move(table)), [pool = tile_pool_](GpuBuffer* t) {
+      {
+        std::lock_guard<std::mutex> lock(pool->mu);
+        pool->free.push_back(std::move(*t));
+      }
+      delete t;
+    });
+    tile_values_ = tiles;
+  }
+  batch.retain(tiles_);
+  KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch, o));
+  const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
+  const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
+  const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);
+  const uint64_t partial_bytes = uint64_t{total_rows} * b.num_heads * max_splits * (cache.head_dim + 2) * 4;
+  const bool split_launch =
+      policy_ == SplitPolicy::kWorkgroupPerSplit ||
+      (policy_ == SplitPolicy::kAuto && max_splits > 1 && num_tiles * cache.num_kv_heads < kMinWorkgroups &&
+       partial_bytes <= kMaxPartialBytes);
+  const uint32_t* grid = ctx_.info().max_workgroup_count;
+  if (num_tiles > grid[0] || cache.num_kv_heads > grid[1] || (split_launch && max_splits > grid[2])) {
+    return invalid_argument("attention: varlen launch of " + std::to_string(num_tiles) + " tiles x " +
+                            std::to_string(cache.num_kv_heads) + " KV heads x " +
+                            std::to_string(split_launch ? max_splits : 1) + " splits exceeds the device's grid");
+  }
+  if (split_launch) {
+    if (!partial_ || partial_->size() < partial_bytes) {
+      const uint64_t bytes = std::max(partial_bytes, partial_ ? partial_->size() * 2 : 0);
+      KVTIER_ASSIGN_OR_RETURN(GpuBuffer grown, GpuBuffer::create(ctx_, bytes, MemoryKind::kDevice));
+      partial_ = std::make_shared<GpuBuffer>(std::move(grown));
+    }
+    batch.retain(partial_);
+  }
+  VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
+                  tiles_->address(), split_launch ? partial_->address() : 0, cache.num_kv_heads,
+                  b.max_blocks_per_seq, o.scale, o.softcap, o.window, max_splits};
+  batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads, split_launch ? max_splits : 1);
+  if (split_launch) {
+    batch.barrier();
+    KVTIER_ASSIGN_OR_RETURN(auto merge, ctx_.pipeline("paged_attention_varlen_merge", {cache.head_dim},
+                                                      sizeof(VarlenMergeParams)));
+    batch.dispatch(*merge, VarlenMergeParams{b.out, partial_->address(), b.num_heads, max_splits}, total_rows,
+                   b.num_heads);
+  }
+  batch.barrier();
+  return ok_status();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,144 @@
+// The attention launchers over paged K/V.
+//
+// PagedAttentionDecode (kernels/attention/paged_attention_decode.comp): one query per sequence, one
+// launch. Buffers: q, out f32 [num_seqs, num_heads, head_dim]; block_tables i32 [num_seqs,
+// max_blocks_per_seq]; seq_lens i32 [num_seqs] (context length including the query's own token,
+// whose K/V must already be in the cache). Contexts longer than one split are spread over several
+// workgroups; the last of them to finish combines the splits, in split order (rows of more than 64
+// splits: groups of 16 splits first, then the groups, each in order). A batch whose grid (sequences
+// x KV heads x splits) exceeds the device's workgroup counts is refused, not truncated.
+//
+// PagedAttentionVarlen (kernels/attention/paged_attention_varlen.comp or _coopmat.comp [+ _merge]):
+// prefill and decode in one launch. q, out f32 [total_rows, num_heads, head_dim], the rows of
+// sequence i being [cu_seqlens_q[i], cu_seqlens_q[i+1]), the last q_len positions of its
+// seq_lens[i]; causal. Host copies of cu_seqlens_q are needed to cut rows into tiles of one
+// sequence each. Keys are split at fixed positions; a batch with few tiles (a short suffix after a
+// restored prefix, a decode step) gives each split its own workgroup and merges after, with the
+// same bits as one workgroup walking all splits. So a row's output depends only on its own tokens:
+// not on how many rows share the launch, nor whether they are prefill or decode rows.
+//
+// Both: num_heads a multiple of the cache's num_kv_heads (GQA); options per AttentionOptions.
+// Each launcher keeps scratch buffers that recorded batches use. Launches of any shapes may share
+// one batch, and a launcher may go before batches it recorded into: every batch holds the scratch
+// buffers and tile tables its launches use until it is done.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "engine/attention/paged_kv.h"
+#include "engine/vulkan/command_batch.h"
+
+namespace kvtier {
+
+struct DecodeBatch {
+  uint64_t q = 0;
+  uint64_t out = 0;
+  uint64_t block_tables = 0;
+  uint32_t max_blocks_per_seq = 0;
+  uint64_t seq_lens = 0;
+  uint32_t num_seqs = 0;
+  uint32_t max_seq_len = 0;  // at least the longest seq_lens entry (sizes the split grid)
+  uint32_t num_heads = 0;
+};
+
+class PagedAttentionDecode {
+ public:
+  explicit PagedAttentionDecode(VulkanContext& ctx) : ctx_(ctx) {}
+  Status record(CommandBatch& batch, const DecodeBatch& b, const PagedKvView& cache,
+                const AttentionOptions& options);
+  // Context tokens one workgroup covers for this cache's shape and this GQA ratio.
+  uint32_t split_tokens(const PagedKvView& cache, uint32_t gqa) const;
+  // The compiled decode pipeline's statistics for this shape (empty unless captured).
+  std::string pipeline_statistics(const PagedKvView& cache, uint32_t gqa);
+
+ private:
+  struct Config {
+    uint32_t wg, lanes, split, nv, subgroups, rs_steps, bf_steps, u;
+  };
+  Result<Config> configure(const PagedKvView& cache, uint32_t gqa) const;
+  Result<std::shared_ptr<ComputePipeline>> decode_pipeline(const PagedKvView& cache, uint32_t gqa,
+                                                           const Config& c);
+  // Rows of more than kTwoLevelSplits splits merge in groups of kMergeGroup, then the groups (see
+  // the kernel). Fixed: the tree's shape is part of a row's bits.
+  static constexpr uint32_t kMergeGroup = 16;
+  static constexpr uint32_t kTwoLevelSplits = 64;
+  VulkanContext& ctx_;
+  // Replaced by a larger one on demand; each batch holds the ones its launches use.
+  std::shared_ptr<GpuBuffer> partial_;  // part_out then part_ml
+  // u32 per (sequence, kv head), then per (sequence, kv head, group); zero between launches.
+  std::shared_ptr<GpuBuffer> tickets_;
+};
+
+struct VarlenBatch {
+  uint64_t q = 0;
+  uint64_t out = 0;
+  uint64_t block_tables = 0;
+  uint32_t max_blocks_per_seq = 0;
+  uint64_t seq_lens = 0;       // device i32 [num_seqs]
+  uint64_t cu_seqlens_q = 0;   // device i32 [num_seqs + 1]
+  std::span<const int32_t> host_cu_seqlens_q;  // the same, on the host
+  uint32_t num_heads = 0;
+  uint32_t max_seq_len = 0;    // at least the longest seq_lens entry (sizes the split grid)
+};
+
+class PagedAttentionVarlen {
+ public:
+  // How splits map to workgroups. kAuto picks by the batch's size; the others exist so tests can
+  // check that the choice changes no bit.
+  enum class SplitPolicy { kAuto, kWalkSplits, kWorkgroupPerSplit };
+  // Which arithmetic: the scalar kernel (f32 FMAs, everywhere) or the cooperative-matrix one
+  // (tensor cores, f16 inputs, f32 accumulation; paged_attention_varlen_coopmat.comp). Each has its
+  // own bits and keeps the parity contract on its own, so a launcher settles on one from the device
+  // and the cache's shape alone — never from a batch.
+  enum class Path { kScalar, kCoopMat };
+  // The fastest path the device offers.
+  static Path default_path(const VulkanContext& ctx);
+
+  explicit PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy = SplitPolicy::kAuto)
+      : PagedAttentionVarlen(ctx, policy, default_path(ctx)) {}
+  PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy, Path preferred)
+      : ctx_(ctx), policy_(policy), preferred_(preferred) {}
+  Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
+                const AttentionOptions& options);
+  // The path this launcher takes for a cache of this shape and this many query heads: the
+  // preferred one where the device and shape allow it, else the scalar one.
+  Path path(const PagedKvView& cache, uint32_t num_heads) const;
+  // The compiled pipeline's statistics for this shape (empty unless captured).
+  std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
+
+ private:
+  // Keys per split (fixed: a row's bits depend on it). A multiple of the kernel's 16-key chunk.
+  static constexpr uint32_t kSplitTokens = 256;
+  // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
+  static constexpr uint32_t kMinWorkgroups = 256;
+  static constexpr uint64_t kMaxPartialBytes = 256ull << 20;
+
+ private:
+  struct Launch {
+    Path path;
+    uint32_t wg, qt;
+    uint32_t lanes;       // scalar: lanes per row
+    uint32_t row_blocks;  // cooperative matrices: 16-row blocks per tile
+    uint32_t chunk;       // cooperative matrices: keys per K/V chunk in shared memory
+  };
+  Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+  Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
+                                                           const Launch& launch, const AttentionOptions& o);
+
+  VulkanContext& ctx_;
+  SplitPolicy policy_;
+  Path preferred_;
+  struct TilePool {
+    std::mutex mu;
+    std::vector<GpuBuffer> free;  // tables no batch holds any more
+  };
+  std::shared_ptr<TilePool> tile_pool_ = std::make_shared<TilePool>();
+  std::shared_ptr<GpuBuffer> tiles_;  // holds tile_values_
+  std::vector<int32_t> tile_values_;
+  std::shared_ptr<GpuBuffer> partial_;  // per-split states of a split launch, as the decode's
+};
+
+}  // namespace kvtier

@@ -1,0 +1,209 @@
+#include "engine/model/llama_model.h"
+
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace kvtier {
+
+namespace {
+
+struct EmbeddingParams {
+  uint64_t table, tokens, out;
+  uint32_t num_tokens, dim, vocab, pad;
+};
+struct RmsNormParams {
+  uint64_t x, weight, out;
+  uint32_t dim;
+  float eps;
+};
+struct RopeParams {
+  uint64_t q, k, positions, cos_table, sin_table;
+  uint32_t rows, q_heads, k_heads, dim;
+};
+struct SiluMulParams {
+  uint64_t gate, up, out;
+  uint32_t count, pad;
+};
+
+Result<GpuBuffer> upload_floats(VulkanContext& ctx, const std::vector<float>& v) {
+  return upload_new<float>(ctx, std::span<const float>(v));
+}
+
+uint32_t groups(uint64_t n, uint32_t per) { return static_cast<uint32_t>((n + per - 1) / per); }
+
+}  // namespace
+
+PagedAttentionVarlen::Path LlamaModel::attention_path(DType kv_dtype, uint32_t block_size) const {
+  const PagedKvView view{0, 0, 1, block_size, static_cast<uint32_t>(config_.num_kv_heads),
+                         static_cast<uint32_t>(config_.head_dim), kv_dtype};
+  return varlen_.path(view, static_cast<uint32_t>(config_.num_heads));
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, LlamaConfig config,
+                                                       const LlamaWeights& w,
+                                                       std::optional<PagedAttentionVarlen::Path> path) {
+  // The matmul kernel works in vec4s along k and n.
+  for (int dim : {config.hidden(), config.num_kv_heads * config.head_dim, config.ffn, config.vocab}) {
+    if (dim <= 0 || dim % 4 != 0) return invalid_argument("llama model: every matrix dimension must be a multiple of 4");
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel(ctx, path.value_or(PagedAttentionVarlen::default_path(ctx))));
+  const uint32_t h = config.hidden(), kvd = config.num_kv_heads * config.head_dim;
+  const uint32_t ffn = config.ffn, vocab = config.vocab;
+  auto upload = [&](const std::vector<float>& values, uint32_t k, uint32_t n) {
+    return MatmulWeights::upload(ctx, values, k, n, m->tensor_cores_);
+  };
+  m->config_ = config;
+  KVTIER_ASSIGN_OR_RETURN(m->embedding_, upload_floats(ctx, w.embedding));
+  KVTIER_ASSIGN_OR_RETURN(m->embedding_t_, upload(w.embedding_t, h, vocab));
+  KVTIER_ASSIGN_OR_RETURN(m->final_norm_, upload_floats(ctx, w.final_norm));
+  KVTIER_ASSIGN_OR_RETURN(m->rope_cos_, upload_floats(ctx, w.rope_cos));
+  KVTIER_ASSIGN_OR_RETURN(m->rope_sin_, upload_floats(ctx, w.rope_sin));
+  for (const LlamaWeights::Layer& l : w.layers) {
+    LayerWeights g;
+    KVTIER_ASSIGN_OR_RETURN(g.attn_norm, upload_floats(ctx, l.attn_norm));
+    KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
+    KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
+    KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
+    KVTIER_ASSIGN_OR_RETURN(g.wo, upload(l.wo, h, h));
+    KVTIER_ASSIGN_OR_RETURN(g.mlp_norm, upload_floats(ctx, l.mlp_norm));
+    KVTIER_ASSIGN_OR_RETURN(g.w_gate, upload(l.w_gate, h, ffn));
+    KVTIER_ASSIGN_OR_RETURN(g.w_up, upload(l.w_up, h, ffn));
+    KVTIER_ASSIGN_OR_RETURN(g.w_down, upload(l.w_down, ffn, h));
+    m->layers_.push_back(std::move(g));
+  }
+  return m;
+}
+
+Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints) {
+  const LlamaConfig& c = config_;
+  if (rows > rows_capacity_) {
+    const size_t n = std::max(rows, rows_capacity_ * 2);
+    auto make = [&](GpuBuffer& b, size_t floats) -> Status {
+      KVTIER_ASSIGN_OR_RETURN(b, GpuBuffer::create(ctx_, floats * 4, MemoryKind::kDevice));
+      return ok_status();
+    };
+    const size_t h = c.hidden(), kvd = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
+    KVTIER_RETURN_IF_ERROR(make(x_, n * h));
+    KVTIER_RETURN_IF_ERROR(make(hn_, n * h));
+    KVTIER_RETURN_IF_ERROR(make(q_, n * h));
+    KVTIER_RETURN_IF_ERROR(make(k_, n * kvd));
+    KVTIER_RETURN_IF_ERROR(make(v_, n * kvd));
+    KVTIER_RETURN_IF_ERROR(make(attn_, n * h));
+    KVTIER_RETURN_IF_ERROR(make(gate_, n * c.ffn));
+    KVTIER_RETURN_IF_ERROR(make(up_, n * c.ffn));
+    KVTIER_RETURN_IF_ERROR(make(act_, n * c.ffn));
+    rows_capacity_ = n;
+  }
+  if (logit_rows > logits_capacity_) {
+    KVTIER_ASSIGN_OR_RETURN(logits_, GpuBuffer::create(ctx_, logit_rows * c.vocab * 4, MemoryKind::kDevice));
+    KVTIER_ASSIGN_OR_RETURN(logits_host_, GpuBuffer::create(ctx_, logit_rows * c.vocab * 4, MemoryKind::kDownload));
+    logits_capacity_ = logit_rows;
+  }
+  if (meta_ints > meta_capacity_) {
+    const size_t n = std::max(meta_ints, meta_capacity_ * 2);
+    KVTIER_ASSIGN_OR_RETURN(meta_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
+    meta_capacity_ = n;
+  }
+  return ok_status();
+}
+
+Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuBlockPool& cache) {
+  const LlamaConfig& c = config_;
+  const size_t rows = b.tokens.size();
+  const size_t num_seqs = b.seq_lens.size();
+  if (rows == 0 || b.positions.size() != rows || b.slot_mapping.size() != rows ||
+      b.cu_seqlens_q.size() != num_seqs + 1 || b.cu_seqlens_q.back() != static_cast<int32_t>(rows) ||
+      b.block_tables.size() != num_seqs * static_cast<size_t>(b.max_blocks_per_seq)) {
+    return invalid_argument("forward: inconsistent batch shapes");
+  }
+  for (int32_t t : b.tokens) {
+    if (t < 0 || t >= c.vocab) return invalid_argument("forward: token " + std::to_string(t) + " out of vocabulary");
+  }
+  for (int32_t p : b.positions) {
+    if (p < 0 || p >= c.max_positions) return invalid_argument("forward: position out of range");
+  }
+  if (cache.layout().num_layers != c.num_layers || cache.layout().num_kv_heads != c.num_kv_heads ||
+      cache.layout().head_dim != c.head_dim) {
+    return invalid_argument("forward: the cache's layout is not this model's");
+  }
+  const size_t nlog = b.logit_rows.size();
+  // Batch metadata, one host-visible buffer: tokens | positions | slots | cu | seq_lens | tables.
+  std::vector<int32_t> meta;
+  auto append = [&](const std::vector<int32_t>& v) {
+    const size_t at = meta.size();
+    meta.insert(meta.end(), v.begin(), v.end());
+    return at;
+  };
+  const size_t o_tokens = append(b.tokens), o_pos = append(b.positions), o_slots = append(b.slot_mapping),
+               o_cu = append(b.cu_seqlens_q), o_lens = append(b.seq_lens), o_tables = append(b.block_tables);
+  KVTIER_RETURN_IF_ERROR(ensure_scratch(rows, std::max<size_t>(nlog, 1), meta.size() + 4));
+  std::memcpy(meta_.mapped(), meta.data(), meta.size() * 4);
+  KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta.size() * 4));
+  auto at = [&](size_t ints) { return meta_.address() + ints * 4; };
+
+  KVTIER_ASSIGN_OR_RETURN(auto p_embed, ctx_.pipeline("embedding", {}, sizeof(EmbeddingParams)));
+  KVTIER_ASSIGN_OR_RETURN(auto p_norm, ctx_.pipeline("rms_norm", {}, sizeof(RmsNormParams)));
+  KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {}, sizeof(RopeParams)));
+  KVTIER_ASSIGN_OR_RETURN(auto p_silu, ctx_.pipeline("silu_mul", {}, sizeof(SiluMulParams)));
+  const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
+  KVTIER_ASSIGN_OR_RETURN(CommandBatch cb, CommandBatch::begin(ctx_));
+  cb.dispatch(*p_embed, EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
+                                        static_cast<uint32_t>(c.vocab), 0},
+              groups(static_cast<uint64_t>(rows) * h, 256));
+  cb.barrier();
+
+  uint32_t max_len = 0;
+  for (size_t s = 0; s < num_seqs; ++s) max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
+  const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), h, c.rms_eps}, r32);
+    cb.barrier();
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
+    cb.barrier();
+    cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
+                                    rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
+                                    static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
+                groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2, 256));
+    cb.barrier();
+    const PagedKvView& kv = cache.layer(l);
+    KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
+    VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
+                   at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
+    KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
+    cb.barrier();
+    cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);
+    cb.barrier();
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_gate, gate_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_up, up_.address(), r32, false));
+    cb.barrier();
+    cb.dispatch(*p_silu, SiluMulParams{gate_.address(), up_.address(), act_.address(),
+                                       static_cast<uint32_t>(rows * c.ffn), 0},
+                groups(static_cast<uint64_t>(rows) * c.ffn, 256));
+    cb.barrier();
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, act_.address(), w.w_down, x_.address(), r32, true));
+    cb.barrier();
+  }
+  cb.dispatch(*p_norm, RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), h, c.rms_eps}, r32);
+  cb.barrier();
+  for (size_t i = 0; i < nlog; ++i) {
+    const int32_t row = b.logit_rows[i];
+    if (row < 0 || static_cast<size_t>(row) >= rows) return invalid_argument("forward: logit row out of range");
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address() + static_cast<uint64_t>(row) * h * 4, embedding_t_,
+                                          logits_.address() + i * c.vocab * 4ull, 1, false));
+  }
+  cb.barrier();
+  if (nlog) cb.copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
+  KVTIER_RETURN_IF_ERROR(cb.submit_and_wait());
+  std::vector<float> out(nlog * c.vocab);
+  KVTIER_RETURN_IF_ERROR(logits_host_.invalidate(0, out.size() * 4));
+  std::memcpy(out.data(), logits_host_.mapped(), out.size() * 4);
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,82 @@
+// LlamaModel: the small decoder of llama_weights.h on the GPU, reading and writing its KV through
+// a GpuBlockPool's paged arrays. One forward() runs one step for many sequences: their new rows
+// are embedded, pass every layer (RMSNorm, QKV, RoPE, reshape_and_cache into the rows' slots,
+// paged attention over each sequence's block table, output projection, SwiGLU), and the wanted
+// rows come back as logits. Every kernel computes a row independently, in a fixed order, so a
+// row's logits do not depend on which other rows share the step — the property that lets a
+// restored prefix reproduce a recomputed one bit for bit. Decode steps use the varlen attention
+// kernel too (not the faster decode kernel, which sums in another order), so a generated token's
+// K/V are the bits a prefill of the same text computes: a conversation's next turn may restore
+// the previous answer's blocks and still match a recomputation exactly. Where the device has
+// cooperative matrices, attention and the matmuls run on tensor cores (f16 inputs): other bits,
+// the same properties.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/attention/paged_attention.h"
+#include "engine/attention/reshape_and_cache.h"
+#include "engine/blocks/gpu_block_pool.h"
+#include "engine/model/llama_weights.h"
+#include "engine/model/matmul.h"
+
+namespace kvtier {
+
+// One step. Rows of sequence i are [cu_seqlens_q[i], cu_seqlens_q[i+1]); seq_lens[i] counts its
+// context after this step (the new rows are its last ones).
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> slot_mapping;  // where each row's K/V goes: block * block_size + offset
+  std::vector<int32_t> cu_seqlens_q;
+  std::vector<int32_t> seq_lens;
+  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;    // rows whose logits are returned, in this order
+};
+
+// Not thread-safe (scratch buffers); one per thread of work.
+class LlamaModel {
+ public:
+  // Attention and the matmuls take `path` (default: the device's fastest) for the model's life: a
+  // path has its own bits, so one model never mixes them. On kCoopMat, matrices whose shape the
+  // tensor-core matmul takes (k % 32, n % 64) are kept in f16 too and multiplied on it.
+  static Result<std::unique_ptr<LlamaModel>> create(
+      VulkanContext& ctx, LlamaConfig config, const LlamaWeights& weights,
+      std::optional<PagedAttentionVarlen::Path> path = std::nullopt);
+  const LlamaConfig& config() const { return config_; }
+  // The attention path this model's KV shape takes.
+  PagedAttentionVarlen::Path attention_path(DType kv_dtype, uint32_t block_size) const;
+
+  // Logits [logit_rows.size(), vocab].
+  Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
+
+ private:
+  struct LayerWeights {
+    GpuBuffer attn_norm, mlp_norm;
+    MatmulWeights wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path path)
+      : ctx_(ctx), tensor_cores_(path == PagedAttentionVarlen::Path::kCoopMat), matmul_(ctx), reshape_(ctx),
+        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path) {}
+  Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
+
+  VulkanContext& ctx_;
+  bool tensor_cores_;  // matmuls on matmul_coopmat.comp where the device and shapes allow
+  LlamaConfig config_;
+  GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
+  MatmulWeights embedding_t_;
+  Matmul matmul_;
+  std::vector<LayerWeights> layers_;
+  ReshapeAndCache reshape_;
+  PagedAttentionVarlen varlen_;
+  // Scratch, grown on demand.
+  size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
+  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_;
+  GpuBuffer logits_host_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,86 @@
+#include "engine/model/llama_weights.h"
+
+#include <cmath>
+
+namespace kvtier {
+
+KvLayout LlamaConfig::kv_layout(DType dtype, int block_size) const {
+  return KvLayout::uniform("llama-l" + std::to_string(num_layers) + "-h" + std::to_string(num_kv_heads) +
+                               "-d" + std::to_string(head_dim),
+                           num_layers, num_kv_heads, head_dim, block_size, dtype);
+}
+
+LlamaConfig LlamaConfig::tiny() { return LlamaConfig{}; }
+
+namespace {
+
+// splitmix64: the same numbers on every platform and library version.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-scale, scale), from (seed, stream, index).
+std::vector<float> uniform(uint64_t seed, uint64_t stream, size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = mix(seed * 0x100000001b3ull ^ mix(stream << 40 ^ i));
+    v[i] = (static_cast<float>(r >> 40) * 0x1p-24f * 2.0f - 1.0f) * scale;
+  }
+  return v;
+}
+
+}  // namespace
+
+LlamaWeights LlamaWeights::synthetic(const LlamaConfig& c) {
+  LlamaWeights w;
+  const int h = c.hidden(), kvd = c.num_kv_heads * c.head_dim;
+  // Uniform(-a, a) with a = sqrt(3 / fan_in) keeps activations near unit scale; a wide
+  // embedding gives peaked logits, so greedy choices are far from ties.
+  auto mat = [&](uint64_t stream, int in, int out) {
+    return uniform(c.seed, stream, static_cast<size_t>(in) * out, std::sqrt(3.0f / in));
+  };
+  w.embedding = uniform(c.seed, 1, static_cast<size_t>(c.vocab) * h, 1.0f);
+  w.embedding_t.resize(w.embedding.size());
+  for (int t = 0; t < c.vocab; ++t) {
+    for (int d = 0; d < h; ++d) w.embedding_t[static_cast<size_t>(d) * c.vocab + t] = w.embedding[static_cast<size_t>(t) * h + d];
+  }
+  for (int l = 0; l < c.num_layers; ++l) {
+    const uint64_t s = 100 + 16 * static_cast<uint64_t>(l);
+    Layer L;
+    L.attn_norm = uniform(c.seed, s, h, 0.2f);
+    for (float& x : L.attn_norm) x += 1.0f;
+    L.wq = mat(s + 1, h, h);
+    L.wk = mat(s + 2, h, kvd);
+    L.wv = mat(s + 3, h, kvd);
+    L.wo = mat(s + 4, h, h);
+    // Output projections 6x larger than unit-variance: with tied embeddings the residual stream
+    // is otherwise the input token's own embedding and greedy decoding just repeats it. At 6x the
+    // generations vary and the smallest gap between the two best logits of the golden prompts is
+    // 0.47 (tools/make_golden_tokens reports it), thousands of times the GPU-vs-CPU rounding.
+    for (float& x : L.wo) x *= 6.0f;
+    L.mlp_norm = uniform(c.seed, s + 5, h, 0.2f);
+    for (float& x : L.mlp_norm) x += 1.0f;
+    L.w_gate = mat(s + 6, h, c.ffn);
+    L.w_up = mat(s + 7, h, c.ffn);
+    L.w_down = mat(s + 8, c.ffn, h);
+    for (float& x : L.w_down) x *= 6.0f;
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm.assign(h, 1.0f);
+  const int half = c.head_dim / 2;
+  w.rope_cos.resize(static_cast<size_t>(c.max_positions) * half);
+  w.rope_sin.resize(w.rope_cos.size());
+  for (int p = 0; p < c.max_positions; ++p) {
+    for (int j = 0; j < half; ++j) {
+      const double inv_freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * j / c.head_dim);
+      w.rope_cos[static_cast<size_t>(p) * half + j] = static_cast<float>(std::cos(p * inv_freq));
+      w.rope_sin[static_cast<size_t>(p) * half + j] = static_cast<float>(std::sin(p * inv_freq));
+    }
+  }
+  return w;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,38 @@
+// GpuTimer: the GPU's own clock around a stretch of recorded commands (two timestamp queries), for
+// benchmarks whose figure is the GPU time of their launches: timing the host's submit-and-wait
+// also counts the submission and the wake-up, which a few launches per submission do not amortize.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <memory>
+
+#include "base/status.h"
+#include "engine/vulkan/command_batch.h"
+#include "engine/vulkan/vulkan_context.h"
+
+namespace kvtier {
+
+// Not thread-safe. One measurement at a time: start and stop in one batch, read after it is done;
+// start again only once that batch is done.
+class GpuTimer {
+ public:
+  // Unavailable when the device's compute queue has no timestamps.
+  static Result<std::unique_ptr<GpuTimer>> create(VulkanContext& ctx);
+  ~GpuTimer();
+  GpuTimer(const GpuTimer&) = delete;
+  GpuTimer& operator=(const GpuTimer&) = delete;
+
+  void start(CommandBatch& batch);
+  void stop(CommandBatch& batch);
+  // Seconds between start and stop, once the batch holding them is done; an error when they were
+  // never recorded or their batch has not run (or was dropped).
+  Result<double> seconds() const;
+
+ private:
+  GpuTimer(VulkanContext& ctx, VkQueryPool pool) : ctx_(ctx), pool_(pool) {}
+  VulkanContext& ctx_;
+  VkQueryPool pool_;
+};
+
+}  // namespace kvtier
