@@ -1,6 +1,6 @@
 // AlignedBuffer: an owned, aligned byte buffer. O_DIRECT I/O needs 4 KiB-aligned memory, and
 // block tensors are kept 64-byte aligned so copies and vector loads run at full speed. Buffers of
-// 256 KiB and more come from LargeBufferCache (page aligned, recycled; see large_buffer_cache.h).
+// 16 KiB and more come from LargeBufferCache (page aligned, recycled; see large_buffer_cache.h).
 #pragma once
 
 #include <cstddef>

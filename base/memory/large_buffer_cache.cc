@@ -15,9 +15,16 @@ namespace kvtier {
 
 namespace {
 
+// Size classes: 4 KiB steps under 256 KiB (a small model's 16 KiB block takes a 16 KiB slot, not
+// a 64 KiB one), 64 KiB steps above.
+constexpr size_t kSmallClass = 4 << 10;
 constexpr size_t kClass = 64 << 10;
+constexpr size_t kSmallClassesBelow = 256 << 10;
 
-size_t size_class(size_t bytes) { return (bytes + kClass - 1) / kClass * kClass; }
+size_t size_class(size_t bytes) {
+  const size_t step = bytes < kSmallClassesBelow ? kSmallClass : kClass;
+  return (bytes + step - 1) / step * step;
+}
 
 // Freed buffers by size, kept up to a byte limit.
 struct Cache {
@@ -59,6 +66,9 @@ struct Chunk {
   uint32_t cached_slots = 0;     // free slots whose pages are kept
   std::vector<uint32_t> free;    // handed back, most recent last (reused first: still cached)
   std::vector<bool> zero;        // slot is known zero (never handed out, or its pages dropped)
+  // free[0, zero_prefix) are known zero: trimming starts after them, so a chunk of thousands of
+  // small slots is not rescanned on every release once the cache is at its limit.
+  size_t zero_prefix = 0;
   bool has_room() const { return !free.empty(); }
 };
 
@@ -103,6 +113,7 @@ struct Arena {
     c->zero.assign(slots, true);
     c->free.reserve(slots);
     for (uint32_t i = slots; i-- > 0;) c->free.push_back(i);  // slot 0 first
+    c->zero_prefix = slots;
     Chunk* raw = c.get();
     chunks.emplace(reinterpret_cast<uintptr_t>(p), std::move(c));
     with_room[slot].insert(raw);
@@ -123,13 +134,15 @@ struct Arena {
         return;
       }
       if (c->cached_slots == 0) return;
-      for (uint32_t s : c->free) {
-        if (cached <= limit) return;
-        if (c->zero[s]) continue;
-        ::madvise(c->base + s * c->slot, c->slot, MADV_DONTNEED);  // reads back as zero
-        c->zero[s] = true;
-        --c->cached_slots;
-        cached -= c->slot;
+      for (size_t k = c->zero_prefix; k < c->free.size() && cached > limit; ++k) {
+        const uint32_t s = c->free[k];
+        if (!c->zero[s]) {
+          ::madvise(c->base + s * c->slot, c->slot, MADV_DONTNEED);  // reads back as zero
+          c->zero[s] = true;
+          --c->cached_slots;
+          cached -= c->slot;
+        }
+        if (k == c->zero_prefix) ++c->zero_prefix;
       }
     };
     if (first != nullptr) trim_chunk(first);
@@ -164,6 +177,7 @@ void* large_buffer_acquire(size_t bytes, bool* fresh) {
     }
     const uint32_t s = c->free.back();
     c->free.pop_back();
+    c->zero_prefix = std::min(c->zero_prefix, c->free.size());
     if (!c->has_room()) a.with_room[size].erase(c);
     ++c->used;
     *fresh = c->zero[s];

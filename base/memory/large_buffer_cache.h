@@ -1,10 +1,11 @@
-// LargeBufferCache: where AlignedBuffer gets buffers of 256 KiB and more (blocks, frames, O_DIRECT
+// LargeBufferCache: where AlignedBuffer gets buffers of 16 KiB and more (blocks, frames, O_DIRECT
 // records). glibc serves such aligned requests badly for this workload — measured: from a cold
 // heap, each 2 MiB 4 KiB-aligned allocation grew the heap by 2 MiB and was faulted in page by page
 // (~140 faults, ~2 ms on this VM) even with the previous ones freed. Instead, buffers are slots of
-// large mmapped chunks (one size class per chunk, 64 KiB classes), pre-faulted when first handed
-// out, and freed slots are kept for reuse up to a byte limit (beyond it their pages go back to the
-// kernel), so steady-state block churn touches neither the kernel nor the page tables.
+// large mmapped chunks (one size class per chunk: 4 KiB classes under 256 KiB, 64 KiB classes
+// above), pre-faulted when first handed out, and freed slots are kept for reuse up to a byte limit
+// (beyond it their pages go back to the kernel), so steady-state block churn touches neither the
+// kernel nor the page tables.
 //
 // Chunks are also what a GPU imports (engine/vulkan/host_memory_import.h): a few large regions that
 // hold every block in host memory, so a block goes to the GPU by DMA from where it lies, without a
@@ -16,7 +17,9 @@
 
 namespace kvtier {
 
-inline constexpr size_t kLargeBufferThreshold = 256 << 10;
+// 16 KiB, not more: host blocks of small models (the `tiny` preset's 16 KiB, Qwen2.5-0.5B's 192
+// KiB) must lie in chunks too, or the GPU cannot copy them from where they lie.
+inline constexpr size_t kLargeBufferThreshold = 16 << 10;
 
 // Page-aligned region of at least `bytes` (rounded up to its size class). Thread-safe. Returns
 // nullptr when the system is out of memory. `*fresh` is true when the region is known zero.
@@ -37,11 +40,11 @@ LargeBufferChunk large_buffer_chunk(const void* p);
 void large_buffer_hold_chunk(const void* base);
 void large_buffer_unhold_chunk(const void* base);
 
-// Page-aligned buffers under kLargeBufferThreshold (the O_DIRECT records of small blocks, 16 KiB
-// for a small model). glibc's aligned allocation splits and re-merges heap chunks on every call:
-// measured on a 16 KiB-block SSD restore, malloc_consolidate, unlink_chunk and _int_malloc took
-// ~16% of the CPU. Freed ones are kept per 4 KiB size class for reuse (64 MiB at most, the rest
-// goes back to the heap). Thread-safe; nullptr when out of memory.
+// Page-aligned buffers under kLargeBufferThreshold (the O_DIRECT records of the smallest blocks,
+// quantized ones of a small model). glibc's aligned allocation splits and re-merges heap chunks on
+// every call: measured on a 16 KiB-block SSD restore, malloc_consolidate, unlink_chunk and
+// _int_malloc took ~16% of the CPU. Freed ones are kept per 4 KiB size class for reuse (64 MiB at
+// most, the rest goes back to the heap). Thread-safe; nullptr when out of memory.
 void* small_page_buffer_acquire(size_t bytes);
 void small_page_buffer_release(void* p, size_t bytes);
 

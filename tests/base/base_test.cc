@@ -95,40 +95,48 @@ TEST(AlignedBufferReuse, FreedBuffersAreReusedBySizeClassAndStayAligned) {
 
 // Large buffers are slots of chunks: a buffer lies inside the chunk named for it; beyond the cache
 // limit a freed slot's pages are dropped (it comes back known zero), and a chunk with no buffer
-// left is unmapped — unless it is held (imported by a device), which keeps it and its bytes.
+// left is unmapped — unless it is held (imported by a device), which keeps it and its bytes. The
+// same for the 4 KiB classes under 256 KiB (a small model's blocks) as for the 64 KiB ones above.
 TEST(LargeBufferChunks, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
-  const size_t size = (3u << 20) + (192u << 10);  // a size class no other test uses
-  bool fresh = false;
-  auto* a = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
-  auto* b = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  const LargeBufferChunk chunk = large_buffer_chunk(a);
-  ASSERT_NE(chunk.base, nullptr);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(chunk.base) % 4096, 0u);
-  EXPECT_LE(chunk.base, a);
-  EXPECT_LE(a + size, chunk.base + chunk.bytes);
-  EXPECT_EQ(large_buffer_chunk(b).base, chunk.base) << "one chunk per size class until it is full";
-  int on_stack = 0;
-  EXPECT_EQ(large_buffer_chunk(&on_stack).base, nullptr);
+  // Size classes no other test uses, and the slot each rounds up to.
+  const std::pair<size_t, size_t> cases[] = {{(3u << 20) + (192u << 10), (3u << 20) + (192u << 10)},
+                                             {(44u << 10) + 100, 48u << 10}};
+  for (const auto& [size, slot] : cases) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    ASSERT_GE(size, kLargeBufferThreshold);
+    bool fresh = false;
+    auto* a = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
+    auto* b = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(static_cast<size_t>(b - a), slot) << "slots of one class lie side by side";
+    const LargeBufferChunk chunk = large_buffer_chunk(a);
+    ASSERT_NE(chunk.base, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(chunk.base) % 4096, 0u);
+    EXPECT_LE(chunk.base, a);
+    EXPECT_LE(a + size, chunk.base + chunk.bytes);
+    EXPECT_EQ(large_buffer_chunk(b).base, chunk.base) << "one chunk per size class until it is full";
+    int on_stack = 0;
+    EXPECT_EQ(large_buffer_chunk(&on_stack).base, nullptr);
 
-  std::memset(a, 0x5a, size);
-  std::memset(b, 0x5b, size);
-  large_buffer_release(a, size);
-  set_large_buffer_cache_limit(0);  // a's pages go back; b keeps the chunk
-  auto* again = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
-  EXPECT_EQ(again, a);
-  EXPECT_TRUE(fresh) << "a dropped slot reads back as zero";
-  EXPECT_EQ(again[size / 2], 0);
-  large_buffer_release(again, size);
+    std::memset(a, 0x5a, size);
+    std::memset(b, 0x5b, size);
+    large_buffer_release(a, size);
+    set_large_buffer_cache_limit(0);  // a's pages go back; b keeps the chunk
+    auto* again = static_cast<uint8_t*>(large_buffer_acquire(size, &fresh));
+    EXPECT_EQ(again, a);
+    EXPECT_TRUE(fresh) << "a dropped slot reads back as zero";
+    EXPECT_EQ(again[size / 2], 0);
+    large_buffer_release(again, size);
 
-  large_buffer_hold_chunk(chunk.base);
-  large_buffer_release(b, size);  // no buffer left in the chunk, over the limit: but held
-  EXPECT_EQ(large_buffer_chunk(b).base, chunk.base);
-  EXPECT_EQ(b[size - 1], 0x5b) << "a held chunk keeps its pages";
-  large_buffer_unhold_chunk(chunk.base);
-  EXPECT_EQ(large_buffer_chunk(b).base, nullptr) << "unheld and empty: unmapped";
-  set_large_buffer_cache_limit(512u << 20);
+    large_buffer_hold_chunk(chunk.base);
+    large_buffer_release(b, size);  // no buffer left in the chunk, over the limit: but held
+    EXPECT_EQ(large_buffer_chunk(b).base, chunk.base);
+    EXPECT_EQ(b[size - 1], 0x5b) << "a held chunk keeps its pages";
+    large_buffer_unhold_chunk(chunk.base);
+    EXPECT_EQ(large_buffer_chunk(b).base, nullptr) << "unheld and empty: unmapped";
+    set_large_buffer_cache_limit(512u << 20);
+  }
 }
 
 }  // namespace

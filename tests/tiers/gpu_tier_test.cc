@@ -14,9 +14,12 @@ namespace {
 
 using testing::gpu;
 
-// Layers of each dtype, so one block covers F32, F16 and BF16.
-std::shared_ptr<const KvLayout> mixed_layout() {
-  KvLayout l = KvLayout::uniform("gpu-tier-test", 3, 2, 64, 16, DType::kF32);
+// Layers of each dtype, so one block covers F32, F16 and BF16: 32 KiB a block with 2 KV heads of
+// 64 (in host memory the GPU imports, where it can), 8 KiB with 1 of 32 (under
+// kLargeBufferThreshold: staged).
+std::shared_ptr<const KvLayout> mixed_layout(uint32_t kv_heads = 2, uint32_t head_dim = 64) {
+  const std::string name = "gpu-tier-test-" + std::to_string(kv_heads) + "x" + std::to_string(head_dim);
+  KvLayout l = KvLayout::uniform(name, 3, kv_heads, head_dim, 16, DType::kF32);
   l.layers[1].dtype = DType::kF16;
   l.layers[2].dtype = DType::kBF16;
   return testing::share_layout(l);
@@ -70,10 +73,10 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
 // crosses in one copy region each way (one region per block cost the NVIDIA driver ~2 ms per 447
 // blocks: a bench caught it, this catches it first).
 TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
-  Fixture f(8);
+  Fixture f(8, mixed_layout(1, 32));
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 6; ++s) blocks.push_back(f.block(s));
-  ASSERT_LT(f.layout->dense_block_bytes(), 256u << 10) << "small blocks are staged";
+  ASSERT_LT(f.layout->dense_block_bytes(), kLargeBufferThreshold) << "the smallest blocks are staged";
   expect_batch_round_trip(f, blocks);
   EXPECT_EQ(f.tier->metrics().uploads.value(), 6u);
   EXPECT_EQ(f.tier->metrics().downloads.value(), 6u);
@@ -170,14 +173,10 @@ TEST(GpuTier, QuantizedHostBlocksGoUpDense) {
   EXPECT_TRUE(testing::same_bytes(**got, quantized->dequantized()));
 }
 
-// Blocks of 256 KiB and more live in host memory the GPU imports: they go up and come down by DMA
+// Blocks of 16 KiB and more live in host memory the GPU imports: they go up and come down by DMA
 // from and into where they lie (no CPU copy through staging), mixed in one batch with a quantized
 // block that must be expanded on the CPU first, every byte exact.
-TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
-  if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
-  KvLayout l = KvLayout::uniform("gpu-tier-direct", 3, 8, 128, 16, DType::kF32);
-  l.layers[1].dtype = DType::kF16;
-  l.layers[2].dtype = DType::kBF16;
+void expect_direct_copies_bit_exact(const KvLayout& l) {
   Fixture f(12, testing::share_layout(l));
   ASSERT_GE(f.layout->dense_block_bytes(), kLargeBufferThreshold);
   std::vector<BlockRef> blocks;
@@ -212,6 +211,22 @@ TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
   }
   EXPECT_EQ(f.tier->metrics().direct_down.value(), 7u + f.evicted.size());
   EXPECT_EQ(f.tier->metrics().import_failures.value(), 0u);
+}
+
+TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
+  if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
+  KvLayout l = KvLayout::uniform("gpu-tier-direct", 3, 8, 128, 16, DType::kF32);  // 576 KiB
+  l.layers[1].dtype = DType::kF16;
+  l.layers[2].dtype = DType::kBF16;
+  expect_direct_copies_bit_exact(l);
+}
+
+// A small model's blocks (16 KiB here, as the `tiny` preset's) take the same direct path.
+TEST(GpuTier, SmallHostBlocksCrossByDirectCopiesBitExact) {
+  if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
+  const KvLayout l = KvLayout::uniform("gpu-tier-direct-small", 2, 2, 64, 16, DType::kBF16);
+  ASSERT_EQ(l.dense_block_bytes(), 16u << 10);
+  expect_direct_copies_bit_exact(l);
 }
 
 }  // namespace
