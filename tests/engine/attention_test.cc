@@ -331,7 +331,9 @@ TEST(AttentionLaunchers, RefuseShapesTheKernelsCannotTake) {
     PagedAttentionVarlen varlen(gpu());
     st = varlen.record(batch, VarlenBatch{0, 0, 0, 1, 0, 0, cu, 32, 16}, view, AttentionOptions{0.1f, 0, 0});
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-    if (view.num_kv_heads == good.num_kv_heads) EXPECT_EQ(decode.split_tokens(view, 4), 0u);  // no split size
+    if (view.num_kv_heads == good.num_kv_heads) {
+      EXPECT_EQ(decode.split_tokens(view, 4), 0u);  // no split size
+    }
     EXPECT_TRUE(batch.submit_and_wait().ok());  // nothing half-recorded
   }
 }

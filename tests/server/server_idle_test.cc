@@ -134,9 +134,16 @@ TEST(ServerIdleTest, AThousandIdleConnectionsDoNotStarveThirtyTwoWorkingClients)
   EXPECT_EQ(wrong, 0);
   // A connection that waited for a worker would wait for --idle-timeout (300 s).
   EXPECT_LT(*std::max_element(first_ms.begin(), first_ms.end()), 5000.0) << "a new connection waited for a worker";
-  EXPECT_LT(p99(healthz_ms), 50.0);
-  EXPECT_LT(p99(get_ms), 50.0);
-  EXPECT_LT(p99(binary_get_ms), 50.0);
+  // Starved requests would wait seconds; served ones take ~3 ms here (p99), ~45 ms under ASan on
+  // this 2-core VM, where 50 ms failed when the test ran beside another (55 ms, ctest -j2).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const double bound_ms = 200.0;
+#else
+  const double bound_ms = 50.0;
+#endif
+  EXPECT_LT(p99(healthz_ms), bound_ms);
+  EXPECT_LT(p99(get_ms), bound_ms);
+  EXPECT_LT(p99(binary_get_ms), bound_ms);
   // The idle ones are still held, each by its own thread.
   EXPECT_GE(held, 1000.0);
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
