@@ -66,6 +66,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     }
     max_blocks = std::max(max_blocks, static_cast<int>((s.prompt_len + max_new_tokens + bs - 1) / bs));
   }
+  const auto started = std::chrono::steady_clock::now();
   std::vector<std::chrono::steady_clock::time_point> fetch_started(seqs.size());
   std::vector<PendingFetch> pending(seqs.size());
   if (use_cache) {
@@ -120,6 +121,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     s.out.tokens.push_back(argmax(logits));
     s.out.logits.push_back(std::move(logits));
     s.out.prefill_seconds = seconds_since(t0);
+    s.out.first_token_seconds = seconds_since(started);
     return ok_status();
   };
 

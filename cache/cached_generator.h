@@ -27,6 +27,7 @@ struct Generation {
                                // asynchronous fetch: until the sequence joined the batch)
   size_t joined_at_step = 0;   // decode steps the batch had run when this sequence was prefilled
   double prefill_seconds = 0;  // computing the rest of the prompt, up to the first token's logits
+  double first_token_seconds = 0;  // from the call's start to this sequence's first token
 };
 
 // Not thread-safe (the model's scratch buffers); one per thread.

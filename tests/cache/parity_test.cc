@@ -281,6 +281,10 @@ TEST_P(ParityTest, ASequenceJoinsWhenItsSsdPrefixIsInWhileOthersDecodeAndAllEqua
   EXPECT_EQ(g[1].joined_at_step, 0u);
   EXPECT_EQ(g[2].joined_at_step, 0u);
   EXPECT_GT(g[0].joined_at_step, 0u) << "the others decoded while B's prefix loaded";
+  // Each call's first tokens: the others' before B's, and B's only after a read was let through.
+  EXPECT_LT(g[1].first_token_seconds, g[0].first_token_seconds);
+  EXPECT_LT(g[2].first_token_seconds, g[0].first_token_seconds);
+  EXPECT_GE(g[0].first_token_seconds, 1.5);
   for (size_t i = 0; i < prompts.size(); ++i) {
     expect_bit_identical(g[i], want[i], "sequence " + std::to_string(i) + " with asynchronous fetch");
   }
