@@ -7,7 +7,7 @@ MetricSum::Series& MetricSum::find(Kind kind, std::string_view name, std::string
   std::string key(name);
   for (const auto& [k, v] : labels.pairs) key += '\0' + k + '=' + v;
   auto [it, fresh] = index_.emplace(std::move(key), series_.size());
-  if (fresh) series_.push_back(Series{kind, std::string(name), std::string(help), labels});
+  if (fresh) series_.push_back(Series{kind, std::string(name), std::string(help), labels, 0, 0, {}});
   return series_[it->second];
 }
 

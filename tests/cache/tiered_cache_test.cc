@@ -66,7 +66,9 @@ TEST(TieredCache, LookupStopsAtTheFirstHoleAcrossWindowsAndTiers) {
       if (i == hole) continue;
       auto b = computed_block(h, keys, i);
       ASSERT_TRUE((i % 3 == 0 ? top : low)->insert(b).ok());
-      if (i % 5 == 0) ASSERT_TRUE(low->insert(b).ok());  // in both: the top one counts
+      if (i % 5 == 0) {
+        ASSERT_TRUE(low->insert(b).ok());  // in both: the top one counts
+      }
     }
     LookupResult r = cache.lookup(h, tokens, {});
     ASSERT_EQ(r.blocks.size(), std::min(hole, keys.size())) << "hole at " << hole;

@@ -67,7 +67,10 @@ Result<RedisAddress> RedisAddress::parse(std::string_view url) {
 std::string RedisAddress::redacted() const {
   std::string out = "redis://";
   if (!password.empty()) out += user + ":***@";
-  for (size_t i = 0; i < seeds.size(); ++i) out += (i ? "," : "") + seeds[i].text();
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    if (i > 0) out += ',';
+    out += seeds[i].text();
+  }
   return out;
 }
 
