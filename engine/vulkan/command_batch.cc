@@ -7,18 +7,21 @@
 namespace kvtier {
 
 Result<CommandBatch> CommandBatch::begin(VulkanContext& ctx, bool transfer_queue) {
-  KVTIER_ASSIGN_OR_RETURN(VkCommandBuffer cb, ctx.allocate_command_buffer(transfer_queue));
+  KVTIER_ASSIGN_OR_RETURN(VulkanContext::Commands c, ctx.acquire_commands(transfer_queue));
   VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (VkResult r = vkBeginCommandBuffer(cb, &bi); r != VK_SUCCESS) {
-    ctx.free_command_buffer(cb, transfer_queue);
+  if (VkResult r = vkBeginCommandBuffer(c.cb, &bi); r != VK_SUCCESS) {
+    ctx.release_commands(c, transfer_queue);
     return vk_status("vkBeginCommandBuffer", r);
   }
-  return CommandBatch(ctx, cb, transfer_queue);
+  return CommandBatch(ctx, c, transfer_queue);
 }
 
 CommandBatch::CommandBatch(CommandBatch&& o) noexcept
-    : ctx_(o.ctx_), cb_(std::exchange(o.cb_, VK_NULL_HANDLE)), transfer_(o.transfer_),
+    : ctx_(o.ctx_),
+      pool_(std::exchange(o.pool_, VK_NULL_HANDLE)),
+      cb_(std::exchange(o.cb_, VK_NULL_HANDLE)),
+      transfer_(o.transfer_),
       submitted_(std::exchange(o.submitted_, 0)), retained_(std::move(o.retained_)) {}
 
 CommandBatch::~CommandBatch() {
@@ -27,7 +30,7 @@ CommandBatch::~CommandBatch() {
     Status st = ctx_->wait(submitted_);
     if (!st.ok()) spdlog::error("vulkan: waiting for a batch before freeing it: {}", st.to_string());
   }
-  ctx_->free_command_buffer(cb_, transfer_);
+  ctx_->release_commands({pool_, cb_}, transfer_);
 }
 
 void CommandBatch::dispatch(const ComputePipeline& p, const void* push, uint32_t push_bytes,

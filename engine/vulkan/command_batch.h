@@ -54,9 +54,10 @@ class CommandBatch {
   Status submit_and_wait();
 
  private:
-  CommandBatch(VulkanContext& ctx, VkCommandBuffer cb, bool transfer)
-      : ctx_(&ctx), cb_(cb), transfer_(transfer) {}
+  CommandBatch(VulkanContext& ctx, VulkanContext::Commands commands, bool transfer)
+      : ctx_(&ctx), pool_(commands.pool), cb_(commands.cb), transfer_(transfer) {}
   VulkanContext* ctx_;
+  VkCommandPool pool_;  // this batch's alone (see VulkanContext::acquire_commands)
   VkCommandBuffer cb_;
   bool transfer_;
   uint64_t submitted_ = 0;  // timeline value, 0 until submitted

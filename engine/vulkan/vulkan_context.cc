@@ -291,13 +291,6 @@ Status VulkanContext::init() {
   if (info_.has_transfer_queue) vkGetDeviceQueue(device_, transfer_family_, 0, &transfer_queue_);
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
 
-  VkCommandPoolCreateInfo pci{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  pci.queueFamilyIndex = compute_family_;
-  VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &compute_pool_));
-  pci.queueFamilyIndex = transfer_family_;
-  VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &transfer_pool_));
-
   VkSemaphoreTypeCreateInfo tci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
   tci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
   VkSemaphoreCreateInfo sci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
@@ -319,8 +312,9 @@ VulkanContext::~VulkanContext() {
       pipelines_.clear();
     }
     if (timeline_) vkDestroySemaphore(device_, timeline_, nullptr);
-    if (compute_pool_) vkDestroyCommandPool(device_, compute_pool_, nullptr);
-    if (transfer_pool_) vkDestroyCommandPool(device_, transfer_pool_, nullptr);
+    for (auto& idle : idle_commands_) {
+      for (const Commands& c : idle) vkDestroyCommandPool(device_, c.pool, nullptr);  // frees c.cb
+    }
     vkDestroyDevice(device_, nullptr);
   }
   if (instance_) vkDestroyInstance(instance_, nullptr);
@@ -356,20 +350,52 @@ Result<std::shared_ptr<ComputePipeline>> VulkanContext::pipeline(
   return p;
 }
 
-Result<VkCommandBuffer> VulkanContext::allocate_command_buffer(bool transfer) {
-  std::lock_guard lock(submit_mu_);
+Result<VulkanContext::Commands> VulkanContext::acquire_commands(bool transfer) {
+  {
+    std::lock_guard lock(commands_mu_);
+    auto& idle = idle_commands_[transfer ? 1 : 0];
+    if (!idle.empty()) {
+      Commands c = idle.back();
+      idle.pop_back();
+      return c;
+    }
+  }
+  Commands c;
+  VkCommandPoolCreateInfo pci{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pci.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+  pci.queueFamilyIndex = transfer ? transfer_family_ : compute_family_;
+  VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &c.pool));
   VkCommandBufferAllocateInfo ai{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  ai.commandPool = transfer ? transfer_pool_ : compute_pool_;
+  ai.commandPool = c.pool;
   ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   ai.commandBufferCount = 1;
-  VkCommandBuffer cb = VK_NULL_HANDLE;
-  VK_TRY("vkAllocateCommandBuffers", vkAllocateCommandBuffers(device_, &ai, &cb));
-  return cb;
+  if (VkResult r = vkAllocateCommandBuffers(device_, &ai, &c.cb); r != VK_SUCCESS) {
+    vkDestroyCommandPool(device_, c.pool, nullptr);
+    return vk_status("vkAllocateCommandBuffers", r);
+  }
+  std::lock_guard lock(commands_mu_);
+  ++command_pools_[transfer ? 1 : 0];
+  return c;
 }
 
-void VulkanContext::free_command_buffer(VkCommandBuffer cb, bool transfer) {
-  std::lock_guard lock(submit_mu_);
-  vkFreeCommandBuffers(device_, transfer ? transfer_pool_ : compute_pool_, 1, &cb);
+void VulkanContext::release_commands(Commands c, bool transfer) {
+  // The pool is still this caller's alone: reset it (its buffer back to the initial state)
+  // before another thread can take it.
+  if (VkResult r = vkResetCommandPool(device_, c.pool, 0); r != VK_SUCCESS) {
+    spdlog::error("vulkan: vkResetCommandPool failed ({}); the pool is destroyed instead",
+                  static_cast<int>(r));
+    vkDestroyCommandPool(device_, c.pool, nullptr);
+    std::lock_guard lock(commands_mu_);
+    --command_pools_[transfer ? 1 : 0];
+    return;
+  }
+  std::lock_guard lock(commands_mu_);
+  idle_commands_[transfer ? 1 : 0].push_back(c);
+}
+
+std::pair<size_t, size_t> VulkanContext::command_pools() const {
+  std::lock_guard lock(commands_mu_);
+  return {command_pools_[0], command_pools_[1]};
 }
 
 Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, bool transfer) {

@@ -80,9 +80,20 @@ class VulkanContext {
   Result<uint64_t> submit(VkCommandBuffer cb, bool transfer_queue = false);
   // Waits until the timeline reaches `value` (all work submitted up to it is done).
   Status wait(uint64_t value);
-  // Command buffers come from per-queue pools guarded by the submission mutex.
-  Result<VkCommandBuffer> allocate_command_buffer(bool transfer_queue = false);
-  void free_command_buffer(VkCommandBuffer cb, bool transfer_queue = false);
+  // A command buffer with a pool of its own. Vulkan wants a pool externally synchronized while
+  // any of its buffers is recorded, so buffers recorded at once on different threads (a
+  // background fetch's upload beside a decode step) must not share one: on NVIDIA a shared pool
+  // crashed vkQueueSubmit or hung the GPU. Pools are reset and reused, not created per batch.
+  struct Commands {
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+  };
+  Result<Commands> acquire_commands(bool transfer_queue = false);
+  // After the buffer is done executing (or was never submitted).
+  void release_commands(Commands commands, bool transfer_queue = false);
+  // Pools created so far for each queue (compute, transfer): as many as batches ever recorded at
+  // once.
+  std::pair<size_t, size_t> command_pools() const;
 
  private:
   VulkanContext() = default;
@@ -95,14 +106,15 @@ class VulkanContext {
   VkQueue transfer_queue_ = VK_NULL_HANDLE;
   uint32_t compute_family_ = 0;
   uint32_t transfer_family_ = 0;
-  VkCommandPool compute_pool_ = VK_NULL_HANDLE;
-  VkCommandPool transfer_pool_ = VK_NULL_HANDLE;
+  std::vector<Commands> idle_commands_[2];  // by queue: compute, transfer
+  size_t command_pools_[2] = {0, 0};
   VkSemaphore timeline_ = VK_NULL_HANDLE;
   uint64_t next_value_ = 0;
   VkPhysicalDeviceMemoryProperties memory_{};
   DeviceInfo info_;
 
-  std::mutex submit_mu_;    // guards queue submission, pools and next_value_
+  std::mutex submit_mu_;    // guards queue submission and next_value_
+  mutable std::mutex commands_mu_;  // guards idle_commands_ and command_pools_
   std::mutex pipeline_mu_;  // guards pipelines_
   std::map<std::pair<std::string, std::vector<uint32_t>>, std::shared_ptr<ComputePipeline>> pipelines_;
 };
