@@ -18,7 +18,7 @@
 namespace kvtier {
 
 // Not thread-safe; movable. Destroying an unsubmitted batch discards it; a submitted one is
-// waited for before its command buffer is freed.
+// waited for before its command pool goes back to the context.
 class CommandBatch {
  public:
   static Result<CommandBatch> begin(VulkanContext& ctx, bool transfer_queue = false);

@@ -382,8 +382,11 @@ void VulkanContext::release_commands(Commands c, bool transfer) {
   // The pool is still this caller's alone: reset it (its buffer back to the initial state)
   // before another thread can take it.
   if (VkResult r = vkResetCommandPool(device_, c.pool, 0); r != VK_SUCCESS) {
-    spdlog::error("vulkan: vkResetCommandPool failed ({}); the pool is destroyed instead",
-                  static_cast<int>(r));
+    // Only a lost device or exhausted memory fails here, and then every batch does: throttled.
+    if (auto n = reset_failure_log_.admit()) {
+      spdlog::error("vulkan: vkResetCommandPool failed ({}); the pool is destroyed instead ({} similar suppressed)",
+                    static_cast<int>(r), *n);
+    }
     vkDestroyCommandPool(device_, c.pool, nullptr);
     std::lock_guard lock(commands_mu_);
     --command_pools_[transfer ? 1 : 0];

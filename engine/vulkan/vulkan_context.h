@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "base/status.h"
 
 namespace kvtier {
@@ -115,6 +116,7 @@ class VulkanContext {
 
   std::mutex submit_mu_;    // guards queue submission and next_value_
   mutable std::mutex commands_mu_;  // guards idle_commands_ and command_pools_
+  LogThrottle reset_failure_log_;
   std::mutex pipeline_mu_;  // guards pipelines_
   std::map<std::pair<std::string, std::vector<uint32_t>>, std::shared_ptr<ComputePipeline>> pipelines_;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <cstring>
 #include <thread>
 
 #include "tests/engine/engine_test_env.h"
@@ -107,20 +108,26 @@ TEST(CommandBatchConcurrency, ThreadsRecordAndSubmitAtOnceEachBatchExact) {
 TEST(CommandBatchConcurrency, AnUnsubmittedBatchGivesItsPoolBackClean) {
   VulkanContext& ctx = gpu();
   auto out = GpuBuffer::create(ctx, kRegion * kRegions, MemoryKind::kDownload);
-  ASSERT_TRUE(out.ok());
   auto scratch = GpuBuffer::create(ctx, kRegion * kRegions, MemoryKind::kDevice);
-  ASSERT_TRUE(scratch.ok());
+  // Only the dropped batch writes here, so its commands running with the next batch would show.
+  auto sentinel = GpuBuffer::create(ctx, kRegion, MemoryKind::kDownload);
+  ASSERT_TRUE(out.ok() && scratch.ok() && sentinel.ok());
+  std::memset(sentinel->mapped(), 0, kRegion);
+  ASSERT_TRUE(sentinel->flush(0, kRegion).ok());
   {
-    // Recorded and dropped: its commands must not run later with someone else's batch.
     auto dropped = CommandBatch::begin(ctx);
     ASSERT_TRUE(dropped.ok());
-    dropped->fill(*out, 0, out->size(), 0xdeadbeefu);
+    dropped->fill(*sentinel, 0, kRegion, 0xdeadbeefu);
   }
   const auto pools_before = ctx.command_pools();
   ASSERT_TRUE(
       record_and_run(std::move(CommandBatch::begin(ctx)).value(), 1, 1, *scratch, *out).ok());
   EXPECT_TRUE(holds_rounds_words(*out, 1, 1));
   EXPECT_EQ(ctx.command_pools(), pools_before) << "the dropped batch's pool was not reused";
+  ASSERT_TRUE(sentinel->invalidate(0, kRegion).ok());
+  const std::vector<uint8_t> zeros(kRegion, 0);
+  EXPECT_EQ(std::memcmp(sentinel->mapped(), zeros.data(), kRegion), 0)
+      << "the dropped batch's fill ran with the batch that reused its pool";
 }
 
 }  // namespace
