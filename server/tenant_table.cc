@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/byte_size.h"
+#include "base/text/client_text.h"
 
 namespace kvtier {
 
@@ -21,7 +22,7 @@ Result<std::string> namespace_of(const Tenant* t, const std::string& requested) 
     return invalid_argument("name the namespace: this key may use several");
   }
   if (!t->may_use(requested)) {
-    return permission_denied("this key may not use namespace '" + requested + "'");
+    return permission_denied("this key may not use namespace '" + escaped_text(requested, 64) + "'");
   }
   return requested;
 }

@@ -2,12 +2,59 @@
 
 #include <limits>
 
+#include "base/text/client_text.h"
+
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
 
+// A SAX pass that only measures nesting and stops at the first level past the limit, so a body
+// of ten thousand '[' is refused before a document is built: nlohmann's serializer recurses once
+// per level, and dumping such a document (into a message) overflowed a connection's stack.
+class DepthCheck final : public nlohmann::json_sax<json> {
+ public:
+  explicit DepthCheck(size_t max_depth) : max_(max_depth) {}
+  bool too_deep() const { return too_deep_; }
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool start_object(std::size_t) override { return enter(); }
+  bool end_object() override { return leave(); }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_array() override { return leave(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool enter() {
+    too_deep_ = ++depth_ > max_;
+    return !too_deep_;
+  }
+  bool leave() {
+    --depth_;
+    return true;
+  }
+  const size_t max_;
+  size_t depth_ = 0;
+  bool too_deep_ = false;
+};
+
+// A JSON value a client sent, quoted in a message: short, and never more than one line.
+std::string quoted(const json& value) { return escaped_text(json_text(value), 64); }
+
 Result<json> parse_object(const std::string& body) {
+  DepthCheck depth(kMaxJsonDepth);
+  json::sax_parse(body, &depth, json::input_format_t::json, /*strict=*/true);
+  if (depth.too_deep()) {
+    return invalid_argument("the body nests arrays or objects deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels; kvtierd's requests use at most 2");
+  }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalid_argument("the body is not valid JSON");
   if (!j.is_object()) return invalid_argument("the body is not a JSON object");
@@ -18,7 +65,7 @@ Status only_fields(const json& j, std::initializer_list<const char*> allowed) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return it.key() == a; }) ==
         allowed.end()) {
-      return invalid_argument("unknown field '" + it.key() + "'");
+      return invalid_argument("unknown field '" + escaped_text(it.key(), 64) + "'");
     }
   }
   return ok_status();
@@ -48,14 +95,14 @@ Result<PromptRequest> parse_prompt_request(const std::string& body) {
   for (const json& t : *tokens) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
         t.get<int64_t>() > std::numeric_limits<uint32_t>::max()) {
-      return invalid_argument("'tokens' holds " + t.dump() + ", not a token id (0 .. 2^32-1)");
+      return invalid_argument("'tokens' holds " + quoted(t) + ", not a token id (0 .. 2^32-1)");
     }
     r.tokens.push_back(static_cast<uint32_t>(t.get<int64_t>()));
   }
   if (auto extra = j.find("extra_keys"); extra != j.end()) {
     if (!extra->is_array()) return invalid_argument("'extra_keys' must be an array of strings");
     for (const json& k : *extra) {
-      if (!k.is_string()) return invalid_argument("'extra_keys' holds " + k.dump() + ", not a string");
+      if (!k.is_string()) return invalid_argument("'extra_keys' holds " + quoted(k) + ", not a string");
       r.extra_keys.push_back(k.get<std::string>());
     }
   }
@@ -76,7 +123,7 @@ Result<BatchGetRequest> parse_batch_get_request(const std::string& body, size_t 
                             std::to_string(max_hashes) + " per request");
   }
   for (const json& h : *hashes) {
-    if (!h.is_string()) return invalid_argument("'hashes' holds " + h.dump() + ", not a string");
+    if (!h.is_string()) return invalid_argument("'hashes' holds " + quoted(h) + ", not a string");
     auto parsed = BlockHash::from_hex(h.get<std::string>());
     if (!parsed.ok()) return invalid_argument("'hashes': " + parsed.status().message());
     r.hashes.push_back(*parsed);
@@ -101,7 +148,13 @@ json to_json(const PrefetchReply& r) {
 }
 
 json error_json(std::string_view code, std::string_view message) {
-  return {{"error", {{"code", code}, {"message", message}}}};
+  // Messages quote clients (a path, a namespace): escaped here too, so no message can make the
+  // reply unencodable, whatever a caller forgot.
+  return {{"error", {{"code", code}, {"message", escaped_text(message, kMaxMessageBytes)}}}};
+}
+
+std::string json_text(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kvtier

@@ -23,6 +23,13 @@ Result<BatchGetRequest> parse_batch_get_request(const std::string& body, size_t 
 
 nlohmann::json to_json(const LookupReply& reply);
 nlohmann::json to_json(const PrefetchReply& reply);
+// {"error": {"code", "message"}}: the body of every refusal on both doors. The message is escaped
+// (base/text/client_text.h) and cut to kMaxMessageBytes, so it is always encodable.
+inline constexpr size_t kMaxMessageBytes = 2048;
 nlohmann::json error_json(std::string_view code, std::string_view message);
+// The encoding of a reply: never throws (invalid UTF-8 becomes U+FFFD), unlike json::dump().
+std::string json_text(const nlohmann::json& value);
+// Request bodies nesting deeper are refused before a document is built.
+inline constexpr size_t kMaxJsonDepth = 3;
 
 }  // namespace kvtier
