@@ -26,6 +26,8 @@ struct CacheMetrics {
   Counter promote_failed;                          // returned unpinned: no room in the top tier
   std::array<Counter, kMaxTiers> token_mismatches{};  // a hit whose tokens differ: never served
   std::array<Counter, kMaxTiers> read_failures{};     // a tier said it held a block but could not read it
+  std::array<Counter, kMaxTiers> gone_since_lookup{};  // found there by locate(), in no tier at read
+  Counter relocated;  // moved between locate() and read, and read where it went
   std::array<Counter, kMaxTiers> evictions{};         // handed from tier i to tier i + 1 (or dropped)
   // Drops, by reason.
   Counter dropped_evicted_from_last_tier;

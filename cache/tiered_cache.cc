@@ -295,7 +295,14 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
   return fetch_located(keys, locate(keys));
 }
 
-PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const std::vector<int>& where) {
+int TieredCache::relocate(const BlockHash& hash, int skip) const {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (static_cast<int>(t) != skip && tiers_[t]->contains(hash)) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where) {
   metrics_.fetches.inc();
   PinnedBlocks out;
   out.top_ = tiers_.front();
@@ -308,7 +315,17 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
     if (where[i] != 0) continue;
     // Pin first, so the block cannot be evicted between the check and the use.
     if (!top.pin(keys[i].hash)) {
-      failed[i] = 1;  // evicted since find_tier
+      // Evicted since locate(): on its way down (still readable here, unpinned) or below now.
+      if (auto r = top.read({keys[i].hash, keys[i].tokens}); r.ok()) {
+        blocks[i] = *r;
+        metrics_.relocated.inc();
+      } else if (const int now = relocate(keys[i].hash, 0); now > 0) {
+        where[i] = now;
+        metrics_.relocated.inc();
+      } else {
+        failed[i] = 1;
+        gone(keys[i].hash, 0);
+      }
       continue;
     }
     top_pinned[i] = true;
@@ -346,11 +363,27 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
       if (reqs.empty()) continue;
       std::vector<Result<BlockRef>> got = tiers_[t]->read_many(reqs);
       for (size_t j = 0; j < reqs.size(); ++j) {
+        if (!got[j].ok() && got[j].status().code() == StatusCode::kNotFound) {
+          // Gone from this tier since locate() (moved by an eviction or a promotion, or deleted):
+          // read it where it is now, once; only a block that is nowhere is a miss.
+          if (const int now = relocate(reqs[j].hash, static_cast<int>(t)); now >= 0) {
+            got[j] = tiers_[now]->read(reqs[j]);
+            if (got[j].ok()) metrics_.relocated.inc();
+          } else {
+            failed[idx[j]] = 1;
+            gone(reqs[j].hash, t);
+            continue;
+          }
+        }
         if (got[j].ok()) {
           blocks[idx[j]] = std::move(got[j]).value();
         } else {
           failed[idx[j]] = 1;
           metrics_.read_failures[t].inc();
+          if (auto n = read_failure_log_.admit()) {
+            spdlog::warn("block {} was in the {} tier at lookup and could not be read: {} ({} similar suppressed)",
+                         reqs[j].hash.hex(), tiers_[t]->name(), got[j].status().to_string(), *n);
+          }
         }
       }
     }
@@ -459,6 +492,15 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, const st
   return out;
 }
 
+void TieredCache::gone(const BlockHash& hash, size_t tier) {
+  metrics_.gone_since_lookup[tier].inc();
+  if (auto n = read_failure_log_.admit()) {
+    spdlog::info("block {} left the {} tier between lookup and read and is in no tier now (deleted, or evicted "
+                 "from the last one): a miss ({} similar suppressed)",
+                 hash.hex(), tiers_[tier]->name(), *n);
+  }
+}
+
 bool TieredCache::erase(const BlockHash& hash) {
   bool any = false;
   for (auto& t : tiers_) any = t->erase(hash) || any;
@@ -466,6 +508,8 @@ bool TieredCache::erase(const BlockHash& hash) {
 }
 
 void TieredCache::visit_metrics(MetricVisitor& v) const {
+  v.counter("kvtier_relocated_reads_total",
+            "Blocks read from another tier than lookup found them in (they moved meanwhile)", {}, metrics_.relocated.value());
   auto tier_label = [&](size_t t) { return MetricLabels{{"tier", std::string(tiers_[t]->name())}}; };
   v.counter("kvtier_lookups_total", "Prefix lookups", {}, metrics_.lookups.value());
   v.counter("kvtier_lookup_tokens_total", "Tokens asked about in lookups", {},
@@ -479,8 +523,11 @@ void TieredCache::visit_metrics(MetricVisitor& v) const {
               tier_label(t), metrics_.fetched_blocks[t].value());
     v.counter("kvtier_token_mismatches_total", "Hits whose token ids differed (never served)",
               tier_label(t), metrics_.token_mismatches[t].value());
-    v.counter("kvtier_read_failures_total", "Blocks a tier held but could not return",
+    v.counter("kvtier_read_failures_total", "Blocks a tier held but could not return (corrupt, or an I/O error)",
               tier_label(t), metrics_.read_failures[t].value());
+    v.counter("kvtier_gone_since_lookup_total",
+              "Blocks found in a tier by a lookup and in no tier when read (deleted or evicted meanwhile): misses",
+              tier_label(t), metrics_.gone_since_lookup[t].value());
     v.counter("kvtier_evictions_total", "Blocks evicted from the tier (down or dropped)",
               tier_label(t), metrics_.evictions[t].value());
   }

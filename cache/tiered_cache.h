@@ -135,7 +135,11 @@ class TieredCache {
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
-  PinnedBlocks fetch_located(std::span<const BlockKey> keys, const std::vector<int>& where);
+  PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where);
+  // The tier that holds `hash` now (top first, `skip` left out), or -1.
+  int relocate(const BlockHash& hash, int skip) const;
+  // A block locate() found in `tier` is in no tier at read: counted and logged, a miss.
+  void gone(const BlockHash& hash, size_t tier);
 
   std::vector<std::shared_ptr<Tier>> tiers_;
   CacheMetrics metrics_;
@@ -145,6 +149,7 @@ class TieredCache {
   LogThrottle drop_log_;
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;
+  LogThrottle read_failure_log_;
   std::mutex loader_mu_;  // guards creating loader_
   std::unique_ptr<FetchLoader> loader_;  // started by the first fetch that needs it
 };

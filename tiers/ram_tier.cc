@@ -81,8 +81,25 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
     metrics_.blocks.set(static_cast<int64_t>(index_.size()));
   }
   metrics_.inserts.inc();
-  evict_to_sink(victims);
+  sink_victims(victims);
   return InsertOutcome::kInserted;
+}
+
+void RamTier::sink_victims(std::vector<BlockRef>& victims) {
+  if (victims.empty()) return;
+  std::vector<std::pair<BlockHash, const Block*>> sunk;
+  for (const BlockRef& b : victims) sunk.emplace_back(b->hash(), b.get());
+  evict_to_sink(victims);
+  std::lock_guard lock(mu_);
+  for (const auto& [hash, block] : sunk) {
+    // Only this eviction's entry: the same hash may have been inserted and evicted again since.
+    if (auto it = leaving_.find(hash); it != leaving_.end() && it->second.get() == block) leaving_.erase(it);
+  }
+}
+
+const BlockRef* RamTier::leaving_locked(const BlockHash& hash) const {
+  auto it = leaving_.find(hash);
+  return it == leaving_.end() ? nullptr : &it->second;
 }
 
 void RamTier::evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims) {
@@ -91,6 +108,7 @@ void RamTier::evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims
   used_ -= it->second.bytes;
   unpinned_bytes_ -= it->second.bytes;
   release_locked(*it->second.block, it->second.bytes);
+  leaving_[hash] = it->second.block;
   victims.push_back(std::move(it->second.block));
   index_.erase(it);
   metrics_.evictions.inc();
@@ -107,21 +125,22 @@ void RamTier::demote_orphans_locked(std::vector<BlockRef>& victims) {
 
 bool RamTier::contains(const BlockHash& hash) const {
   std::lock_guard lock(mu_);
-  return index_.count(hash) > 0;
+  return index_.count(hash) > 0 || leaving_.count(hash) > 0;
 }
 
 std::vector<bool> RamTier::contains_many(std::span<const BlockHash> hashes) const {
   std::vector<bool> out(hashes.size());
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < hashes.size(); ++i) out[i] = index_.count(hashes[i]) > 0;
+  for (size_t i = 0; i < hashes.size(); ++i) out[i] = index_.count(hashes[i]) > 0 || leaving_.count(hashes[i]) > 0;
   return out;
 }
 
 Tier::Presence RamTier::probe(const BlockRequest& request) const {
   std::lock_guard lock(mu_);
   auto it = index_.find(request.hash);
-  if (it == index_.end()) return Presence::kAbsent;
-  const auto& held = it->second.block->identity().token_ids;
+  const BlockRef* leaving = it == index_.end() ? leaving_locked(request.hash) : nullptr;
+  if (it == index_.end() && !leaving) return Presence::kAbsent;
+  const auto& held = (leaving ? *leaving : it->second.block)->identity().token_ids;
   return std::equal(held.begin(), held.end(), request.tokens.begin(), request.tokens.end())
              ? Presence::kSameTokens
              : Presence::kDifferentTokens;
@@ -131,6 +150,10 @@ Result<BlockRef> RamTier::read(const BlockRequest& request) {
   std::lock_guard lock(mu_);
   auto it = index_.find(request.hash);
   if (it == index_.end()) {
+    if (const BlockRef* leaving = leaving_locked(request.hash)) {
+      metrics_.hits.inc();
+      return *leaving;
+    }
     metrics_.misses.inc();
     return not_found(options_.name + " tier: block " + request.hash.hex() + " not held");
   }
@@ -144,10 +167,11 @@ bool RamTier::erase(const BlockHash& hash) {
   std::vector<BlockRef> orphans;
   {
     std::lock_guard lock(mu_);
-    if (!erase_locked(hash, dropped)) return false;
+    const bool was_leaving = leaving_.erase(hash) > 0;
+    if (!erase_locked(hash, dropped)) return was_leaving;
     demote_orphans_locked(orphans);
   }
-  evict_to_sink(orphans);
+  sink_victims(orphans);
   return true;
 }
 

@@ -80,6 +80,10 @@ class RamTier final : public Tier {
   // Hands every orphan the policy names to `victims` (caller holds mu_ and gives them to the sink).
   void demote_orphans_locked(std::vector<BlockRef>& victims);
   bool erase_locked(const BlockHash& hash, BlockRef& dropped);
+  // Hands `victims` to the sink, then forgets them as leaving (see leaving_).
+  void sink_victims(std::vector<BlockRef>& victims);
+  // A victim between index_ and the sink, or nullptr.
+  const BlockRef* leaving_locked(const BlockHash& hash) const;
   void release_locked(const Block& block, uint64_t bytes);
 
   struct Entry {
@@ -89,8 +93,12 @@ class RamTier final : public Tier {
   };
 
   const RamTierOptions options_;
-  mutable std::mutex mu_;  // guards index_, policy_, used_, unpinned_bytes_
+  mutable std::mutex mu_;  // guards index_, leaving_, policy_, used_, unpinned_bytes_
   std::unordered_map<BlockHash, Entry> index_;
+  // Victims taken out of index_ and not yet taken by the sink (which runs outside mu_): still
+  // found and read here, so a block on its way down is never in no tier at all (a reader that
+  // looked in that gap missed a block nobody had deleted). Not pinnable: pins are for index_.
+  std::unordered_map<BlockHash, BlockRef> leaving_;
   std::unique_ptr<EvictionPolicy> policy_;
   uint64_t used_ = 0;
   uint64_t unpinned_bytes_ = 0;  // what eviction could free

@@ -286,5 +286,31 @@ TEST(RamTier, MatchesAReferenceModelOverRandomOperations) {
   }
 }
 
+// The sink runs outside the tier's lock; a reader that looked between the block leaving the index
+// and the sink taking it found it in no tier (a miss for a block nobody deleted).
+TEST(RamTier, ABlockOnItsWayToTheSinkIsStillFoundAndRead) {
+  RamTierOptions o;
+  o.capacity_bytes = block(0)->size_bytes();
+  RamTier tier(o);
+  const BlockRef first = block(1), second = block(2);
+  int sunk = 0;
+  tier.set_eviction_sink([&](BlockRef b) {
+    ++sunk;
+    EXPECT_EQ(b->hash(), first->hash());
+    EXPECT_TRUE(tier.contains(first->hash()));
+    EXPECT_EQ(tier.contains_many(std::vector<BlockHash>{first->hash()}), std::vector<bool>{true});
+    EXPECT_EQ(tier.probe(req(first)), Tier::Presence::kSameTokens);
+    auto r = tier.read(req(first));
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(testing::same_bytes(**r, *first));
+    EXPECT_FALSE(tier.pin(first->hash())) << "leaving: readable, not pinnable";
+  });
+  ASSERT_TRUE(tier.insert(first).ok());
+  ASSERT_TRUE(tier.insert(second).ok());
+  EXPECT_EQ(sunk, 1);
+  EXPECT_FALSE(tier.contains(first->hash())) << "gone once the sink has it";
+  EXPECT_FALSE(tier.read(req(first)).ok());
+}
+
 }  // namespace
 }  // namespace kvtier
