@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "server/cli/kvtier_client.h"
+#include "tests/server/raw_requests.h"
 #include "tests/server/server_process.h"
 #include "tests/server/wire_blocks.h"
 #include "tests/support/redis_servers.h"
@@ -57,12 +58,7 @@ class ServerRemoteTest : public ::testing::Test {
 
   static double metric(KvtierClient& c, const std::string& name, const std::string& label_key = "",
                        const std::string& label_value = "") {
-    auto stats = c.stats();
-    if (!stats.ok() || !(*stats)["metrics"].contains(name)) return -1;
-    for (const auto& sample : (*stats)["metrics"][name]) {
-      if (label_key.empty() || sample["labels"].value(label_key, "") == label_value) return sample["value"].get<double>();
-    }
-    return -1;
+    return testing::metric_value(c, name, label_key, label_value);
   }
 
   // Waits until `c`'s remote writer has written `n` blocks.
@@ -176,11 +172,11 @@ TEST_F(ServerRemoteTest, RedisDownAtStartServesLocalTiersAndCounts) {
   EXPECT_EQ((*ca.lookup("local", testing::prompt(400, 32)))["matched_tokens"], 32);
   EXPECT_EQ((*ca.lookup("local", testing::prompt(401, 32)))["matched_tokens"], 0) << "a miss, not an error";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (metric(ca, "kvtier_remote_dropped_total", "reason", "write_failed") < 2 &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (metric(ca, "kvtier_remote_write_failures_total") < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(metric(ca, "kvtier_remote_dropped_total", "reason", "write_failed"), 2);
+  EXPECT_GE(metric(ca, "kvtier_remote_write_failures_total"), 2);
+  EXPECT_EQ(metric(ca, "kvtier_remote_retry_blocks"), 2) << "failed writes wait for a retry, not dropped";
   EXPECT_GE(metric(ca, "kvtier_remote_lookup_errors_total"), 1);
   client.reset();  // an open keep-alive connection would hold the shutdown for its read timeout
   EXPECT_EQ(a->stop(SIGTERM), 0);
@@ -262,6 +258,52 @@ TEST_F(ServerRemoteTest, ZKillingAMasterUnderLoadServesNoWrongBytesAndHitsResume
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_EQ(served, blocks.size());
+}
+
+// After the master kill above: a prefix stored on one host while a master is down (its SETs to
+// that master fail) is seen whole by another host once a replica took over, because the failed
+// writes are retried while the first host still holds the blocks.
+TEST_F(ServerRemoteTest, ZZAPrefixStoredDuringAnOutageIsSharedAfterRecovery) {
+  RedisServers& redis = *shared().redis;
+  const std::string url = redis.url();
+  auto a = host("outage-a", DType::kBF16, url, {"--ram-capacity", "4M"});
+  auto b = host("outage-b", DType::kBF16, url);
+  KvtierClient ca("127.0.0.1", a->port()), cb("127.0.0.1", b->port());
+  const auto tokens = testing::prompt(600, 256);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "outage", tokens);
+  // A master that has a replica to take over (the one killed above has none left).
+  int victim = 0;
+  for (int port : redis.ports()) {
+    const std::string info = redis.cli(port, {"INFO", "replication"});
+    if (info.find("role:master") != std::string::npos && info.find("connected_slaves:1") != std::string::npos) {
+      victim = port;
+      break;
+    }
+  }
+  ASSERT_GT(victim, 0);
+  redis.kill_port(victim);
+  for (const auto& w : blocks) ASSERT_TRUE(ca.put(w.hash, w.document).value());
+  const auto failed_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metric(ca, "kvtier_remote_write_failures_total") < 1 && std::chrono::steady_clock::now() < failed_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(metric(ca, "kvtier_remote_write_failures_total"), 1) << "some SETs went to the dead master";
+  ASSERT_TRUE(redis.wait_cluster_ok(std::chrono::seconds(30)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  size_t matched = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = cb.lookup("outage", tokens);
+    matched = r.ok() ? (*r)["matched_tokens"].get<size_t>() : 0;
+    if (matched == tokens.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(matched, tokens.size()) << a->log();
+  for (const auto& w : blocks) {
+    auto got = cb.get(w.hash);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_TRUE(std::equal(got->begin(), got->end(), w.document.begin(), w.document.end()));
+  }
+  EXPECT_GE(metric(ca, "kvtier_remote_retried_written_total"), 1);
 }
 
 }  // namespace

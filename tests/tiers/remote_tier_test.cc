@@ -241,6 +241,73 @@ TEST(RemoteTier, ARedisDownAtStartIsAMissUntilItComesBack) {
   EXPECT_TRUE(tier->cluster().standalone());
 }
 
+// A block whose SET failed while Redis was down reaches Redis once it is back, without being
+// offered again: another host reads it then.
+TEST(RemoteTier, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
+  TempDir dir;
+  std::string error;
+  auto probe = RedisServers::standalone(dir.str(), {}, &error);
+  ASSERT_TRUE(probe) << error;
+  const int port = probe->ports().front();
+  probe.reset();
+  auto l = layout_of(DType::kBF16);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  auto tier = open_tier(url, registry_for({l}));
+  ASSERT_TRUE(tier);
+  BlockRef b = block(l, 6000);
+  ASSERT_TRUE(tier->insert(b).ok());
+  tier->flush();
+  EXPECT_GT(tier->metrics().write_errors.value(), 0u);
+  EXPECT_EQ(tier->metrics().retry_blocks.value(), 1);
+  auto later = RedisServers::standalone(dir.str(), {}, &error, port);
+  ASSERT_TRUE(later) << error;
+  auto other = open_tier(url, registry_for({l}));  // another host: it never saw the block
+  ASSERT_TRUE(other);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Result<BlockRef> got = not_found("not yet");
+  while (!got.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    got = other->read(request_for(b));
+  }
+  ASSERT_TRUE(got.ok()) << "the failed write was retried";
+  EXPECT_TRUE(testing::same_bytes(**got, *b));
+  EXPECT_EQ(tier->metrics().retried_written.value(), 1u);
+  EXPECT_EQ(tier->metrics().retry_blocks.value(), 0);
+}
+
+TEST(RemoteTier, AFailedWriteIsDroppedWithAReasonOnceNoLocalTierHoldsItOrItsWindowEnds) {
+  TempDir dir;
+  std::string error;
+  auto probe = RedisServers::standalone(dir.str(), {}, &error);
+  ASSERT_TRUE(probe) << error;
+  const std::string url = "redis://127.0.0.1:" + std::to_string(probe->ports().front());
+  probe.reset();
+  auto l = layout_of(DType::kBF16);
+  RemoteTierOptions o;
+  o.address = *RedisAddress::parse(url);
+  o.reconnect_backoff = std::chrono::milliseconds(50);
+  o.retry_backoff = std::chrono::milliseconds(20);
+  o.write_retry_window = std::chrono::milliseconds(300);
+  auto expiring = RemoteTier::open(o, registry_for({l}));
+  ASSERT_TRUE(expiring.ok());
+  ASSERT_TRUE((*expiring)->insert(block(l, 6100)).ok());
+  o.write_retry_window = std::chrono::minutes(5);
+  auto forgotten = RemoteTier::open(o, registry_for({l}));
+  ASSERT_TRUE(forgotten.ok());
+  (*forgotten)->set_held_locally([](const BlockHash&) { return false; });
+  ASSERT_TRUE((*forgotten)->insert(block(l, 6101)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (((*expiring)->metrics().dropped_retries_expired.value() == 0 ||
+          (*forgotten)->metrics().dropped_not_held_locally.value() == 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ((*expiring)->metrics().dropped_retries_expired.value(), 1u);
+  EXPECT_EQ((*forgotten)->metrics().dropped_not_held_locally.value(), 1u);
+  EXPECT_EQ((*expiring)->metrics().retry_blocks.value(), 0);
+  EXPECT_EQ((*forgotten)->metrics().retry_blocks.value(), 0);
+}
+
 TEST(RemoteTier, PasswordsAndAclUsersAuthenticateAndAWrongOneFailsAtOpen) {
   TempDir dir;
   std::string error;

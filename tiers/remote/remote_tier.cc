@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "base/memory/bytes.h"
 #include "serialize/format/block_codec.h"
 
@@ -58,7 +60,7 @@ Result<InsertOutcome> RemoteTier::insert(BlockRef block) {
     metrics_.dropped_shutdown.inc();
     return failed_precondition("remote tier is closed");
   }
-  if (queued_bytes_ + bytes > options_.write_queue_bytes) {
+  if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
     metrics_.dropped_queue_full.inc();
     if (auto n = write_log_.admit()) {
       spdlog::warn("remote tier: write queue full ({} bytes queued); block {} is not shared ({} similar suppressed)",
@@ -83,33 +85,128 @@ void RemoteTier::remember_written(const BlockHash& hash) {
   }
 }
 
+void RemoteTier::set_held_locally(std::function<bool(const BlockHash&)> held) {
+  std::lock_guard lock(queue_mu_);
+  held_locally_ = std::move(held);
+}
+
 void RemoteTier::writer_loop() {
-  std::vector<BlockRef> batch;
+  using Clock = std::chrono::steady_clock;
+  std::vector<BlockRef> batch, failed;
+  std::vector<Retry> taken;
   while (true) {
+    std::function<bool(const BlockHash&)> held;
     {
       std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
+      for (;;) {
+        if (stopping_ && queue_.empty()) return;  // close() drops what is left and counts it
+        if (!queue_.empty()) break;
+        if (retries_.empty()) {
+          queue_cv_.wait(lock);
+          continue;
+        }
+        auto next = retries_.front().next_try;
+        for (const Retry& r : retries_) next = std::min(next, r.next_try);
+        if (next <= Clock::now()) break;
+        queue_cv_.wait_until(lock, next);
+      }
+      take_due_retries_locked(batch, taken);
       while (!queue_.empty() && batch.size() < options_.write_batch_blocks) {
         queued_bytes_ -= queue_.front()->size_bytes();
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       in_flight_ = batch.size();
+      held = held_locally_;
       metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
       metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
+      metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
     }
-    write_batch(batch);
+    // A retry is worth its SET only while this host still serves the block itself: once every
+    // local tier let it go, it is dropped instead of kept alive here.
+    if (held) {
+      for (auto it = taken.begin(); it != taken.end();) {
+        if (held(it->block->hash())) {
+          ++it;
+          continue;
+        }
+        drop_retry(*it, metrics_.dropped_not_held_locally, "no local tier holds it any more");
+        std::erase(batch, it->block);
+        it = taken.erase(it);
+      }
+    }
+    if (!batch.empty()) write_batch(batch, failed);
     {
       std::lock_guard lock(queue_mu_);
       in_flight_ = 0;
+      schedule_retries_locked(failed, taken);
+      metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
       if (queue_.empty()) idle_cv_.notify_all();
     }
     batch.clear();
+    failed.clear();
+    taken.clear();
   }
 }
 
-void RemoteTier::write_batch(std::vector<BlockRef>& batch) {
+void RemoteTier::take_due_retries_locked(std::vector<BlockRef>& batch, std::vector<Retry>& taken) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = retries_.begin(); it != retries_.end() && batch.size() < options_.write_batch_blocks;) {
+    if (it->next_try > now) {
+      ++it;
+      continue;
+    }
+    queued_bytes_ -= it->block->size_bytes();
+    if (now - it->first_failed >= options_.write_retry_window) {
+      drop_retry(*it, metrics_.dropped_retries_expired, "still failing after the retry window");
+    } else {
+      batch.push_back(it->block);
+      taken.push_back(std::move(*it));
+    }
+    it = retries_.erase(it);
+  }
+}
+
+void RemoteTier::schedule_retries_locked(std::vector<BlockRef>& failed, std::vector<Retry>& taken) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const Retry& r : taken) {
+    if (std::find(failed.begin(), failed.end(), r.block) == failed.end()) metrics_.retried_written.inc();
+  }
+  for (BlockRef& b : failed) {
+    auto before = std::find_if(taken.begin(), taken.end(), [&](const Retry& r) { return r.block == b; });
+    Retry r = before == taken.end() ? Retry{b, now, now, options_.retry_backoff}
+                                    : Retry{b, before->first_failed, now, std::min(before->backoff * 2, options_.retry_backoff_max)};
+    r.next_try = now + r.backoff;
+    const uint64_t bytes = b->size_bytes();
+    if (stopping_) {
+      drop_retry(r, metrics_.dropped_shutdown, "the tier is closing");
+    } else if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
+      drop_retry(r, metrics_.dropped_retry_displaced, "the write queue is full of fresh blocks");
+    } else {
+      queued_bytes_ += bytes;
+      retries_.push_back(std::move(r));
+    }
+  }
+}
+
+bool RemoteTier::displace_retries_locked(uint64_t bytes) {
+  while (queued_bytes_ + bytes > options_.write_queue_bytes && !retries_.empty()) {
+    queued_bytes_ -= retries_.front().block->size_bytes();
+    drop_retry(retries_.front(), metrics_.dropped_retry_displaced, "its room went to a fresh block");
+    retries_.pop_front();
+  }
+  return queued_bytes_ + bytes <= options_.write_queue_bytes;
+}
+
+void RemoteTier::drop_retry(const Retry& r, Counter& reason, const char* why) {
+  reason.inc();
+  if (auto n = write_log_.admit()) {
+    spdlog::warn("remote tier: gave up sharing block {} after its SET failed: {} ({} similar suppressed)",
+                 r.block->hash().hex(), why, *n);
+  }
+}
+
+void RemoteTier::write_batch(std::vector<BlockRef>& batch, std::vector<BlockRef>& failed) {
   const auto t0 = std::chrono::steady_clock::now();
   thread_local BlockCodec codec;
   std::vector<Bytes> frames;
@@ -145,8 +242,10 @@ void RemoteTier::write_batch(std::vector<BlockRef>& batch) {
       continue;
     }
     metrics_.write_errors.inc();
+    failed.push_back(encoded[i]);
     if (auto n = write_log_.admit()) {
-      spdlog::warn("remote tier: SET of block {} failed: {} ({} similar suppressed)", encoded[i]->hash().hex(),
+      spdlog::warn("remote tier: SET of block {} failed (retried with backoff): {} ({} similar suppressed)",
+                   encoded[i]->hash().hex(),
                    replies[i].ok() ? std::string(replies[i]->str()) : replies[i].status().to_string(), *n);
     }
   }
@@ -163,11 +262,13 @@ void RemoteTier::close(std::chrono::steady_clock::time_point deadline) {
     if (stopping_ && !writer_.joinable()) return;
     idle_cv_.wait_until(lock, deadline, [&] { return queue_.empty() && in_flight_ == 0; });
     stopping_ = true;
-    metrics_.dropped_shutdown.inc(queue_.size());
-    if (!queue_.empty()) {
-      spdlog::warn("remote tier: {} queued blocks not written at close", queue_.size());
+    metrics_.dropped_shutdown.inc(queue_.size() + retries_.size());
+    if (!queue_.empty() || !retries_.empty()) {
+      spdlog::warn("remote tier: {} queued blocks and {} failed ones waiting for a retry not written at close",
+                   queue_.size(), retries_.size());
     }
     queue_.clear();
+    retries_.clear();
     queued_bytes_ = 0;
     queue_cv_.notify_all();
   }
@@ -318,7 +419,13 @@ void RemoteTier::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_remote_written_blocks_total", "Blocks written to Redis", {}, m.written_blocks.value());
   v.counter("kvtier_remote_written_bytes_total", "Value bytes written to Redis", {}, m.written_bytes.value());
   const char* drop = "Blocks not written to Redis, by reason";
-  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "write_failed"}}, m.write_errors.value());
+  v.counter("kvtier_remote_write_failures_total", "SETs that failed (retried with backoff, or dropped below)", {},
+            m.write_errors.value());
+  v.counter("kvtier_remote_retried_written_total", "Blocks written on a retry after a failed SET", {},
+            m.retried_written.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "retries_expired"}}, m.dropped_retries_expired.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "not_held_locally"}}, m.dropped_not_held_locally.value());
+  v.counter("kvtier_remote_dropped_total", drop, {{"reason", "retry_displaced"}}, m.dropped_retry_displaced.value());
   v.counter("kvtier_remote_dropped_total", drop, {{"reason", "queue_full"}}, m.dropped_queue_full.value());
   v.counter("kvtier_remote_dropped_total", drop, {{"reason", "encode_failed"}}, m.dropped_encode_failed.value());
   v.counter("kvtier_remote_dropped_total", drop, {{"reason", "shutdown"}}, m.dropped_shutdown.value());
@@ -330,6 +437,8 @@ void RemoteTier::visit_metrics(MetricVisitor& v) const {
           static_cast<double>(m.queue_bytes.value()));
   v.gauge("kvtier_remote_queue_blocks", "Blocks waiting for the remote writer", {},
           static_cast<double>(m.queue_blocks.value()));
+  v.gauge("kvtier_remote_retry_blocks", "Blocks whose SET failed, waiting for their next try", {},
+          static_cast<double>(m.retry_blocks.value()));
   v.histogram("kvtier_remote_read_seconds", "One pipelined GET batch", {}, m.read_seconds.snapshot());
   v.histogram("kvtier_remote_write_seconds", "One pipelined SET batch", {}, m.write_seconds.snapshot());
   v.histogram("kvtier_remote_lookup_seconds", "One pipelined EXISTS batch", {}, m.exists_seconds.snapshot());
