@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "base/text/client_text.h"
 #include "serialize/format/block_document.h"
 
 namespace kvtier {
@@ -15,8 +16,22 @@ std::string fingerprint_hex(uint64_t fp) {
 
 }  // namespace
 
-BlockService::BlockService(CacheStack& stack, HashAlgorithm hash)
-    : stack_(stack), hash_(hash), layouts_(std::make_shared<LayoutRegistry>()) {
+Status check_namespace(std::string_view ns) {
+  if (ns.empty()) return invalid_argument("namespace is empty");
+  if (ns.size() > kMaxNamespaceBytes) {
+    return invalid_argument("a namespace is at most " + std::to_string(kMaxNamespaceBytes) + " bytes; this one has " +
+                            std::to_string(ns.size()));
+  }
+  if (!is_valid_utf8(ns)) return invalid_argument("namespace '" + escaped_text(ns, 64) + "' is not valid UTF-8");
+  return ok_status();
+}
+
+BlockService::BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory)
+    : stack_(stack),
+      hash_(hash),
+      layouts_(std::make_shared<LayoutRegistry>()),
+      body_budget_(max_body_memory ? max_body_memory
+                                   : std::max<uint64_t>(256ull << 20, 2 * default_max_body_bytes())) {
   (void)layouts_->add(stack.layout());  // validated when the stack was opened
 }
 
@@ -25,8 +40,7 @@ PrefixHasher BlockService::hasher_for(const std::string& ns) const {
 }
 
 Status BlockService::check_prompt(const PromptRequest& r) const {
-  if (r.ns.empty()) return invalid_argument("namespace is empty");
-  if (r.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
+  KVTIER_RETURN_IF_ERROR(check_namespace(r.ns));
   for (const std::string& k : r.extra_keys) {
     if (k.size() > 256) return invalid_argument("an extra key is longer than 256 bytes");
   }
@@ -61,6 +75,7 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
 Result<InsertOutcome> BlockService::put(const BlockHash& hash, AlignedBuffer buffer, size_t length,
                                         std::string_view ns) {
   if (length > buffer.size()) return invalid_argument("document length past its buffer");
+  if (!ns.empty()) KVTIER_RETURN_IF_ERROR(check_namespace(ns));
   auto decoded = decode_block_document_adopting(std::move(buffer), 0, length, *layouts_);
   if (!decoded.ok()) {
     // An unknown layout fingerprint is a well-formed document for another model.
@@ -78,13 +93,13 @@ Result<InsertOutcome> BlockService::put(const BlockHash& hash, AlignedBuffer buf
                   failed_precondition("the document's hash " + id.hash.hex() +
                                       " is not the hash in the path " + hash.hex()));
   }
+  if (Status st = check_namespace(id.namespace_id); !st.ok()) {
+    return reject(metrics_.puts_rejected_malformed, invalid_argument("the document's " + st.message()));
+  }
   if (!ns.empty() && id.namespace_id != ns) {
     return reject(metrics_.puts_rejected_inconsistent,
-                  failed_precondition("the document's namespace '" + id.namespace_id +
-                                      "' is not the request's '" + std::string(ns) + "'"));
-  }
-  if (id.namespace_id.empty()) {
-    return reject(metrics_.puts_rejected_malformed, invalid_argument("the document's namespace is empty"));
+                  failed_precondition("the document's namespace '" + escaped_text(id.namespace_id, 64) +
+                                      "' is not the request's '" + escaped_text(ns, 64) + "'"));
   }
   if (!hasher_for(id.namespace_id).verifies(id)) {
     return reject(metrics_.puts_rejected_inconsistent,
@@ -200,13 +215,14 @@ Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
     if (auto n = prefetch_log_.admit()) {
       spdlog::warn("prefetch in '{}': {} of {} SSD blocks not warmed (failed their checks, or RAM had no "
                    "room: see the ssd and ram tier metrics) ({} similar suppressed)",
-                   r.ns, reply.failed, reads.size(), *n);
+                   escaped_text(r.ns, 64), reply.failed, reads.size(), *n);
     }
   }
   return reply;
 }
 
 void BlockService::visit_metrics(MetricVisitor& v) const {
+  body_budget_.visit_metrics(v);
   v.counter("kvtier_server_lookups_total", "Prompt lookups", {}, metrics_.lookups.value());
   const char* put_help = "Block PUTs by outcome";
   v.counter("kvtier_server_puts_total", put_help, {{"outcome", "stored"}}, metrics_.puts_stored.value());

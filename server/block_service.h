@@ -18,8 +18,14 @@
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
+#include "server/net/body_budget.h"
 
 namespace kvtier {
+
+// A namespace is 1 to kMaxNamespaceBytes bytes of UTF-8 on every door: anything else is
+// kInvalidArgument (400), whichever door it came through.
+inline constexpr size_t kMaxNamespaceBytes = 1024;
+Status check_namespace(std::string_view ns);
 
 struct PromptRequest {
   std::string ns;  // the model id half of the namespace (the layout is the server's)
@@ -78,11 +84,16 @@ struct BlockServiceMetrics {
 // Thread-safe.
 class BlockService {
  public:
-  BlockService(CacheStack& stack, HashAlgorithm hash);
+  // `max_body_memory`: the bytes of request bodies both doors may hold at once before they are
+  // stored (0: 256 MiB, and at least two of the largest body a door accepts).
+  BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory = 0);
 
   const KvLayout& layout() const { return stack_.layout(); }
   HashAlgorithm hash_algorithm() const { return hash_; }
   CacheStack& stack() { return stack_; }
+  BodyBudget& body_budget() { return body_budget_; }
+  // The largest body a door accepts by default: a block document of the layout plus 16 MiB.
+  uint64_t default_max_body_bytes() const { return layout().dense_block_bytes() + (16ull << 20); }
 
   Result<LookupReply> lookup(const PromptRequest& request);
   // `document` is one block document (serialize/format/block_document.h) stored under `hash`; a
@@ -117,6 +128,7 @@ class BlockService {
   const HashAlgorithm hash_;
   std::shared_ptr<LayoutRegistry> layouts_;
   BlockServiceMetrics metrics_;
+  BodyBudget body_budget_;
   LogThrottle encode_log_;
   LogThrottle prefetch_log_;
 };

@@ -92,7 +92,7 @@ int serve(const ServerOptions& o) {
     spdlog::error("cannot open the cache: {}", stack.status().to_string());
     return 1;
   }
-  BlockService service(**stack, o.hash);
+  BlockService service(**stack, o.hash, o.max_body_memory);
   HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s, o.max_connections_per_client,
                         o.request_timeout_s});
   if (!api.status().ok()) {

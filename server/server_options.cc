@@ -44,6 +44,7 @@ struct RawFlags {
   std::string binary_port = "auto";
   int max_connections_per_client = 256;
   int request_timeout_s = 30;
+  std::string max_body_memory = "256M";
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
   std::string log_format = "text";
@@ -114,6 +115,10 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "Seconds a request (TLS handshake, headers, body) may take to arrive, or a reply's write may wait for the "
                  "client to read; then the connection closes")
       ->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--max-body-memory", f.max_body_memory,
+                 "Bytes of request bodies held at once, all connections of both ports together, before they are "
+                 "stored; a body that finds no room within a second is refused with a 503")
+      ->capture_default_str();
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s,
                  "Seconds to spend draining and persisting to the SSD on SIGINT/SIGTERM")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
@@ -190,6 +195,12 @@ Result<ServerOptions> resolve(const RawFlags& f) {
   KVTIER_ASSIGN_OR_RETURN(o.ssd_segment_size, size_flag("--ssd-segment-size", f.ssd_segment_size));
   KVTIER_ASSIGN_OR_RETURN(o.gpu_memory, size_flag("--gpu-memory", f.gpu_memory));
   const uint64_t block = o.resolved_layout->dense_block_bytes();
+  KVTIER_ASSIGN_OR_RETURN(o.max_body_memory, size_flag("--max-body-memory", f.max_body_memory));
+  if (o.max_body_memory < block + (16ull << 20)) {
+    return invalid_argument("--max-body-memory: " + format_byte_size(o.max_body_memory) +
+                            " cannot hold one body of the largest size a door accepts (" +
+                            format_byte_size(block + (16ull << 20)) + ")");
+  }
   if (o.ram_capacity < 2 * block) {
     return invalid_argument("--ram-capacity: " + format_byte_size(o.ram_capacity) +
                             " holds fewer than two blocks of this layout (" + format_byte_size(block) +

@@ -47,6 +47,7 @@ struct ServerOptions {
   std::optional<int> binary_port = -1;
   int max_connections_per_client = 256;  // binary port: per client address
   int request_timeout_s = 30;            // binary port: a whole request read, or a reply written
+  uint64_t max_body_memory = 256ull << 20;  // request bodies held at once, both doors
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 

@@ -27,6 +27,9 @@ constexpr const char* kHashRoute = R"(/v1/blocks/([^/:]+))";
 // bounded by neither memory nor a byte cap; the count is bounded by the JSON request's size.
 constexpr size_t kMaxBatchHashes = 65536;
 constexpr uint64_t kBatchSliceBytes = 64ull << 20;
+// How long a body waits for --max-body-memory to have room before it is refused: bodies in
+// flight are stored within milliseconds, so a wait rides out a burst without queueing for ever.
+constexpr std::chrono::seconds kBodyBudgetWait(1);
 
 // The hashes of one batchGet and how far its reply has been written.
 struct BatchGetStream {
@@ -37,7 +40,7 @@ struct BatchGetStream {
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(json_text(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const Status& st) {
@@ -145,7 +148,7 @@ HttpApi::HttpApi(BlockService& service, HttpApiOptions options)
       server_(std::make_unique<RequestServer>()),
       listener_(options_.tls_cert.empty() ? "http" : "https", options_.threads, options_.max_connections_per_client) {
   if (options_.max_body_bytes == 0) {
-    options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
+    options_.max_body_bytes = service_.default_max_body_bytes();
   }
   if (!options_.tls_cert.empty() || !options_.tls_key.empty()) {
     auto tls = TlsContext::load(options_.tls_cert, options_.tls_key);
@@ -173,6 +176,8 @@ const Tenant* HttpApi::authenticate(const httplib::Request& req) const {
 }
 
 Result<std::string> HttpApi::namespace_for(const std::string& requested) const {
+  // The binary port checks a namespace before its tenant's rights, and so does this door.
+  if (!requested.empty()) KVTIER_RETURN_IF_ERROR(check_namespace(requested));
   if (!auth_enabled()) return requested;
   return namespace_of(request_tenant(), requested);
 }
@@ -354,8 +359,9 @@ void HttpApi::add_routes() {
 
 void HttpApi::post_json(const std::string& pattern, const char* route, JsonHandler handler) {
   Histogram* h = latency_.emplace(route, std::make_unique<Histogram>()).first->second.get();
-  server_->Post(pattern, [h, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
-                                                            const httplib::ContentReader& read) {
+  BodyBudget& budget = service_.body_budget();
+  server_->Post(pattern, [h, &budget, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                                                     const httplib::ContentReader& read) {
     const auto t0 = std::chrono::steady_clock::now();
     if (req.is_multipart_form_data()) {
       res.set_header("Connection", "close");  // the body was not read
@@ -363,10 +369,19 @@ void HttpApi::post_json(const std::string& pattern, const char* route, JsonHandl
                                                                       "(Content-Type: application/json)"));
     }
     std::string body;
+    BodyBudget::Lease lease = budget.empty();
+    bool over_budget = false;
     read([&](const char* data, size_t n) {
+      over_budget = !lease.grow(n, "a JSON body");
+      if (over_budget) return false;
       body.append(data, n);
       return true;  // the server's payload limit bounds it
     });
+    if (over_budget) {
+      res.set_header("Connection", "close");  // the rest of the body was not read
+      res.set_header("Retry-After", "1");
+      return send_json(res, 503, error_json("resource_exhausted", "request bodies hold all of --max-body-memory; retry"));
+    }
     handler(req, body, res);
     h->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   });
@@ -391,6 +406,13 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
   if (!hash.ok()) return refuse(400, "invalid_argument", hash.status().message());
   auto ns = namespace_for(req.get_param_value("namespace"));
   if (!ns.ok()) return refuse(http_status_for(ns.status().code()), error_code_for(ns.status().code()), ns.status().message());
+  // The buffer is allocated for the declared length before a byte of the body is in: its bytes
+  // come from the server-wide budget first.
+  auto lease = service_.body_budget().take(length, std::chrono::steady_clock::now() + kBodyBudgetWait, "a PUT body");
+  if (!lease) {
+    res.set_header("Retry-After", "1");
+    return refuse(503, "resource_exhausted", "request bodies hold all of --max-body-memory; retry");
+  }
   AlignedBuffer body(std::max<uint64_t>(length, 1), 64, /*zeroed=*/false);
   size_t got = 0;
   const bool complete = read([&](const char* data, size_t n) {
@@ -427,7 +449,7 @@ std::string HttpApi::stats_json() {
               {"block_bytes", stack.layout().dense_block_bytes()},
               {"tiers", tiers},
               {"metrics", w.json()}}
-      .dump();
+      .dump();  // our own names and numbers only
 }
 
 void HttpApi::visit_metrics(MetricVisitor& v) const {
@@ -471,7 +493,7 @@ Result<int> HttpApi::bind(const std::string& host, int port) { return listener_.
 bool HttpApi::run() {
   const Status st = listener_.run([this](int fd, const std::string&) { serve(fd); },
                                   [this](int fd, const std::string& message) {
-                                    const std::string body = error_json("resource_exhausted", message).dump();
+                                    const std::string body = json_text(error_json("resource_exhausted", message));
                                     const std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                                                              "Content-Length: " + std::to_string(body.size()) +
                                                              "\r\nConnection: close\r\n\r\n" + body;
@@ -507,12 +529,16 @@ void HttpApi::serve(int fd) {
       idle_closed_.inc();
       break;
     }
+    // A request that began before a shutdown is served to its end (its body may still be on the
+    // way); one that arrives after it is not read at all.
+    if (!listener_.begin_request(fd)) break;
     conn.begin_request(Clock::now() + request_timeout);
     context = RequestContext{};
     bool closed = false;
     const bool served = server_->serve_one(conn, closed, [this, &context](httplib::Request& req) {
       context.tenant = authenticate(req);
     });
+    listener_.end_request(fd);
     if (conn.timed_out()) {
       timeouts_.inc();
       if (auto n = connection_log_.admit()) {

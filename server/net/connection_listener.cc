@@ -115,7 +115,7 @@ bool ConnectionListener::admit(int fd, const std::string& peer, const Refuse& re
     return false;
   }
   ++n;
-  open_fds_.insert(fd);
+  open_fds_.emplace(fd, false);
   return true;
 }
 
@@ -133,7 +133,22 @@ void ConnectionListener::stop() {
   if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
   std::lock_guard lock(mu_);
   if (!open_fds_.empty()) spdlog::info("{}: closing {} connections still open", door_, open_fds_.size());
-  for (int fd : open_fds_) ::shutdown(fd, SHUT_RD);  // ends the waits; a reply still goes out
+  for (const auto& [fd, in_request] : open_fds_) {
+    if (!in_request) ::shutdown(fd, SHUT_RD);  // ends the waits; a reply still goes out
+  }
+}
+
+bool ConnectionListener::begin_request(int fd) {
+  std::lock_guard lock(mu_);
+  if (stopping_.load()) return false;
+  open_fds_[fd] = true;
+  return true;
+}
+
+void ConnectionListener::end_request(int fd) {
+  std::lock_guard lock(mu_);
+  open_fds_[fd] = false;
+  if (stopping_.load()) ::shutdown(fd, SHUT_RD);
 }
 
 }  // namespace kvtier

@@ -1,7 +1,8 @@
 // ConnectionListener: the accept loop both of kvtierd's doors (HTTP and the binary port) stand
 // on. It owns the listening socket, caps connections per client address (a refused connection
 // is told why in its door's own format, then closed), serves each connection on a thread of its
-// own, and on stop() ends at once every connection that is waiting for a request.
+// own, and on stop() ends at once every connection that is waiting for a request, while a request
+// already begun is served to its end (its body still arrives; nothing in flight is cut).
 #pragma once
 
 #include <atomic>
@@ -9,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "base/log.h"
@@ -41,9 +41,15 @@ class ConnectionListener {
   // Accepts until stop(); returns when every connection has ended. An error when it could not
   // accept at all (never bound).
   Status run(Serve serve, Refuse refuse);
-  // Thread-safe: no new connections, and every open one has its reading side shut, so those
-  // waiting for a request end now; a request being served still writes its answer.
+  // Thread-safe: no new connections, and every open connection between requests has its reading
+  // side shut, so it ends now; one inside a request (begin_request) keeps reading its body and
+  // writes its answer, and is shut when it ends the request.
   void stop();
+  // A connection's thread says a request has arrived on `fd` (its first bytes are readable):
+  // false once stop() was called, and the connection should close without reading it.
+  bool begin_request(int fd);
+  // The request is answered; after stop() the connection's reading side is shut now.
+  void end_request(int fd);
   bool stopping() const { return stopping_.load(); }
 
   const ListenerMetrics& metrics() const { return metrics_; }
@@ -59,7 +65,7 @@ class ConnectionListener {
   std::atomic<bool> stopping_{false};
   ListenerMetrics metrics_;
   std::mutex mu_;
-  std::set<int> open_fds_;
+  std::map<int, bool> open_fds_;  // each open connection: inside a request?
   std::map<std::string, int> per_client_;
   LogThrottle refuse_log_;
   LogThrottle error_log_;

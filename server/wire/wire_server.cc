@@ -19,6 +19,8 @@ namespace kvtier {
 using wire::Deadline;
 using wire::Op;
 
+static_assert(wire::kMaxNamespaceBytes == kMaxNamespaceBytes, "both doors take the same namespaces");
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -26,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 // A batch GET pins the blocks of one slice at a time while it writes them: the reply streams,
 // with no cap on its total, and the server holds at most this much of it.
 constexpr uint64_t kBatchSliceBytes = 64ull << 20;
+// How long a body waits for --max-body-memory to have room before it is refused (503).
+constexpr std::chrono::seconds kBodyBudgetWait(1);
 
 iovec piece(const void* p, size_t n) { return {const_cast<void*>(p), n}; }
 
@@ -45,6 +49,8 @@ class WireServer::Session {
         s_.metrics_.idle_closed.inc();
         return;
       }
+      // A request that began before a shutdown is served to its end; one after it is not read.
+      if (!s_.listener_.begin_request(fd_)) return;
       const auto t0 = Clock::now();
       deadline_ = t0 + s_.options_.request_timeout;
       std::array<uint8_t, wire::kRequestHeaderBytes> head;
@@ -61,6 +67,7 @@ class WireServer::Session {
       op_ = header->op;
       counted_ = false;
       handle(*header);
+      s_.listener_.end_request(fd_);
       s_.ops_.at(op_)->seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
       if (!keep_open_) return linger();
     }
@@ -83,7 +90,15 @@ class WireServer::Session {
     // A reply may be a stream of gigabytes: each write (at most one 64 MiB slice) gets the whole
     // --request-timeout, so only a client that stops reading loses its connection.
     Status st = wire::send_all(fd_, pieces, Clock::now() + s_.options_.request_timeout);
-    if (st.ok()) s_.metrics_.bytes_sent.inc(n);
+    if (st.ok()) {
+      s_.metrics_.bytes_sent.inc(n);
+    } else if (wire::is_deadline(st)) {
+      s_.metrics_.timeouts.inc();
+      if (auto k = s_.error_log_.admit()) {
+        spdlog::warn("wire: closed a connection that did not read its reply within --request-timeout ({} similar "
+                     "suppressed)", *k);
+      }
+    }
     return st;
   }
 
@@ -119,10 +134,10 @@ class WireServer::Session {
 
   int reply_error(const Status& st, int status = 0) {
     if (status == 0) status = http_status_for(st.code());
-    const std::string text = error_json(status == 401 ? "unauthenticated" : status == 413 ? "payload_too_large"
-                                                                                           : error_code_for(st.code()),
-                                        st.message())
-                                 .dump();
+    const std::string text = json_text(error_json(status == 401   ? "unauthenticated"
+                                                  : status == 413 ? "payload_too_large"
+                                                                  : error_code_for(st.code()),
+                                                  st.message()));
     if (status >= 400 && status != 404) {
       if (auto n = s_.refuse_log_.admit()) spdlog::warn("wire -> {}: {} ({} similar suppressed)", status, text, *n);
     }
@@ -138,6 +153,10 @@ class WireServer::Session {
     return answered;
   }
 
+  std::optional<BodyBudget::Lease> take_budget(uint64_t bytes, const char* what) {
+    return s_.service_.body_budget().take(bytes, std::min(deadline_, Clock::now() + kBodyBudgetWait), what);
+  }
+
   int handle(const wire::RequestHeader& h) {
     if (h.namespace_bytes > wire::kMaxNamespaceBytes) {
       return refuse(invalid_argument("a namespace is at most " + std::to_string(wire::kMaxNamespaceBytes) + " bytes"));
@@ -148,6 +167,10 @@ class WireServer::Session {
     if (!authenticated_) return refuse(invalid_argument("send HELLO with an API key first"), 401);
     if (h.op != Op::kPut && h.op != Op::kBatchGet && h.body_bytes != 0) {
       return refuse(invalid_argument(std::string(wire::op_name(h.op)) + " takes no body"));
+    }
+    // Checked before the key's rights, as HTTP does: the same mistake gets the same status.
+    if (!ns.empty()) {
+      if (Status st = check_namespace(ns); !st.ok()) return h.body_bytes ? refuse(st) : reply_error(st);
     }
     auto scoped = tenant_ ? namespace_of(tenant_, ns) : Result<std::string>(ns);
     if (!scoped.ok()) return h.body_bytes ? refuse(scoped.status()) : reply_error(scoped.status());
@@ -181,6 +204,9 @@ class WireServer::Session {
                     413);
     }
     // Received straight into the buffer the stored block keeps: no copy of the KV on the way in.
+    // Its bytes come from the server-wide budget before it is allocated.
+    auto lease = take_budget(h.body_bytes, "a PUT body");
+    if (!lease) return refuse(resource_exhausted("request bodies hold all of --max-body-memory; retry"));
     AlignedBuffer body(std::max<uint64_t>(h.body_bytes, 1), 64, /*zeroed=*/false);
     if (!received(recv(body.data(), h.body_bytes), "a block document")) return 0;
     auto outcome = s_.service_.put(h.hash, std::move(body), h.body_bytes, ns);
@@ -202,6 +228,8 @@ class WireServer::Session {
       return refuse(invalid_argument("a batch GET body is whole 32-byte hashes, at most " +
                                      std::to_string(wire::kMaxBatchHashes) + " of them"));
     }
+    auto lease = take_budget(h.body_bytes, "a batch GET body");
+    if (!lease) return refuse(resource_exhausted("request bodies hold all of --max-body-memory; retry"));
     std::vector<BlockHash> hashes(h.body_bytes / BlockHash::kSize);
     if (!received(recv(hashes.data(), h.body_bytes), "batch GET hashes")) return 0;
     auto head = wire::encode(wire::ResponseHeader{200, wire::kStreamedBody});
@@ -249,7 +277,7 @@ WireServer::WireServer(BlockService& service, WireServerOptions options)
     : service_(service),
       options_(std::move(options)),
       listener_("binary port", options_.threads, options_.max_connections_per_client) {
-  if (options_.max_body_bytes == 0) options_.max_body_bytes = service_.layout().dense_block_bytes() + (16ull << 20);
+  if (options_.max_body_bytes == 0) options_.max_body_bytes = service_.default_max_body_bytes();
   for (Op op : {Op::kHello, Op::kPut, Op::kGet, Op::kBatchGet, Op::kDelete}) ops_[op] = std::make_unique<OpStats>();
 }
 
@@ -260,7 +288,7 @@ Result<int> WireServer::bind(const std::string& host, int port) { return listene
 void WireServer::run() {
   const Status st = listener_.run([this](int fd, const std::string&) { Session(*this, fd).run(); },
                                   [](int fd, const std::string& message) {
-                                    const std::string text = error_json("resource_exhausted", message).dump();
+                                    const std::string text = json_text(error_json("resource_exhausted", message));
                                     auto head = wire::encode(wire::ResponseHeader{503, text.size()});
                                     std::array<iovec, 2> pieces{piece(head.data(), head.size()),
                                                                 piece(text.data(), text.size())};

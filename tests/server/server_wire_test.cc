@@ -17,6 +17,7 @@
 
 #include "server/cli/kvtier_client.h"
 #include "server/wire/wire_client.h"
+#include "tests/server/raw_requests.h"
 #include "tests/server/server_process.h"
 #include "tests/server/wire_blocks.h"
 #include "tests/support/temp_dir.h"
@@ -25,61 +26,12 @@ namespace kvtier {
 namespace {
 
 using nlohmann::json;
+using testing::binary_port;
+using testing::read_all;
+using testing::read_reply;
+using testing::RawReply;
+using testing::request_bytes;
 using testing::ServerProcess;
-
-int binary_port(int http_port) {
-  KvtierClient c("127.0.0.1", http_port);
-  auto r = c.raw("GET", "/healthz");
-  json j = json::parse(r.body, nullptr, false);
-  return j.is_object() && j.contains("binary_port") ? j["binary_port"].get<int>() : 0;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t got = ::recv(fd, b, n, 0);
-    if (got <= 0) return false;
-    b += got;
-    n -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
-uint64_t le(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// A request exactly as docs/wire-protocol.md lays it out, written byte by byte.
-std::string request_bytes(uint8_t op, const std::string& ns, const BlockHash& hash, const std::string& body) {
-  std::string r = "KVT1";
-  r += static_cast<char>(op);
-  r += '\0';
-  for (int i = 0; i < 2; ++i) r += static_cast<char>(ns.size() >> (8 * i));
-  for (int i = 0; i < 8; ++i) r += static_cast<char>(body.size() >> (8 * i));
-  r.append(reinterpret_cast<const char*>(hash.bytes.data()), 32);
-  return r + ns + body;
-}
-
-struct RawReply {
-  int status = 0;
-  uint64_t body_bytes = 0;
-  std::string body;
-};
-
-// Reads one reply (16-byte header, then the body unless it streams).
-RawReply read_reply(int fd) {
-  uint8_t head[16];
-  if (!read_all(fd, head, sizeof(head))) return {};
-  EXPECT_EQ(std::string(reinterpret_cast<char*>(head), 4), "KVT1");
-  RawReply r{static_cast<int>(le(head + 4, 2)), le(head + 8, 8), ""};
-  if (r.body_bytes != ~0ull) {
-    r.body.resize(r.body_bytes);
-    if (!read_all(fd, r.body.data(), r.body.size())) return {};
-  }
-  return r;
-}
 
 std::string doc_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
