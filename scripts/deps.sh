@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev librocksdb-dev liblz4-dev libxxhash-dev libssl-dev
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
-  libvulkan-dev glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools
+  libvulkan-dev glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   clang libclang-rt-14-dev
   fio python3 python3-matplotlib util-linux e2fsprogs
   pybind11-dev python3-dev libdlpack-dev python3-torch python3-numpy python3-pytest

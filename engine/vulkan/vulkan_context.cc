@@ -109,11 +109,25 @@ Status VulkanContext::init() {
   app.apiVersion = VK_API_VERSION_1_2;
   VkInstanceCreateInfo ici{.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ici.pApplicationInfo = &app;
+  const std::vector<const char*> validation_layers = ValidationMessenger::layers(),
+                                 validation_extensions = ValidationMessenger::extensions();
+  VkDebugUtilsMessengerCreateInfoEXT messenger_info{};
+  if (ValidationMessenger::requested()) {
+    KVTIER_RETURN_IF_ERROR(ValidationMessenger::check_available());
+    validation_ = std::make_unique<ValidationMessenger>();
+    messenger_info = validation_->create_info();
+    ici.pNext = &messenger_info;  // instance creation is checked too
+    ici.enabledLayerCount = static_cast<uint32_t>(validation_layers.size());
+    ici.ppEnabledLayerNames = validation_layers.data();
+    ici.enabledExtensionCount = static_cast<uint32_t>(validation_extensions.size());
+    ici.ppEnabledExtensionNames = validation_extensions.data();
+  }
   VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
   if (r != VK_SUCCESS) {
     return unavailable("no Vulkan driver could be loaded (vkCreateInstance: " + std::to_string(r) +
                        "); install mesa-vulkan-drivers for the CPU device");
   }
+  if (validation_) KVTIER_RETURN_IF_ERROR(validation_->attach(instance_));
   uint32_t n = 0;
   vkEnumeratePhysicalDevices(instance_, &n, nullptr);
   std::vector<VkPhysicalDevice> devices(n);
@@ -317,6 +331,7 @@ VulkanContext::~VulkanContext() {
     }
     vkDestroyDevice(device_, nullptr);
   }
+  validation_.reset();
   if (instance_) vkDestroyInstance(instance_, nullptr);
 }
 

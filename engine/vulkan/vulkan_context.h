@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/status.h"
+#include "engine/vulkan/validation_messenger.h"
 
 namespace kvtier {
 
@@ -95,11 +96,14 @@ class VulkanContext {
   // Pools created so far for each queue (compute, transfer): as many as batches ever recorded at
   // once.
   std::pair<size_t, size_t> command_pools() const;
+  // With KVTIER_VK_VALIDATION=1, the validation layer's reports; null otherwise.
+  const ValidationMessenger* validation() const { return validation_.get(); }
 
  private:
   VulkanContext() = default;
   Status init();
 
+  std::unique_ptr<ValidationMessenger> validation_;  // destroyed in ~VulkanContext, before the instance
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
