@@ -65,11 +65,14 @@ class HttpApi {
   void offer_binary_port(int port) { binary_port_ = port; }
   void add_metrics(std::function<void(MetricVisitor&)> source) { metric_sources_.push_back(std::move(source)); }
 
+  // One connection, from accept (and TLS handshake) to close, on the calling thread; the caller
+  // closes `fd`. run() calls it for every connection it accepts; the fuzz target calls it on one
+  // end of a socket pair.
+  void serve(int fd);
+
  private:
   class RequestServer;
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  // One connection, from accept (and TLS handshake) to close.
-  void serve(int fd);
   void add_routes();
   Handler timed(const char* route, Handler handler);
   // A POST route whose body is JSON, read whatever Content-Type the client sent: `curl -d` says

@@ -141,13 +141,15 @@ void ConnectionListener::stop() {
 bool ConnectionListener::begin_request(int fd) {
   std::lock_guard lock(mu_);
   if (stopping_.load()) return false;
-  open_fds_[fd] = true;
+  if (auto it = open_fds_.find(fd); it != open_fds_.end()) it->second = true;  // else not one it accepted
   return true;
 }
 
 void ConnectionListener::end_request(int fd) {
   std::lock_guard lock(mu_);
-  open_fds_[fd] = false;
+  auto it = open_fds_.find(fd);
+  if (it == open_fds_.end()) return;
+  it->second = false;
   if (stopping_.load()) ::shutdown(fd, SHUT_RD);
 }
 

@@ -286,7 +286,7 @@ WireServer::~WireServer() = default;
 Result<int> WireServer::bind(const std::string& host, int port) { return listener_.bind(host, port); }
 
 void WireServer::run() {
-  const Status st = listener_.run([this](int fd, const std::string&) { Session(*this, fd).run(); },
+  const Status st = listener_.run([this](int fd, const std::string&) { serve(fd); },
                                   [](int fd, const std::string& message) {
                                     const std::string text = json_text(error_json("resource_exhausted", message));
                                     auto head = wire::encode(wire::ResponseHeader{503, text.size()});
@@ -298,6 +298,8 @@ void WireServer::run() {
 }
 
 void WireServer::stop() { listener_.stop(); }
+
+void WireServer::serve(int fd) { Session(*this, fd).run(); }
 
 void WireServer::count(Op op, int status) {
   OpStats& s = *ops_.at(op);

@@ -45,6 +45,9 @@ class WireServer {
   void stop();
 
   void visit_metrics(MetricVisitor& visitor) const;
+  // One connection, from its first request to its end, on the calling thread; the caller closes
+  // `fd`. run() calls it for every connection it accepts; the fuzz target on a socket pair.
+  void serve(int fd);
 
  private:
   class Session;
