@@ -7,6 +7,8 @@ namespace kvtier {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
@@ -17,16 +19,30 @@ struct Sequence {
   size_t prompt_len = 0;
   std::vector<int32_t> table;     // GPU block ids, in order
   std::vector<int32_t> owned;     // of those, the ones this request allocated
-  PinnedBlocks restored;          // the prefix fetched from the cache, pinned
+  std::vector<PinnedBlocks> restored;  // the parts of the prefix fetched from the cache, pinned
+  size_t restored_prefix_blocks = 0;   // table entries [0, this) restored, not computed...
+  std::vector<bool> restored_block;    // ...and exactly which (a plan computes some in between)
   Generation out;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int32_t slot_of(const Sequence& s, int pos, int block_size) {
   return s.table[pos / block_size] * block_size + pos % block_size;
+}
+
+// Table entries for the pinned blocks of `got`, in order, up to the first one not usable on the GPU.
+size_t take_pinned(Sequence& s, PinnedBlocks got) {
+  size_t n = 0;
+  for (const auto& e : got.entries()) {
+    if (!e.pinned || e.device_slot < 0) break;
+    s.table.push_back(e.device_slot);
+    s.restored_block.push_back(true);
+    s.out.restored_blocks_by_tier[e.source_tier]++;
+    ++n;
+  }
+  s.restored.push_back(std::move(got));
+  return n;
 }
 
 }  // namespace
@@ -66,63 +82,137 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     }
     max_blocks = std::max(max_blocks, static_cast<int>((s.prompt_len + max_new_tokens + bs - 1) / bs));
   }
-  const auto started = std::chrono::steady_clock::now();
-  std::vector<std::chrono::steady_clock::time_point> fetch_started(seqs.size());
+  const auto started = Clock::now();
+  // The prompt's full blocks that may come from the cache: at least one prompt token is computed,
+  // for the logits that choose the first new token.
+  // The keys point into `tokens`, which must outlive them.
+  auto cacheable_keys = [&](const Sequence& s, std::vector<uint32_t>& tokens) {
+    tokens.assign(s.tokens.begin(), s.tokens.end());
+    auto keys = hasher_.keys(tokens, {});
+    keys.resize(std::min(keys.size(), (s.prompt_len - 1) / bs));
+    return keys;
+  };
+  std::vector<Clock::time_point> fetch_started(seqs.size());
   std::vector<PendingFetch> pending(seqs.size());
-  if (use_cache) {
+  if (use_cache && async_fetch) {
     for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& s = seqs[i];
-      fetch_started[i] = std::chrono::steady_clock::now();
-      const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.end());
-      auto keys = hasher_.keys(tokens, {});
-      // At least one prompt token is computed: its logits choose the first new token.
-      keys.resize(std::min(keys.size(), (s.prompt_len - 1) / bs));
-      if (async_fetch) {
-        pending[i] = cache_.fetch_async(keys);
-      } else {
-        s.restored = cache_.fetch(keys);
-        s.out.restore_seconds = seconds_since(fetch_started[i]);
-      }
+      fetch_started[i] = Clock::now();
+      std::vector<uint32_t> tokens;
+      pending[i] = cache_.fetch_async(cacheable_keys(seqs[i], tokens));  // copies the keys and tokens
     }
   }
 
-  // Takes the restored prefix into the sequence's block table, allocates the rest and prefills.
-  auto admit = [&](size_t i, size_t step) -> Status {
-    Sequence& s = seqs[i];
-    if (pending[i].in_background() || pending[i].ready()) s.restored = pending[i].wait();
-    size_t restored = 0;
-    for (const auto& e : s.restored.entries()) {
-      if (!e.pinned || e.device_slot < 0) break;
-      s.table.push_back(e.device_slot);
-      s.out.restored_blocks_by_tier[e.source_tier]++;
-      ++restored;
-    }
-    s.out.cached_tokens = restored * bs;
-    if (async_fetch && use_cache) s.out.restore_seconds = seconds_since(fetch_started[i]);
-    s.out.joined_at_step = step;
-    const int total_blocks = static_cast<int>((s.prompt_len + max_new_tokens + bs - 1) / bs);
-    KVTIER_ASSIGN_OR_RETURN(s.owned, gpu_.allocate(static_cast<uint32_t>(total_blocks - restored)));
-    s.table.insert(s.table.end(), s.owned.begin(), s.owned.end());
-
-    const auto t0 = std::chrono::steady_clock::now();
+  // Allocates the sequence's blocks from table entry `from` on, to the end of its generation.
+  auto allocate_rest = [&](Sequence& s) -> Status {
+    const size_t total = (s.prompt_len + max_new_tokens + bs - 1) / bs;
+    if (s.table.size() >= total) return ok_status();
+    KVTIER_ASSIGN_OR_RETURN(auto ids, gpu_.allocate(static_cast<uint32_t>(total - s.table.size())));
+    s.table.insert(s.table.end(), ids.begin(), ids.end());
+    s.owned.insert(s.owned.end(), ids.begin(), ids.end());
+    s.restored_block.resize(s.table.size(), false);
+    return ok_status();
+  };
+  // Computes prompt rows [from, to) over the sequence's table (which must reach `to`); the last
+  // row's logits land in `logits`. Each prefill teaches the cost model what computing costs here.
+  auto prefill = [&](Sequence& s, size_t from, size_t to, std::vector<float>& logits) -> Status {
+    const auto t0 = Clock::now();
     ForwardBatch b;
-    for (size_t pos = s.out.cached_tokens; pos < s.prompt_len; ++pos) {
+    for (size_t pos = from; pos < to; ++pos) {
       b.tokens.push_back(s.tokens[pos]);
       b.positions.push_back(static_cast<int32_t>(pos));
       b.slot_mapping.push_back(slot_of(s, static_cast<int>(pos), bs));
     }
     const int32_t rows = static_cast<int32_t>(b.tokens.size());
     b.cu_seqlens_q = {0, rows};
-    b.seq_lens = {static_cast<int32_t>(s.prompt_len)};
+    b.seq_lens = {static_cast<int32_t>(to)};
     b.block_tables = s.table;
     b.max_blocks_per_seq = static_cast<int32_t>(s.table.size());
     b.logit_rows = {rows - 1};
-    KVTIER_ASSIGN_OR_RETURN(std::vector<float> logits, model_.forward(b, gpu_.pool()));
+    KVTIER_ASSIGN_OR_RETURN(logits, model_.forward(b, gpu_.pool()));
+    cache_.costs().observe_prefill(to - from, from, seconds_since(t0));
+    return ok_status();
+  };
+  auto first_token = [&](Sequence& s, std::vector<float> logits, Clock::time_point t0) {
     s.out.tokens.push_back(argmax(logits));
     s.out.logits.push_back(std::move(logits));
     s.out.prefill_seconds = seconds_since(t0);
     s.out.first_token_seconds = seconds_since(started);
+  };
+
+  // A prefix fetched whole in the background (async_fetch): its blocks, then the rest computed.
+  auto admit_loaded = [&](size_t i, size_t step) -> Status {
+    Sequence& s = seqs[i];
+    if (pending[i].in_background() || pending[i].ready()) s.restored_prefix_blocks = take_pinned(s, pending[i].wait());
+    s.out.cached_tokens = s.restored_prefix_blocks * bs;
+    if (use_cache) s.out.restore_seconds = seconds_since(fetch_started[i]);
+    s.out.joined_at_step = step;
+    KVTIER_RETURN_IF_ERROR(allocate_rest(s));
+    const auto t0 = Clock::now();
+    std::vector<float> logits;
+    KVTIER_RETURN_IF_ERROR(prefill(s, s.out.cached_tokens, s.prompt_len, logits));
+    first_token(s, std::move(logits), t0);
     return ok_status();
+  };
+
+  // A planned hit: blocks on the GPU used in place; blocks [g, split) computed while [split, n)
+  // load on a loader thread; what did not load by the deadline computed with the uncached rest.
+  auto admit_planned = [&](size_t i, size_t step) -> Status {
+    Sequence& s = seqs[i];
+    s.out.joined_at_step = step;
+    const auto t_start = Clock::now();
+    std::vector<uint32_t> tokens;
+    const auto keys = cacheable_keys(s, tokens);
+    const LookupResult found = cache_.lookup(keys);
+    std::vector<int> tiers;
+    for (const auto& h : found.blocks) tiers.push_back(h.tier);
+    const size_t n = tiers.size();
+    s.out.plan = plan_hit({tiers, gpu_.pool().layout().dense_block_bytes(), static_cast<uint32_t>(bs), s.prompt_len - n * bs},
+                          cache_.costs(), hit_.policy);
+    size_t split = s.out.plan.compute_blocks;
+    if (hit_.forced_compute_blocks) split = std::min(n, s.out.plan.gpu_blocks + *hit_.forced_compute_blocks);
+    // Blocks on the GPU: pinned in place, no transfer. One evicted since the lookup moves the
+    // split's start back (it is computed).
+    const size_t g = take_pinned(s, cache_.fetch(std::span(keys).first(s.out.plan.gpu_blocks)));
+    split = std::max(split, g);
+    PendingFetch back;
+    const auto load_started = Clock::now();
+    if (split < n) back = cache_.fetch_async(std::span(keys).subspan(split, n - split), /*always_background=*/true);
+    // The front, computed while the back loads.
+    std::vector<float> logits;
+    if (split > g) {
+      KVTIER_ASSIGN_OR_RETURN(auto ids, gpu_.allocate(static_cast<uint32_t>(split - g)));
+      s.table.insert(s.table.end(), ids.begin(), ids.end());
+      s.owned.insert(s.owned.end(), ids.begin(), ids.end());
+      s.restored_block.resize(s.table.size(), false);
+      KVTIER_RETURN_IF_ERROR(prefill(s, g * bs, split * bs, logits));
+    }
+    size_t loaded = 0;
+    if (split < n) {
+      auto deadline = Clock::time_point::max();
+      if (hit_.deadline_factor > 0 && s.out.plan.load_seconds) {
+        deadline = load_started + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(hit_.deadline_factor * *s.out.plan.load_seconds)) +
+                   hit_.deadline_slack;
+      }
+      if (back.wait_until(deadline)) {
+        loaded = take_pinned(s, back.wait());
+      } else {
+        // Given up: its blocks are computed below; the load finishes on its own and unpins them.
+        s.out.load_deadline_passed = true;
+      }
+    }
+    const size_t present = split + loaded;
+    s.out.cached_tokens = (g + loaded) * bs;
+    s.out.recomputed_blocks = n - g - loaded;
+    s.out.restore_seconds = seconds_since(t_start);
+    KVTIER_RETURN_IF_ERROR(allocate_rest(s));
+    const auto t0 = Clock::now();
+    KVTIER_RETURN_IF_ERROR(prefill(s, present * bs, s.prompt_len, logits));
+    first_token(s, std::move(logits), t0);
+    return ok_status();
+  };
+  auto admit = [&](size_t i, size_t step) {
+    return use_cache && !async_fetch ? admit_planned(i, step) : admit_loaded(i, step);
   };
 
   std::vector<bool> joined(seqs.size(), false);
@@ -186,7 +276,8 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
       const size_t computed = s.prompt_len + max_new_tokens - 1;  // the last token has no K/V yet
       const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.begin() + computed);
       auto keys = hasher_.keys(tokens, {});
-      for (size_t i = s.out.cached_tokens / bs; i < keys.size(); ++i) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (i < s.restored_block.size() && s.restored_block[i]) continue;
         (void)gpu_.publish(s.table[i], hasher_.identity(keys, i, {}));
       }
     }

@@ -5,12 +5,20 @@
 // prefill), decodes, and publishes every full block it computed. A restored
 // prefix must give the same logits, bit for bit, as computing it — the contract parity tests hold
 // it to.
+//
+// How a cached prefix reaches the GPU is planned per prompt (hit_planner.h): blocks already on the
+// GPU are used, and of the rest the first ones may be recomputed while the last ones load, on the
+// cost model the cache keeps. A load still not in at its deadline (a multiple of its predicted
+// time) is given up and its blocks computed: a hit never waits much longer than a recompute.
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "cache/hit_planner.h"
 #include "cache/prefix_hasher.h"
 #include "cache/tiered_cache.h"
 #include "engine/model/llama_model.h"
@@ -28,18 +36,37 @@ struct Generation {
   size_t joined_at_step = 0;   // decode steps the batch had run when this sequence was prefilled
   double prefill_seconds = 0;  // computing the rest of the prompt, up to the first token's logits
   double first_token_seconds = 0;  // from the call's start to this sequence's first token
+  // The plan (without async_fetch): cached blocks computed instead of loaded, and whether the
+  // load was given up at its deadline (its blocks computed too).
+  size_t recomputed_blocks = 0;
+  bool load_deadline_passed = false;
+  HitPlan plan;
+};
+
+struct HitOptions {
+  HitPolicy policy = HitPolicy::kCost;
+  // Compute exactly this many cached blocks (after those on the GPU, at most all of them),
+  // whatever the policy: for parity tests and split sweeps.
+  std::optional<size_t> forced_compute_blocks;
+  // A load predicted to take t seconds is waited for until deadline_factor * t + deadline_slack;
+  // then compute takes over the blocks not in. 0: wait however long it takes.
+  double deadline_factor = 2.0;
+  std::chrono::microseconds deadline_slack{2000};
 };
 
 // Not thread-safe (the model's scratch buffers); one per thread.
 class CachedGenerator {
  public:
-  CachedGenerator(LlamaModel& model, GpuTier& gpu, TieredCache& cache, PrefixHasher hasher)
-      : model_(model), gpu_(gpu), cache_(cache), hasher_(std::move(hasher)) {}
+  CachedGenerator(LlamaModel& model, GpuTier& gpu, TieredCache& cache, PrefixHasher hasher, HitOptions hit = {})
+      : model_(model), gpu_(gpu), cache_(cache), hasher_(std::move(hasher)), hit_(std::move(hit)) {}
+
+  HitOptions& hit_options() { return hit_; }
 
   // use_cache = false computes everything and publishes nothing (the reference run).
   Result<Generation> generate(std::span<const int32_t> prompt, int max_new_tokens, bool use_cache = true);
-  // Each prompt is prefilled on its own, then the sequences decode together, one batch per step,
-  // each until it has max_new_tokens. With async_fetch, cached prefixes are fetched with
+  // Each prompt is prefilled on its own (its hit planned), then the sequences decode together, one
+  // batch per step, each until it has max_new_tokens. With async_fetch, cached prefixes are
+  // loaded whole (no plan) with
   // TieredCache::fetch_async: a sequence whose prefix is in memory starts at once, and one whose
   // prefix is loading from the SSD joins the batch at the first step after its blocks are in, while
   // the others keep decoding. Either way every sequence's tokens and logits are the bits it would
@@ -53,6 +80,7 @@ class CachedGenerator {
   GpuTier& gpu_;
   TieredCache& cache_;
   PrefixHasher hasher_;
+  HitOptions hit_;
 };
 
 }  // namespace kvtier

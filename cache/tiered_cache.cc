@@ -46,6 +46,10 @@ bool PendingFetch::ready() const {
   return now_.has_value() || (later_.valid() && later_.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }
 
+bool PendingFetch::wait_until(std::chrono::steady_clock::time_point deadline) const {
+  return now_.has_value() || (later_.valid() && later_.wait_until(deadline) == std::future_status::ready);
+}
+
 PinnedBlocks PendingFetch::wait() {
   if (now_) {
     PinnedBlocks out = std::move(*now_);
@@ -75,11 +79,11 @@ struct OwnedKeys {
 constexpr size_t kLoaderThreads = 2;
 }  // namespace
 
-PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys) {
+PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool always_background) {
   PendingFetch out;
   const std::vector<int> where = locate(keys);
   const bool waits = std::any_of(where.begin(), where.end(), [&](int t) { return tiers_[t]->reads_wait_on_io(); });
-  if (!waits) {
+  if (!waits && !always_background) {
     out.now_ = fetch_located(keys, where);
     return out;
   }
@@ -304,6 +308,7 @@ int TieredCache::relocate(const BlockHash& hash, int skip) const {
 
 PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where) {
   metrics_.fetches.inc();
+  const auto fetch_started = std::chrono::steady_clock::now();
   PinnedBlocks out;
   out.top_ = tiers_.front();
   Tier& top = *tiers_.front();
@@ -489,6 +494,31 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
   for (size_t i = good; i < where.size(); ++i) {
     if (top_pinned[i]) top.unpin(keys[i].hash);
   }
+  // What the restore cost, for hit plans: all of it charged to the slowest tier it read from
+  // (a fetch's tiers overlap, and the slowest one sets its pace).
+  uint64_t moved = 0;
+  int slowest = 0;
+  for (const PinnedBlocks::Entry& e : out.entries_) {
+    if (e.source_tier == 0 || !e.block) continue;
+    moved += e.block->size_bytes();
+    slowest = std::max(slowest, e.source_tier);
+  }
+  if (moved > 0) {
+    costs_.observe_restore(static_cast<size_t>(slowest), moved,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - fetch_started).count());
+  }
+  return out;
+}
+
+std::vector<TieredCache::LoadEstimate> TieredCache::estimate_load(const LookupResult& found,
+                                                                   uint64_t block_bytes) const {
+  std::vector<size_t> blocks(tiers_.size(), 0);
+  for (const LookupResult::Hit& h : found.blocks) ++blocks[h.tier];
+  std::vector<LoadEstimate> out;
+  for (size_t t = 1; t < tiers_.size(); ++t) {
+    if (blocks[t] == 0) continue;
+    out.push_back({std::string(tiers_[t]->name()), blocks[t], costs_.restore_seconds(t, blocks[t] * block_bytes)});
+  }
   return out;
 }
 
@@ -508,6 +538,9 @@ bool TieredCache::erase(const BlockHash& hash) {
 }
 
 void TieredCache::visit_metrics(MetricVisitor& v) const {
+  std::vector<std::string> tier_names;
+  for (const auto& t : tiers_) tier_names.emplace_back(t->name());
+  costs_.visit_metrics(v, tier_names);
   v.counter("kvtier_relocated_reads_total",
             "Blocks read from another tier than lookup found them in (they moved meanwhile)", {}, metrics_.relocated.value());
   auto tier_label = [&](size_t t) { return MetricLabels{{"tier", std::string(tiers_[t]->name())}}; };

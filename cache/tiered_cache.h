@@ -6,6 +6,7 @@
 // every published or spilled block write-behind and is asked about the rest of a chain in one batch.
 #pragma once
 
+#include <chrono>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 
 #include "base/log.h"
 #include "cache/cache_metrics.h"
+#include "cache/hit_cost_model.h"
 #include "cache/prefix_hasher.h"
 #include "tiers/policy/admission_policy.h"
 #include "tiers/tier.h"
@@ -73,6 +75,8 @@ class PendingFetch {
   bool in_background() const { return later_.valid(); }
   // Waits for the load, if any, and hands the pinned blocks over. Once; afterwards empty.
   PinnedBlocks wait();
+  // Waits until the load is in or `deadline` passes; true when wait() would not block.
+  bool wait_until(std::chrono::steady_clock::time_point deadline) const;
 
  private:
   friend class TieredCache;
@@ -116,13 +120,27 @@ class TieredCache {
   // tier (the SSD, a remote tier), the whole fetch runs on a loader thread and the caller polls or
   // waits on the handle; otherwise it runs now. The prefix is located again when the load starts,
   // so a block evicted or erased meanwhile ends it there, as in fetch(). `keys` (and the tokens
-  // they point at) are copied.
-  PendingFetch fetch_async(std::span<const BlockKey> keys);
+  // they point at) are copied. `always_background`: on a loader thread even from memory (a
+  // caller that computes meanwhile, as a hit plan does).
+  PendingFetch fetch_async(std::span<const BlockKey> keys, bool always_background = false);
 
   // Removes a block from every tier. True if any tier held it.
   bool erase(const BlockHash& hash);
 
   const CacheMetrics& metrics() const { return metrics_; }
+  // What restores cost, learned from every fetch that moved blocks up (and, from an engine that
+  // reports them, its prefills): what hit plans and /v1/lookup's estimates are made of.
+  HitCostModel& costs() { return costs_; }
+  const HitCostModel& costs() const { return costs_; }
+  // Per tier below the top one that holds blocks of `found`: the predicted seconds to bring them
+  // up (nullopt while the tier's rate is not known yet). What an engine we do not run needs to
+  // choose between loading and computing, as hit_planner.h does for ours.
+  struct LoadEstimate {
+    std::string tier;
+    size_t blocks = 0;
+    std::optional<double> seconds;
+  };
+  std::vector<LoadEstimate> estimate_load(const LookupResult& found, uint64_t block_bytes) const;
   // Cache metrics, then every tier's.
   void visit_metrics(MetricVisitor& visitor) const;
 
@@ -143,6 +161,7 @@ class TieredCache {
 
   std::vector<std::shared_ptr<Tier>> tiers_;
   CacheMetrics metrics_;
+  HitCostModel costs_;
   std::unique_ptr<AdmissionPolicy> admission_;
   size_t admission_tier_ = SIZE_MAX;
   LogThrottle admission_log_;

@@ -384,6 +384,9 @@ Result<PrefixMatch> EmbeddedCache::lookup(std::span<const uint32_t> tokens,
   out.matched_tokens = found.matched_tokens;
   const auto& tiers = impl_->cache().tiers();
   for (const LookupResult::Hit& h : found.blocks) out.blocks.push_back({h.hash, std::string(tiers[h.tier]->name())});
+  for (const auto& e : impl_->cache().estimate_load(found, impl_->layout().dense_block_bytes())) {
+    out.load_estimates.push_back({e.tier, e.blocks, e.seconds});
+  }
   return out;
 }
 

@@ -51,6 +51,14 @@ struct PrefixMatch {
     std::string tier;  // "gpu", "ram", "ssd"
   };
   std::vector<Cached> blocks;  // the cached prefix, in order
+  // Per tier below the top holding some of them: predicted seconds to load them (nullopt until
+  // the tier's rate has been measured by a load), to weigh against recomputing.
+  struct LoadEstimate {
+    std::string tier;
+    size_t blocks = 0;
+    std::optional<double> seconds;
+  };
+  std::vector<LoadEstimate> load_estimates;
 };
 
 struct StoreResult {

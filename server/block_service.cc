@@ -69,6 +69,7 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
   for (size_t i = found.blocks.size(); i < keys.size(); ++i) {
     reply.missing.push_back({keys[i].hash, i == 0 ? hasher.root() : keys[i - 1].hash});
   }
+  reply.load_estimates = stack_.cache().estimate_load(found, layout().dense_block_bytes());
   return reply;
 }
 

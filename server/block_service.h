@@ -46,6 +46,9 @@ struct LookupReply {
     BlockHash parent_hash;
   };
   std::vector<Missing> missing;
+  // Per tier below the top holding blocks of the prefix: the predicted seconds to restore them,
+  // from the rates this server measured (TieredCache::estimate_load).
+  std::vector<TieredCache::LoadEstimate> load_estimates;
 };
 
 struct PrefetchReply {

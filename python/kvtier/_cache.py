@@ -49,6 +49,10 @@ class CachedBlock:
 class Lookup:
     matched_tokens: int
     blocks: List[CachedBlock]
+    # Per tier below the top that holds some of the prefix: the predicted seconds to load its
+    # blocks, from the rates this cache measured (None until a load from that tier was timed).
+    # Weigh it against your own prefill time to choose, per request, what to load.
+    estimated_load_seconds: Dict[str, Optional[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,8 @@ class Cache:
 
     def lookup(self, tokens: Tokens, extra_keys: Sequence[str] = ()) -> Lookup:
         """The longest cached prefix of ``tokens``: a miss is ``matched_tokens == 0``."""
-        matched, blocks = self._c.lookup(tokens, list(extra_keys))
-        return Lookup(matched, [CachedBlock(h, t) for h, t in blocks])
+        matched, blocks, estimates = self._c.lookup(tokens, list(extra_keys))
+        return Lookup(matched, [CachedBlock(h, t) for h, t in blocks], dict(estimates))
 
     def store(
         self,

@@ -135,7 +135,11 @@ class PyCache {
     PrefixMatch m = call([&] { return cache_->lookup(t, extra); });
     py::list blocks;
     for (const auto& b : m.blocks) blocks.append(py::make_tuple(b.hash.hex(), b.tier));
-    return py::make_tuple(m.matched_tokens, blocks);
+    py::dict estimates;
+    for (const auto& e : m.load_estimates) {
+      estimates[py::str(e.tier)] = e.seconds ? py::object(py::float_(*e.seconds)) : py::object(py::none());
+    }
+    return py::make_tuple(m.matched_tokens, blocks, estimates);
   }
 
   py::tuple store(py::handle tokens, const py::object& parent, py::handle layers,

@@ -137,7 +137,14 @@ json to_json(const LookupReply& reply) {
   for (const auto& m : reply.missing) {
     missing.push_back({{"hash", m.hash.hex()}, {"parent_hash", m.parent_hash.hex()}});
   }
-  return {{"matched_tokens", reply.matched_tokens}, {"blocks", blocks}, {"missing", missing}};
+  json estimates = json::object();
+  for (const auto& e : reply.load_estimates) {
+    estimates[e.tier] = {{"blocks", e.blocks}, {"seconds", e.seconds ? json(*e.seconds) : json(nullptr)}};
+  }
+  return {{"matched_tokens", reply.matched_tokens},
+          {"blocks", blocks},
+          {"missing", missing},
+          {"estimated_load", estimates}};
 }
 
 json to_json(const PrefetchReply& r) {

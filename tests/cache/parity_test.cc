@@ -252,6 +252,60 @@ TEST_P(ParityTest, BatchedDecodeEqualsEachSequenceAlone) {
   }
 }
 
+// A hit plan computes the prefix's first blocks while the last ones load. Whatever the split —
+// everything loaded, one block computed, the middle, everything computed — from RAM or from the
+// SSD, the logits are the recomputation's bits.
+TEST_P(ParityTest, EverySplitOfComputeAndLoadEqualsRecomputed) {
+  const Generation want_b = reference(kPromptB);
+  for (const bool from_ssd : {false, true}) {
+    for (size_t computed : {0u, 1u, 2u, 3u}) {
+      const std::string what = std::string(from_ssd ? "SSD" : "RAM") + ", " + std::to_string(computed) +
+                                " of 3 cached blocks computed";
+      testing::TempDir dir;
+      Stack s(GetParam(), from_ssd ? ssd_stack(dir.str()) : StackOptions{});
+      s.gen->hit_options().forced_compute_blocks = computed;
+      s.gen->hit_options().deadline_factor = 0;  // the split under test, not a deadline's
+      s.run(kPromptA);
+      s.evict_gpu();
+      if (from_ssd) s.ssd->flush();
+      const Generation b = s.run(kPromptB);
+      EXPECT_EQ(b.recomputed_blocks, computed) << what;
+      EXPECT_EQ(b.restored_blocks_by_tier[from_ssd ? 2 : 1], 3 - computed) << what;
+      EXPECT_EQ(b.cached_tokens, (3 - computed) * kBlockSize) << what;
+      expect_bit_identical(b, want_b, what);
+    }
+  }
+}
+
+// The planner believes the SSD is fast (a restore of these blocks takes about a millisecond), but
+// every read is held 1.5 s: the load is given up at its deadline and its blocks computed, so the
+// first token comes long before the disk answers, with the recomputation's bits.
+TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
+  const Generation want_b = reference(kPromptB);
+  testing::TempDir dir;
+  Stack s(GetParam(), ssd_stack(dir.str()));
+  s.run(kPromptA);
+  s.evict_gpu();
+  s.ssd->flush();
+  HitCostModel& costs = s.tiers->cache().costs();
+  costs.set_restore(2, 0.0005, 2e9);
+  costs.set_prefill(0.05, 0.01, 0);  // computing 3 blocks (0.53 s) loses to loading them
+  Result<Generation> b = Generation{};
+  {
+    testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
+                                                 0, 0, std::numeric_limits<uint64_t>::max(),
+                                                 std::chrono::milliseconds(1500)});
+    b = s.gen->generate(kPromptB, kNewTokens);
+  }
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->plan.compute_blocks, 0u) << "the plan was a pure load";
+  EXPECT_TRUE(b->load_deadline_passed);
+  EXPECT_EQ(b->recomputed_blocks, 3u);
+  EXPECT_EQ(b->cached_tokens, 0u);
+  EXPECT_LT(b->first_token_seconds, 1.5) << "the first token did not wait for the disk";
+  expect_bit_identical(*b, want_b, "B, its SSD load given up at the deadline");
+}
+
 // Asynchronous fetch: B's prefix comes off a slow SSD (each read held back 1.5 s) while two
 // uncached prompts start at once and decode; B joins the batch when its blocks are in. Every
 // sequence still gets, bit for bit, what it gets alone. The hold must outlast the others' two

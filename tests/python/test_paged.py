@@ -107,3 +107,26 @@ def test_tokens_come_as_lists_or_integer_tensors(tmp_path, gen, tokens_kind):
     with open_cache(layout, tmp_path, ssd=False) as c:
         assert c.block_hashes(given) == c.block_hashes(tokens)
         assert len(c.block_hashes(given)) == 2
+
+ESTIMATE_LAYOUT = small_layout("BF16")
+
+
+# lookup() says how long loading the cached prefix would take from each tier below the top, from
+# loads it timed, so an engine can weigh it against its own prefill and load only what pays.
+def test_lookup_estimates_a_lower_tiers_load_once_loads_from_it_were_timed(tmp_path, gen):
+    tokens = tokens_for(21, 16 * 16)
+    k, v = paged_arrays(ESTIMATE_LAYOUT, 16, gen)
+    with open_cache(ESTIMATE_LAYOUT, tmp_path) as c:
+        assert c.save_blocks(tokens, range(16), k, v).stored == 16
+    with open_cache(ESTIMATE_LAYOUT, tmp_path) as c:  # restarted: every block is on the SSD only
+        first = c.lookup(tokens)
+        assert first.matched_tokens == 256
+        assert first.estimated_load_seconds == {"ssd": None}, "no load from the SSD timed yet"
+        k2, v2 = paged_arrays(ESTIMATE_LAYOUT, 16)
+        assert c.load_blocks(tokens[:2 * 16 + 1], range(2), k2, v2) == 32
+        assert c.load_blocks(tokens[:10 * 16 + 1], range(10), k2, v2) == 160
+        after = c.lookup(tokens)
+        assert {b.tier for b in after.blocks[:10]} == {"ram"}, "loaded blocks were promoted"
+        ssd = after.estimated_load_seconds["ssd"]
+        assert ssd is not None and 0 < ssd < 1.0, after.estimated_load_seconds
+        assert "ram" not in after.estimated_load_seconds, "the top tier costs no load"

@@ -132,6 +132,38 @@ TEST_F(ServerApiTest, RestartServesTheSameBlocksFromSsd) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+// /v1/lookup says how long restoring the prefix from each tier below the top would take, from the
+// restores this server timed: unknown until it has timed some, then a number an engine can weigh
+// against its own prefill.
+TEST_F(ServerApiTest, LookupEstimatesTheLoadOfEachLowerTierFromTimedRestores) {
+  const std::vector<std::string> args{"--layout", "tiny", "--ssd-cache-dir", ssd()};
+  const auto tokens = testing::prompt(3, 16 * 16);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
+  {
+    auto server = start(args);
+    KvtierClient c("127.0.0.1", server->port());
+    put_all(c, blocks, true);
+    EXPECT_EQ(server->stop(SIGTERM), 0);
+  }
+  auto server = start(args);  // restarted: every block is on the SSD only
+  KvtierClient c("127.0.0.1", server->port());
+  auto before = c.lookup("m", tokens);
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ((*before)["estimated_load"]["ssd"]["blocks"], 16);
+  EXPECT_TRUE((*before)["estimated_load"]["ssd"]["seconds"].is_null()) << before->dump();
+  std::vector<BlockHash> hashes;
+  for (const auto& b : blocks) hashes.push_back(b.hash);
+  ASSERT_TRUE(c.batch_get(std::span(hashes).first(2), "m").ok());
+  ASSERT_TRUE(c.batch_get(std::span(hashes).subspan(2, 8), "m").ok());
+  auto after = c.lookup("m", tokens);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)["estimated_load"]["ssd"]["blocks"], 6) << after->dump();
+  ASSERT_TRUE((*after)["estimated_load"]["ssd"]["seconds"].is_number()) << after->dump();
+  EXPECT_GT((*after)["estimated_load"]["ssd"]["seconds"].get<double>(), 0);
+  EXPECT_FALSE((*after)["estimated_load"].contains("ram")) << "the top tier costs no load";
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
 // --ssd-cache-dir twice: the blocks spread over both directories, a restart serves every one, and
 // a directory wiped while the server was down costs only its own blocks (counted in /metrics).
 TEST_F(ServerApiTest, TwoSsdDirectoriesServeEveryBlockAndLosingOneLosesOnlyItsBlocks) {

@@ -1,0 +1,140 @@
+#include "cache/hit_cost_model.h"
+
+#include <cmath>
+
+namespace kvtier {
+namespace {
+
+// Inputs in units near 1, so the normal equations stay well conditioned: MiB, thousands of
+// tokens, millions of token pairs.
+constexpr double kMiB = 1 << 20;
+constexpr double kKiloTokens = 1e3;
+constexpr double kMegaPairs = 1e6;
+// Each sample's weight shrinks by this per later sample: the last ~20 requests dominate.
+constexpr double kDecay = 0.95;
+
+std::array<double, 3> prefill_inputs(uint64_t tokens, uint64_t context) {
+  const double t = static_cast<double>(tokens);
+  return {1.0, t / kKiloTokens, t * (static_cast<double>(context) + t / 2) / kMegaPairs};
+}
+
+}  // namespace
+
+template <size_t N>
+void DecayingLeastSquares<N>::add(const std::array<double, N>& x, double y) {
+  for (size_t i = 0; i < N; ++i) {
+    for (size_t j = 0; j < N; ++j) xx_[i][j] = xx_[i][j] * decay_ + x[i] * x[j];
+    xy_[i] = xy_[i] * decay_ + x[i] * y;
+  }
+  ++samples_;
+}
+
+template <size_t N>
+std::optional<std::array<double, N>> DecayingLeastSquares<N>::fit() const {
+  if (samples_ < N) return std::nullopt;
+  std::array<std::array<double, N + 1>, N> m{};
+  for (size_t i = 0; i < N; ++i) {
+    for (size_t j = 0; j < N; ++j) m[i][j] = xx_[i][j];
+    m[i][N] = xy_[i];
+  }
+  for (size_t c = 0; c < N; ++c) {  // Gaussian elimination, partial pivoting
+    size_t pivot = c;
+    for (size_t r = c + 1; r < N; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    // Samples that did not vary in some input (every restore the same size) leave it undetermined.
+    if (std::abs(m[pivot][c]) < 1e-9 * std::max(1.0, std::abs(xx_[c][c]))) return std::nullopt;
+    std::swap(m[c], m[pivot]);
+    for (size_t r = 0; r < N; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t k = c; k <= N; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  std::array<double, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = m[i][N] / m[i][i];
+  return out;
+}
+
+template class DecayingLeastSquares<2>;
+template class DecayingLeastSquares<3>;
+
+HitCostModel::HitCostModel()
+    : restore_{DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay),
+               DecayingLeastSquares<2>(kDecay)},
+      prefill_(kDecay) {}
+
+void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) {
+  if (tier >= kMaxTiers || bytes == 0 || !(seconds >= 0)) return;
+  std::lock_guard lock(mu_);
+  restore_[tier].add({1.0, static_cast<double>(bytes) / kMiB}, seconds);
+}
+
+void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
+  if (tokens == 0 || !(seconds >= 0)) return;
+  std::lock_guard lock(mu_);
+  prefill_.add(prefill_inputs(tokens, context), seconds);
+}
+
+std::optional<double> HitCostModel::restore_seconds(size_t tier, uint64_t bytes) const {
+  if (tier >= kMaxTiers) return std::nullopt;
+  std::lock_guard lock(mu_);
+  const auto c = restore_[tier].fit();
+  if (!c) return std::nullopt;
+  // A fit that came out negative somewhere (noise on few samples) still predicts no less than the
+  // bytes at the fitted rate.
+  return std::max(0.0, (*c)[0]) + std::max(0.0, (*c)[1]) * static_cast<double>(bytes) / kMiB;
+}
+
+std::optional<double> HitCostModel::prefill_seconds(uint64_t tokens, uint64_t context) const {
+  if (tokens == 0) return 0.0;
+  std::lock_guard lock(mu_);
+  const auto c = prefill_.fit();
+  if (!c) return std::nullopt;
+  const auto x = prefill_inputs(tokens, context);
+  double s = 0;
+  for (size_t i = 0; i < 3; ++i) s += std::max(0.0, (*c)[i]) * x[i];
+  return s;
+}
+
+void HitCostModel::set_restore(size_t tier, double fixed_seconds, double bytes_per_second) {
+  if (tier >= kMaxTiers || bytes_per_second <= 0) return;
+  std::lock_guard lock(mu_);
+  restore_[tier] = DecayingLeastSquares<2>(kDecay);
+  for (double mib : {1.0, 64.0}) {
+    restore_[tier].add({1.0, mib}, fixed_seconds + mib * kMiB / bytes_per_second);
+  }
+}
+
+void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token, double seconds_per_token_pair) {
+  std::lock_guard lock(mu_);
+  prefill_ = DecayingLeastSquares<3>(kDecay);
+  for (auto [t, ctx] : {std::pair<uint64_t, uint64_t>{16, 0}, {1024, 0}, {1024, 8192}}) {
+    const double pairs = static_cast<double>(t) * (static_cast<double>(ctx) + static_cast<double>(t) / 2);
+    prefill_.add(prefill_inputs(t, ctx),
+                 fixed_seconds + seconds_per_token * static_cast<double>(t) + seconds_per_token_pair * pairs);
+  }
+}
+
+void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string>& tier_names) const {
+  std::lock_guard lock(mu_);
+  for (size_t t = 0; t < tier_names.size() && t < kMaxTiers; ++t) {
+    const auto c = restore_[t].fit();
+    if (!c) continue;
+    const MetricLabels tier{{"tier", tier_names[t]}};
+    v.gauge("kvtier_hit_cost_restore_bytes_per_second",
+            "Fitted restore rate of a tier into the top tier, from recent fetches", tier,
+            (*c)[1] > 0 ? kMiB / (*c)[1] : 0.0);
+    v.gauge("kvtier_hit_cost_restore_fixed_seconds", "Fitted fixed cost of one fetch from a tier", tier,
+            std::max(0.0, (*c)[0]));
+  }
+  if (const auto c = prefill_.fit()) {
+    v.gauge("kvtier_hit_cost_prefill_seconds_per_token", "Fitted prefill cost per computed token", {},
+            std::max(0.0, (*c)[1]) / kKiloTokens);
+    v.gauge("kvtier_hit_cost_prefill_seconds_per_token_pair",
+            "Fitted prefill cost per (token, earlier token) pair: the attention's share", {},
+            std::max(0.0, (*c)[2]) / kMegaPairs);
+  }
+}
+
+}  // namespace kvtier

@@ -1,0 +1,69 @@
+// HitCostModel: what a cache hit costs here, learned from real requests — each tier's restore (a
+// fixed cost per fetch plus seconds per byte, uploads to the top tier included) and the engine's
+// prefill (seconds as a function of the chunk's tokens and the context before it). A hit has to
+// beat recomputing, and which wins depends on the machine: on an H100 a tiny model's prefill is
+// faster than its own SSD restore, on lavapipe the reverse. The planner (hit_planner.h) asks this
+// model; kvtierd's /v1/lookup hands its restore estimates to engines that plan for themselves.
+//
+// Estimates are exponentially weighted least-squares fits (recent requests count most: a disk
+// that got busier is seen within a few fetches). Until a tier or the prefill has two samples of
+// different sizes its estimate is unknown (nullopt) and a planner falls back to loading.
+// Thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/metrics/metrics.h"
+#include "cache/cache_metrics.h"
+
+namespace kvtier {
+
+// y ~ c . x over recent samples, each weight multiplied by `decay` per new sample.
+template <size_t N>
+class DecayingLeastSquares {
+ public:
+  explicit DecayingLeastSquares(double decay) : decay_(decay) {}
+  void add(const std::array<double, N>& x, double y);
+  // The coefficients, or nullopt while the samples do not determine them.
+  std::optional<std::array<double, N>> fit() const;
+  uint64_t samples() const { return samples_; }
+
+ private:
+  double decay_;
+  std::array<std::array<double, N>, N> xx_{};
+  std::array<double, N> xy_{};
+  uint64_t samples_ = 0;
+};
+
+class HitCostModel {
+ public:
+  HitCostModel();
+
+  // A fetch moved `bytes` from `tier` into the top tier in `seconds`.
+  void observe_restore(size_t tier, uint64_t bytes, double seconds);
+  // A prefill computed `tokens` rows after `context` cached ones in `seconds`.
+  void observe_prefill(uint64_t tokens, uint64_t context, double seconds);
+
+  std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
+  std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
+
+  // For tests and benchmarks: estimates measured elsewhere, as if observed.
+  void set_restore(size_t tier, double fixed_seconds, double bytes_per_second);
+  void set_prefill(double fixed_seconds, double seconds_per_token, double seconds_per_token_pair);
+
+  // kvtier_hit_cost_* gauges: each tier's fitted rate and fixed cost, the prefill's coefficients.
+  void visit_metrics(MetricVisitor& visitor, const std::vector<std::string>& tier_names) const;
+
+ private:
+  mutable std::mutex mu_;  // guards the fits
+  std::array<DecayingLeastSquares<2>, kMaxTiers> restore_;  // seconds ~ a + b * bytes
+  // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
+  DecayingLeastSquares<3> prefill_;
+};
+
+}  // namespace kvtier

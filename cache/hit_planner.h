@@ -1,0 +1,51 @@
+// HitPlanner: how to bring a cached prefix to the GPU — by loading it, recomputing it, or both at
+// once. Computing uses the GPU's arithmetic, loading the disk and the bus, so they overlap: the
+// plan computes the prefix's first blocks while its last ones load, and meets in the middle
+// ("Compute Or Load KV Cache? Why Not Both?", Jin et al. 2024). Blocks already on the GPU are
+// always used; a split point s in [gpu_blocks, cached_blocks] says "compute up to block s, load
+// the rest", so s = gpu_blocks is a pure load and s = cached_blocks a pure recompute. Computed and
+// restored KV are the same bits (the parity contract), so the plan changes only the time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "base/status.h"
+#include "cache/hit_cost_model.h"
+
+namespace kvtier {
+
+enum class HitPolicy {
+  kCost,     // the split with the least predicted time to the first token
+  kLoad,     // load every cached block (compute only what is not cached)
+  kCompute,  // recompute every cached block not already on the GPU
+};
+Result<HitPolicy> parse_hit_policy(std::string_view name);  // "cost", "load", "compute"
+const char* hit_policy_name(HitPolicy policy);
+
+struct HitPlanInput {
+  std::span<const int> block_tiers;  // the cached prefix: each block's tier (0 = the GPU tier)
+  uint64_t block_bytes = 0;
+  uint32_t block_size = 16;          // tokens per block
+  uint64_t uncached_tokens = 0;      // computed after the prefix whatever the plan
+};
+
+struct HitPlan {
+  size_t gpu_blocks = 0;      // leading blocks already on the GPU: used as they are
+  size_t compute_blocks = 0;  // s: blocks [gpu_blocks, s) computed while [s, cached) load
+  size_t cached_blocks = 0;
+  // Predicted seconds to the first token for this split, a pure load and a pure recompute; nullopt
+  // where the cost model does not know yet.
+  std::optional<double> predicted, load_only, compute_only;
+  // Predicted seconds of the load of [s, cached) alone: the deadline is set from it.
+  std::optional<double> load_seconds;
+};
+
+// The split `policy` asks for. kCost without estimates for every tier involved and the prefill
+// falls back to a pure load (what kvtier did before plans).
+HitPlan plan_hit(const HitPlanInput& input, const HitCostModel& costs, HitPolicy policy);
+
+}  // namespace kvtier

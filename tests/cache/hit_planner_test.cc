@@ -1,0 +1,104 @@
+// The hit planner and the cost model it reads: fits that recover the costs they are fed, and
+// splits that follow the costs — load when loading is cheap, compute when computing is, both at
+// once in between, and never recompute what already lies on the GPU.
+#include "cache/hit_planner.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kBlockBytes = 1 << 20;
+
+TEST(HitCostModel, RecoversAFixedCostAndARateFromRestores) {
+  HitCostModel m;
+  EXPECT_FALSE(m.restore_seconds(1, kBlockBytes)) << "unknown before any sample";
+  for (uint64_t mib : {1, 8, 64, 3}) m.observe_restore(1, mib << 20, 0.002 + mib * 0.001);
+  EXPECT_NEAR(*m.restore_seconds(1, 100ull << 20), 0.002 + 0.1, 1e-9);
+  EXPECT_FALSE(m.restore_seconds(2, kBlockBytes)) << "each tier has its own";
+}
+
+TEST(HitCostModel, RecentSamplesOutweighOldOnes) {
+  HitCostModel m;
+  for (int i = 0; i < 10; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.001));
+  for (int i = 0; i < 200; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.004));  // the disk got busy
+  EXPECT_NEAR(*m.restore_seconds(2, 10ull << 20), 0.04, 0.001);
+}
+
+TEST(HitCostModel, RecoversAPrefillCostWithItsAttentionTerm) {
+  HitCostModel m;
+  auto cost = [](double t, double ctx) { return 0.0005 + 2e-6 * t + 1e-10 * t * (ctx + t / 2); };
+  for (auto [t, ctx] : {std::pair{16, 0}, {512, 0}, {2048, 0}, {512, 4096}, {2048, 8192}, {64, 30000}}) {
+    m.observe_prefill(t, ctx, cost(t, ctx));
+  }
+  EXPECT_NEAR(*m.prefill_seconds(4096, 16384), cost(4096, 16384), 1e-9);
+}
+
+struct Costs {
+  HitCostModel model;
+  // Restore from RAM (tier 1) and SSD (tier 2) at these rates; prefill at this many tokens/s.
+  Costs(double ram_gbps, double ssd_gbps, double tokens_per_s) {
+    model.set_restore(1, 0, ram_gbps * 1e9);
+    model.set_restore(2, 0, ssd_gbps * 1e9);
+    model.set_prefill(0, 1 / tokens_per_s, 0);
+  }
+};
+
+HitPlanInput input(const std::vector<int>& tiers, uint64_t rest = 16) {
+  return {tiers, kBlockBytes, 16, rest};
+}
+
+TEST(HitPlanner, CheapLoadsAreLoadedAndCheapComputeIsComputed) {
+  const std::vector<int> ssd(64, 2);
+  // 64 MiB at 10 GB/s is 6.7 ms; 1024 tokens at 1M tokens/s is 1 ms: compute wins...
+  HitPlan fast_gpu = plan_hit(input(ssd), Costs(20, 10, 1e6).model, HitPolicy::kCost);
+  EXPECT_GT(fast_gpu.compute_blocks, 50u);
+  // ...and at 10k tokens/s (102 ms) the load does.
+  HitPlan slow_gpu = plan_hit(input(ssd), Costs(20, 10, 1e4).model, HitPolicy::kCost);
+  EXPECT_LT(slow_gpu.compute_blocks, 10u);
+}
+
+TEST(HitPlanner, WhenBothCostTheSameTheSplitOverlapsThemAndBeatsEither) {
+  const std::vector<int> ssd(64, 2);
+  // Load 64 MiB at 1 GB/s: 67 ms. Compute 1024 tokens at 15k tokens/s: 68 ms.
+  Costs c(20, 1, 15e3);
+  const HitPlan p = plan_hit(input(ssd), c.model, HitPolicy::kCost);
+  EXPECT_GT(p.compute_blocks, 20u);
+  EXPECT_LT(p.compute_blocks, 44u);
+  ASSERT_TRUE(p.predicted && p.load_only && p.compute_only);
+  // Meeting in the middle: about 1 / (1/load + 1/compute) of the work, near half of either.
+  EXPECT_LT(*p.predicted, 0.6 * std::min(*p.load_only, *p.compute_only));
+}
+
+TEST(HitPlanner, BlocksOnTheGpuAreNeverRecomputed) {
+  std::vector<int> tiers(8, 0);
+  tiers.insert(tiers.end(), 8, 2);
+  const HitPlan p = plan_hit(input(tiers), Costs(20, 0.001, 1e9).model, HitPolicy::kCompute);
+  EXPECT_EQ(p.gpu_blocks, 8u);
+  EXPECT_EQ(p.compute_blocks, 16u);
+  const HitPlan load = plan_hit(input(tiers), Costs(20, 10, 1).model, HitPolicy::kCost);
+  EXPECT_EQ(load.compute_blocks, 8u) << "a pure load starts after the GPU's blocks";
+}
+
+TEST(HitPlanner, WithoutEstimatesItLoads) {
+  const std::vector<int> ram(16, 1);
+  HitCostModel unknown;
+  const HitPlan p = plan_hit(input(ram), unknown, HitPolicy::kCost);
+  EXPECT_EQ(p.compute_blocks, 0u);
+  EXPECT_FALSE(p.predicted);
+  EXPECT_FALSE(p.load_seconds);
+}
+
+TEST(HitPlanner, PoliciesForceTheirEnds) {
+  const std::vector<int> ram(16, 1);
+  Costs c(20, 1, 15e3);
+  EXPECT_EQ(plan_hit(input(ram), c.model, HitPolicy::kLoad).compute_blocks, 0u);
+  EXPECT_EQ(plan_hit(input(ram), c.model, HitPolicy::kCompute).compute_blocks, 16u);
+  EXPECT_EQ(*parse_hit_policy("cost"), HitPolicy::kCost);
+  EXPECT_FALSE(parse_hit_policy("fastest").ok());
+}
+
+}  // namespace
+}  // namespace kvtier
