@@ -24,6 +24,7 @@
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "base/memory/memory_policy.h"
+#include "bench/e2e_plans.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
@@ -183,7 +184,7 @@ struct TinyCase {
 };
 
 void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                Report& report) {
+                HitPolicy policy, Report& report) {
   LlamaConfig config = LlamaConfig::tiny();
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
   const LlamaWeights weights = LlamaWeights::synthetic(config);
@@ -207,8 +208,10 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     auto stack = must(CacheStack::open(big));
     auto ssd_stack = must(CacheStack::open(ssd_only));
     PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""}, kBlockSize);
-    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
-    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher);
+    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{policy});
+    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher, HitOptions{policy});
+    must(gen.calibrate(static_cast<size_t>(p)));
+    must(ssd_gen.calibrate(static_cast<size_t>(p)));
 
     std::vector<float> reference;
     auto run = [&](CachedGenerator& g, bool use_cache, TinyCase& c) {
@@ -438,7 +441,16 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--matmul-tflops", matmul_tflops, "Use this bf16 rate instead of measuring one");
   app.add_option("--matmul-script", matmul_script);
+  std::string hit_policy = "cost";
+  app.add_option("--hit-policy", hit_policy, "How the tiny table's hits reach the GPU: cost (plan), load, compute")
+      ->capture_default_str();
+  std::vector<std::string> plan_models = {"tiny"};
+  int sweep_points = 9;
+  app.add_option("--plan-models", plan_models, "Models of the hit-plan table: tiny, 1b (none: skip it)")
+      ->delimiter(',');
+  app.add_option("--sweep-points", sweep_points, "Hit-plan table: splits tried per row");
   CLI11_PARSE(app, argc, argv);
+  const HitPolicy policy = must(parse_hit_policy(hit_policy));
   for (int p : prompts) {
     if (p < 2 * kBlockSize || p % kBlockSize) die(invalid_argument("prompt lengths must be multiples of 16, >= 32"));
   }
@@ -455,11 +467,12 @@ int main(int argc, char** argv) {
   if (!skip_tiny) {
     Report r("e2e, tiny Llama (BF16 KV): time to first token",
              {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "speedup", "same logits"});
-    bench_tiny(*ctx, prompts, reps, dir, r);
+    bench_tiny(*ctx, prompts, reps, dir, policy, r);
     r.add_note("speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill = "
                "the rest of the prompt through the model. 'same logits': first-token logits bit-identical "
                "to the uncached run's.");
     r.set_meta("vulkan", ctx->info().name);
+    r.set_meta("hit_policy", hit_policy_name(policy));
     // The model takes the device's default path; the tensor-core and scalar runs give different
     // TTFTs, and KVTIER_VK_COOPMAT=0 runs write the same file.
     r.set_meta("attention", PagedAttentionVarlen::default_path(*ctx) == PagedAttentionVarlen::Path::kCoopMat
@@ -467,6 +480,23 @@ int main(int argc, char** argv) {
                                 : "scalar");
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
+  }
+  for (const std::string& m : plan_models) {
+    if (m == "none") continue;
+    if (m != "tiny" && m != "1b") die(invalid_argument("--plan-models: '" + m + "' is not tiny or 1b"));
+    PlanBenchOptions po{m, m == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny(), prompts, reps,
+                        sweep_points, dir};
+    Report r("e2e, " + m + " Llama (BF16 KV), whole prefix cached: TTFT by how it reaches the GPU", plan_columns());
+    bench_plans(*ctx, po, r);
+    r.add_note("uncached: the whole prompt computed. load-only: every cached block loaded (compute only the last "
+               "block's tokens). plan: the cost model's split (default policy, with its deadline); (s) = cached "
+               "blocks computed, ', deadline' if a load was given up. best sweep: the fastest of " +
+               std::to_string(sweep_points) + " forced splits, (s) its computed blocks. plan / min = plan over "
+               "min(uncached, load-only); plan / best = plan over the best sweep. same logits: every run's "
+               "first-token logits bit-identical to the uncached run's. Medians of " + std::to_string(reps) + ".");
+    r.set_meta("vulkan", ctx->info().name);
+    r.print();
+    r.write_json(output_path("e2e_bench_plans_" + m + ".json"));
   }
   if (!skip_mixed) {
     Report r("e2e, tiny Llama: decoding while other prefixes load from the SSD",

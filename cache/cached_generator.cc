@@ -47,6 +47,43 @@ size_t take_pinned(Sequence& s, PinnedBlocks got) {
 
 }  // namespace
 
+Status CachedGenerator::calibrate(size_t tokens) {
+  const int bs = gpu_.pool().layout().block_size;
+  tokens = std::max<size_t>(4 * bs, std::min<size_t>(tokens, model_.config().max_positions));
+  const size_t blocks = (tokens + bs - 1) / bs;
+  KVTIER_ASSIGN_OR_RETURN(std::vector<int32_t> table, gpu_.allocate(static_cast<uint32_t>(blocks)));
+  struct Release {
+    GpuTier& gpu;
+    std::vector<int32_t>& ids;
+    ~Release() { gpu.release(ids); }
+  } release{gpu_, table};
+  auto run = [&](size_t from, size_t to, bool observe) -> Status {
+    ForwardBatch b;
+    for (size_t pos = from; pos < to; ++pos) {
+      b.tokens.push_back(static_cast<int32_t>((pos * 7919) % model_.config().vocab));
+      b.positions.push_back(static_cast<int32_t>(pos));
+      b.slot_mapping.push_back(table[pos / bs] * bs + static_cast<int32_t>(pos % bs));
+    }
+    b.cu_seqlens_q = {0, static_cast<int32_t>(to - from)};
+    b.seq_lens = {static_cast<int32_t>(to)};
+    b.block_tables = table;
+    b.max_blocks_per_seq = static_cast<int32_t>(table.size());
+    b.logit_rows = {static_cast<int32_t>(to - from) - 1};
+    const auto t0 = Clock::now();
+    KVTIER_RETURN_IF_ERROR(model_.forward(b, gpu_.pool()).status());
+    if (observe) cache_.costs().observe_prefill(to - from, from, seconds_since(t0));
+    return ok_status();
+  };
+  const size_t half = tokens / 2, short_run = std::min<size_t>(4 * bs, half);
+  KVTIER_RETURN_IF_ERROR(run(0, half, false));  // pipelines compiled, scratch grown
+  for (int round = 0; round < 2; ++round) {
+    KVTIER_RETURN_IF_ERROR(run(0, short_run, true));
+    KVTIER_RETURN_IF_ERROR(run(0, half, true));
+    KVTIER_RETURN_IF_ERROR(run(half, tokens, true));
+  }
+  return ok_status();
+}
+
 Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, int max_new_tokens,
                                              bool use_cache) {
   KVTIER_ASSIGN_OR_RETURN(auto all, generate_batch({std::vector<int32_t>(prompt.begin(), prompt.end())},
@@ -166,8 +203,11 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     std::vector<int> tiers;
     for (const auto& h : found.blocks) tiers.push_back(h.tier);
     const size_t n = tiers.size();
-    s.out.plan = plan_hit({tiers, gpu_.pool().layout().dense_block_bytes(), static_cast<uint32_t>(bs), s.prompt_len - n * bs},
-                          cache_.costs(), hit_.policy);
+    HitPlanInput input{tiers, gpu_.pool().layout().dense_block_bytes(), static_cast<uint32_t>(bs), s.prompt_len - n * bs, {}};
+    for (size_t t = 0; t < cache_.tiers().size() && t < kMaxTiers; ++t) {
+      input.overlaps_compute[t] = cache_.tiers()[t]->reads_wait_on_io();
+    }
+    s.out.plan = plan_hit(input, cache_.costs(), hit_.policy);
     size_t split = s.out.plan.compute_blocks;
     if (hit_.forced_compute_blocks) split = std::min(n, s.out.plan.gpu_blocks + *hit_.forced_compute_blocks);
     // Blocks on the GPU: pinned in place, no transfer. One evicted since the lookup moves the
@@ -177,9 +217,10 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     PendingFetch back;
     const auto load_started = Clock::now();
     if (split < n) back = cache_.fetch_async(std::span(keys).subspan(split, n - split), /*always_background=*/true);
-    // The front, computed while the back loads.
+    // The front, computed while the back loads. Computing every cached block is one prefill with
+    // the uncached rest (below): a second launch costs more than it saves.
     std::vector<float> logits;
-    if (split > g) {
+    if (split > g && split < n) {
       KVTIER_ASSIGN_OR_RETURN(auto ids, gpu_.allocate(static_cast<uint32_t>(split - g)));
       s.table.insert(s.table.end(), ids.begin(), ids.end());
       s.owned.insert(s.owned.end(), ids.begin(), ids.end());
@@ -201,7 +242,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
         s.out.load_deadline_passed = true;
       }
     }
-    const size_t present = split + loaded;
+    const size_t present = split < n ? split + loaded : g;
     s.out.cached_tokens = (g + loaded) * bs;
     s.out.recomputed_blocks = n - g - loaded;
     s.out.restore_seconds = seconds_since(t_start);

@@ -61,6 +61,11 @@ class CachedGenerator {
       : model_(model), gpu_(gpu), cache_(cache), hasher_(std::move(hasher)), hit_(std::move(hit)) {}
 
   HitOptions& hit_options() { return hit_; }
+  // Times prefills of a synthetic prompt of `tokens` tokens (a short one, its first half, its
+  // second half after the first) in blocks of its own, and teaches the cache's cost model what
+  // computing costs, so the first request's plan has a prefill estimate. Restore rates are learned
+  // from fetches. Publishes nothing.
+  Status calibrate(size_t tokens);
 
   // use_cache = false computes everything and publishes nothing (the reference run).
   Result<Generation> generate(std::span<const int32_t> prompt, int max_new_tokens, bool use_cache = true);

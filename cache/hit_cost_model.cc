@@ -56,6 +56,15 @@ std::optional<std::array<double, N>> DecayingLeastSquares<N>::fit() const {
   return out;
 }
 
+template <size_t N>
+std::optional<std::array<double, N>> DecayingLeastSquares<N>::fit_through_origin() const {
+  // y ~ c[N-1] * x[N-1] alone (x[0] is the constant input).
+  if (xx_[N - 1][N - 1] <= 0) return std::nullopt;
+  std::array<double, N> out{};
+  out[N - 1] = xy_[N - 1] / xx_[N - 1][N - 1];
+  return out;
+}
+
 template class DecayingLeastSquares<2>;
 template class DecayingLeastSquares<3>;
 
@@ -76,25 +85,49 @@ void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double sec
   prefill_.add(prefill_inputs(tokens, context), seconds);
 }
 
-std::optional<double> HitCostModel::restore_seconds(size_t tier, uint64_t bytes) const {
-  if (tier >= kMaxTiers) return std::nullopt;
+namespace {
+
+// A tier whose restores all had one size has no determined fixed cost: its rate then comes from a
+// fit through the origin (the fixed cost folded into the rate), which holds near that size.
+std::optional<std::array<double, 2>> restore_fit(const DecayingLeastSquares<2>& f) {
+  if (auto c = f.fit()) return c;
+  if (f.samples() == 0) return std::nullopt;
+  return f.fit_through_origin();
+}
+
+}  // namespace
+
+HitCostModel::Snapshot HitCostModel::snapshot() const {
   std::lock_guard lock(mu_);
-  const auto c = restore_[tier].fit();
-  if (!c) return std::nullopt;
+  Snapshot s;
+  for (size_t t = 0; t < kMaxTiers; ++t) s.restore[t] = restore_fit(restore_[t]);
+  s.prefill = prefill_.fit();
+  return s;
+}
+
+std::optional<double> HitCostModel::Snapshot::restore_seconds(size_t tier, uint64_t bytes) const {
+  if (tier >= kMaxTiers || !restore[tier]) return std::nullopt;
+  const auto& c = *restore[tier];
   // A fit that came out negative somewhere (noise on few samples) still predicts no less than the
   // bytes at the fitted rate.
-  return std::max(0.0, (*c)[0]) + std::max(0.0, (*c)[1]) * static_cast<double>(bytes) / kMiB;
+  return std::max(0.0, c[0]) + std::max(0.0, c[1]) * static_cast<double>(bytes) / kMiB;
+}
+
+std::optional<double> HitCostModel::Snapshot::prefill_seconds(uint64_t tokens, uint64_t context) const {
+  if (tokens == 0) return 0.0;
+  if (!prefill) return std::nullopt;
+  const auto x = prefill_inputs(tokens, context);
+  double s = 0;
+  for (size_t i = 0; i < 3; ++i) s += std::max(0.0, (*prefill)[i]) * x[i];
+  return s;
+}
+
+std::optional<double> HitCostModel::restore_seconds(size_t tier, uint64_t bytes) const {
+  return snapshot().restore_seconds(tier, bytes);
 }
 
 std::optional<double> HitCostModel::prefill_seconds(uint64_t tokens, uint64_t context) const {
-  if (tokens == 0) return 0.0;
-  std::lock_guard lock(mu_);
-  const auto c = prefill_.fit();
-  if (!c) return std::nullopt;
-  const auto x = prefill_inputs(tokens, context);
-  double s = 0;
-  for (size_t i = 0; i < 3; ++i) s += std::max(0.0, (*c)[i]) * x[i];
-  return s;
+  return snapshot().prefill_seconds(tokens, context);
 }
 
 void HitCostModel::set_restore(size_t tier, double fixed_seconds, double bytes_per_second) {
@@ -119,7 +152,7 @@ void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token, d
 void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string>& tier_names) const {
   std::lock_guard lock(mu_);
   for (size_t t = 0; t < tier_names.size() && t < kMaxTiers; ++t) {
-    const auto c = restore_[t].fit();
+    const auto c = restore_fit(restore_[t]);
     if (!c) continue;
     const MetricLabels tier{{"tier", tier_names[t]}};
     v.gauge("kvtier_hit_cost_restore_bytes_per_second",

@@ -31,6 +31,8 @@ class DecayingLeastSquares {
   void add(const std::array<double, N>& x, double y);
   // The coefficients, or nullopt while the samples do not determine them.
   std::optional<std::array<double, N>> fit() const;
+  // Only the last input's coefficient, the others zero: for samples that never varied the rest.
+  std::optional<std::array<double, N>> fit_through_origin() const;
   uint64_t samples() const { return samples_; }
 
  private:
@@ -51,6 +53,16 @@ class HitCostModel {
 
   std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
   std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
+
+  // The fitted coefficients at one moment, to evaluate many times without locking (a planner
+  // tries every split of a prefix of thousands of blocks).
+  struct Snapshot {
+    std::array<std::optional<std::array<double, 2>>, kMaxTiers> restore;  // seconds ~ a + b * MiB
+    std::optional<std::array<double, 3>> prefill;
+    std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
+    std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
+  };
+  Snapshot snapshot() const;
 
   // For tests and benchmarks: estimates measured elsewhere, as if observed.
   void set_restore(size_t tier, double fixed_seconds, double bytes_per_second);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 namespace kvtier {
 
@@ -21,41 +22,39 @@ const char* hit_policy_name(HitPolicy policy) {
   return "?";
 }
 
-namespace {
-
-// Seconds to load blocks [from, to): each tier involved pays its fixed cost once and its rate for
-// its bytes; tiers are read one after another (a conservative sum).
-std::optional<double> load_time(const HitPlanInput& in, const HitCostModel& costs, size_t from, size_t to) {
-  std::array<uint64_t, kMaxTiers> bytes{};
-  for (size_t i = from; i < to; ++i) {
-    const int t = in.block_tiers[i];
-    if (t > 0 && static_cast<size_t>(t) < kMaxTiers) bytes[t] += in.block_bytes;
-  }
-  double total = 0;
-  for (size_t t = 1; t < kMaxTiers; ++t) {
-    if (bytes[t] == 0) continue;
-    const auto s = costs.restore_seconds(t, bytes[t]);
-    if (!s) return std::nullopt;
-    total += *s;
-  }
-  return total;
-}
-
-}  // namespace
-
-HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& costs, HitPolicy policy) {
+HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy policy) {
+  const HitCostModel::Snapshot costs = model.snapshot();
   HitPlan plan;
   plan.cached_blocks = in.block_tiers.size();
   while (plan.gpu_blocks < plan.cached_blocks && in.block_tiers[plan.gpu_blocks] == 0) ++plan.gpu_blocks;
   const size_t g = plan.gpu_blocks, n = plan.cached_blocks;
   const uint64_t bs = in.block_size;
+  // Bytes of blocks [s, n) in each tier, for every s: each split's load in O(tiers).
+  std::vector<std::array<uint64_t, kMaxTiers>> suffix(n + 1);
+  for (size_t i = n; i-- > g;) {
+    suffix[i] = suffix[i + 1];
+    const int t = in.block_tiers[i];
+    if (t > 0 && static_cast<size_t>(t) < kMaxTiers) suffix[i][t] += in.block_bytes;
+  }
+  // Seconds of the load of [s, n): the part that runs beside compute, and the part after it.
+  auto load = [&](size_t s) -> std::optional<std::pair<double, double>> {
+    std::pair<double, double> out{0, 0};
+    for (size_t t = 1; t < kMaxTiers; ++t) {
+      if (suffix[s][t] == 0) continue;
+      const auto sec = costs.restore_seconds(t, suffix[s][t]);
+      if (!sec) return std::nullopt;
+      (in.overlaps_compute[t] ? out.first : out.second) += *sec;
+    }
+    return out;
+  };
   const auto rest = costs.prefill_seconds(in.uncached_tokens, n * bs);
   // Predicted time to the first token when blocks [g, s) are computed while [s, n) load.
   auto predict = [&](size_t s) -> std::optional<double> {
+    if (s == n) return costs.prefill_seconds((n - g) * bs + in.uncached_tokens, g * bs);
     const auto front = costs.prefill_seconds((s - g) * bs, g * bs);
-    const auto load = load_time(in, costs, s, n);
-    if (!front || !load || !rest) return std::nullopt;
-    return std::max(*front, *load) + *rest;
+    const auto l = load(s);
+    if (!front || !l || !rest) return std::nullopt;
+    return std::max(*front, l->first) + l->second + *rest;
   };
   plan.load_only = predict(g);
   plan.compute_only = predict(n);
@@ -63,9 +62,7 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& costs, HitPolicy po
   if (policy == HitPolicy::kCompute) {
     s = n;
   } else if (policy == HitPolicy::kCost && plan.load_only && plan.compute_only) {
-    // The front's compute grows and the back's load shrinks with s: scan every split (a prefix
-    // is at most a few thousand blocks, and each step is two fits' arithmetic). Ties keep the
-    // smaller s: loading leaves the GPU free for other sequences.
+    // Ties keep the smaller s: loading leaves the GPU free for other sequences.
     double best = *plan.load_only;
     for (size_t k = g + 1; k <= n; ++k) {
       const auto t = predict(k);
@@ -77,7 +74,7 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& costs, HitPolicy po
   }
   plan.compute_blocks = s;
   plan.predicted = predict(s);
-  plan.load_seconds = load_time(in, costs, s, n);
+  if (const auto l = load(s)) plan.load_seconds = l->first + l->second;
   return plan;
 }
 

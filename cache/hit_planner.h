@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -31,6 +32,10 @@ struct HitPlanInput {
   uint64_t block_bytes = 0;
   uint32_t block_size = 16;          // tokens per block
   uint64_t uncached_tokens = 0;      // computed after the prefix whatever the plan
+  // Tiers whose loads proceed while the GPU computes: those that wait on a disk or the network.
+  // A load from memory is mostly its upload, and uploads queue behind compute on the engine's
+  // one timeline, so it is counted after the front, not beside it.
+  std::array<bool, kMaxTiers> overlaps_compute{};
 };
 
 struct HitPlan {
@@ -45,7 +50,8 @@ struct HitPlan {
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill
-// falls back to a pure load (what kvtier did before plans).
+// falls back to a pure load (what kvtier did before plans). A split that computes every cached
+// block is one prefill of them and the uncached rest together (no second launch). O(blocks).
 HitPlan plan_hit(const HitPlanInput& input, const HitCostModel& costs, HitPolicy policy);
 
 }  // namespace kvtier

@@ -12,6 +12,18 @@ KvLayout LlamaConfig::kv_layout(DType dtype, int block_size) const {
 
 LlamaConfig LlamaConfig::tiny() { return LlamaConfig{}; }
 
+LlamaConfig LlamaConfig::llama_1b_shaped() {
+  LlamaConfig c;
+  c.vocab = 32768;
+  c.num_layers = 16;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 64;
+  c.ffn = 8192;
+  c.rope_theta = 500000.0f;
+  return c;
+}
+
 namespace {
 
 // splitmix64: the same numbers on every platform and library version.

@@ -28,6 +28,11 @@ struct LlamaConfig {
   KvLayout kv_layout(DType dtype, int block_size) const;
   // 4 layers, 8 heads / 2 KV heads, head_dim 64, vocab 512 (the tests' model).
   static LlamaConfig tiny();
+  // Llama-3.2-1B's shape (16 layers, 32 heads / 8 KV heads, head_dim 64, FFN 8192) with a 32k
+  // vocabulary instead of 128k (the logits are one row per sequence; the rest is the same work):
+  // a model whose prefill and KV restore are of the same order on an H100, where planning a hit
+  // matters. Weights are generated like the tiny one's.
+  static LlamaConfig llama_1b_shaped();
 };
 
 // Host copies, f32, row-major; matrices are [in, out] (y = x @ W).

@@ -20,6 +20,17 @@ TEST(HitCostModel, RecoversAFixedCostAndARateFromRestores) {
   EXPECT_FALSE(m.restore_seconds(2, kBlockBytes)) << "each tier has its own";
 }
 
+// kvtierd's GETs and an engine's repeated prompts restore the same number of blocks each time: the
+// fixed cost cannot be told from the rate then, and the estimate goes through the origin.
+TEST(HitCostModel, RestoresOfOneSizeStillGiveAnEstimateNearThatSize) {
+  HitCostModel m;
+  m.observe_restore(1, 4ull << 20, 0.004);
+  m.observe_restore(1, 4ull << 20, 0.006);
+  const auto s = m.restore_seconds(1, 4ull << 20);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(*s, 0.005, 0.0011);
+}
+
 TEST(HitCostModel, RecentSamplesOutweighOldOnes) {
   HitCostModel m;
   for (int i = 0; i < 10; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.001));
@@ -46,8 +57,11 @@ struct Costs {
   }
 };
 
+// Loads from the SSD (tier 2) run beside compute; loads from RAM (tier 1) after it.
 HitPlanInput input(const std::vector<int>& tiers, uint64_t rest = 16) {
-  return {tiers, kBlockBytes, 16, rest};
+  HitPlanInput in{tiers, kBlockBytes, 16, rest, {}};
+  in.overlaps_compute[2] = true;
+  return in;
 }
 
 TEST(HitPlanner, CheapLoadsAreLoadedAndCheapComputeIsComputed) {
@@ -70,6 +84,14 @@ TEST(HitPlanner, WhenBothCostTheSameTheSplitOverlapsThemAndBeatsEither) {
   ASSERT_TRUE(p.predicted && p.load_only && p.compute_only);
   // Meeting in the middle: about 1 / (1/load + 1/compute) of the work, near half of either.
   EXPECT_LT(*p.predicted, 0.6 * std::min(*p.load_only, *p.compute_only));
+}
+
+TEST(HitPlanner, ALoadThatCannotRunBesideComputeIsNeverSplit) {
+  // RAM's load queues behind compute: a split only adds the front's time to the load's.
+  const std::vector<int> ram(64, 1);
+  Costs c(1, 1, 15e3);
+  const HitPlan p = plan_hit(input(ram), c.model, HitPolicy::kCost);
+  EXPECT_TRUE(p.compute_blocks == 0 || p.compute_blocks == 64) << p.compute_blocks;
 }
 
 TEST(HitPlanner, BlocksOnTheGpuAreNeverRecomputed) {

@@ -1,0 +1,128 @@
+#include "bench/e2e_plans.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "cache/cache_stack.h"
+#include "cache/cached_generator.h"
+
+namespace kvtier::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kBlockSize = 16;
+
+void must(const Status& s) {
+  if (s.ok()) return;
+  std::cerr << "e2e_bench: " << s.to_string() << "\n";
+  std::exit(1);
+}
+template <typename T>
+T must(Result<T> r) {
+  must(r.status());
+  return std::move(r).value();
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
+
+// TTFT of one way to bring the prefix in, and what it did.
+struct Measured {
+  double ttft = 0;
+  size_t recomputed = 0;  // cached blocks computed instead of loaded (the last repetition's)
+  bool deadline = false;  // a load was given up at its deadline in some repetition
+  bool identical = true;  // first-token logits equal the uncached run's in every repetition
+};
+
+}  // namespace
+
+std::vector<std::string> plan_columns() {
+  return {"model", "prompt", "prefix in", "uncached ms", "load-only ms", "plan ms (s)", "best sweep ms (s)",
+          "plan / min", "plan / best", "same logits"};
+}
+
+void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) {
+  LlamaConfig config = o.config;
+  config.max_positions = *std::max_element(o.prompts.begin(), o.prompts.end()) + 64;
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  auto model = must(LlamaModel::create(ctx, config, weights));
+  auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
+  for (int p : o.prompts) {
+    std::vector<int32_t> prompt(p);
+    for (int i = 0; i < p; ++i) prompt[i] = (i * 7919 + (i * i) % 101) % config.vocab;
+    const size_t n = static_cast<size_t>((p - 1) / kBlockSize);  // the cached prefix: all but the last token's block
+    for (const bool from_ssd : {false, true}) {
+      CacheStackOptions so;
+      so.layout = layout;
+      so.vulkan = &ctx;
+      so.gpu_pool.num_blocks = static_cast<uint32_t>(3 * (p / kBlockSize) + 64);  // computed + loaded copies
+      so.ram.capacity_bytes = (n + 16) * (layout->dense_block_bytes() + 4096);
+      if (from_ssd) {
+        so.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
+        so.ssd.emplace();
+        so.ssd->dir = o.dir + "/plans-" + o.model_name + "-" + std::to_string(p);
+        so.ssd->reset = true;
+        so.ssd->capacity_bytes = std::max<uint64_t>(4 * n * layout->dense_block_bytes(), 1ull << 30);
+      }
+      auto stack = must(CacheStack::open(so));
+      PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"plans", layout->fingerprint(), ""}, kBlockSize);
+      CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
+      must(gen.calibrate(std::min<size_t>(p, 8192)));
+
+      std::vector<float> reference;
+      auto run = [&](bool use_cache, const HitOptions& hit) {
+        if (use_cache) {
+          must(stack->evict_gpu());
+          if (stack->ssd()) stack->ssd()->flush();
+        }
+        gen.hit_options() = hit;
+        const auto t0 = Clock::now();
+        Generation out = must(gen.generate(prompt, 1, use_cache));
+        const double ttft = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (reference.empty()) reference = out.logits[0];
+        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed, out.logits[0] == reference);
+      };
+      auto measure = [&](bool use_cache, const HitOptions& hit) {
+        Measured m;
+        std::vector<double> t;
+        for (int r = 0; r < o.reps; ++r) {
+          auto [ttft, recomputed, deadline, same] = run(use_cache, hit);
+          t.push_back(ttft);
+          m.recomputed = recomputed;
+          m.deadline = m.deadline || deadline;
+          m.identical = m.identical && same;
+        }
+        m.ttft = median_of(t);
+        return m;
+      };
+      run(false, {});                               // warm-up, and the reference logits
+      const Measured uncached = measure(false, {});
+      must(gen.generate(prompt, 1, true).status());  // publishes the prefix
+      HitOptions load{HitPolicy::kLoad, std::nullopt, 0, {}};
+      const Measured load_only = measure(true, load);
+      Measured best;
+      size_t best_s = 0;
+      for (int k = 0; k < o.sweep_points; ++k) {
+        const size_t s = n * static_cast<size_t>(k) / static_cast<size_t>(std::max(1, o.sweep_points - 1));
+        const Measured m = measure(true, HitOptions{HitPolicy::kCost, s, 0, {}});
+        if (k == 0 || m.ttft < best.ttft) {
+          best = m;
+          best_s = s;
+        }
+      }
+      const Measured plan = measure(true, HitOptions{});  // the default: cost, with a deadline
+      const double floor = std::min(uncached.ttft, load_only.ttft);
+      const bool same = uncached.identical && load_only.identical && best.identical && plan.identical;
+      report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft), ms(load_only.ttft),
+                      ms(plan.ttft) + " (" + std::to_string(plan.recomputed) + (plan.deadline ? ", deadline" : "") + ")",
+                      ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
+                      fmt_double(plan.ttft / best.ttft, 2), same ? "yes" : "NO"});
+    }
+  }
+}
+
+}  // namespace kvtier::bench
