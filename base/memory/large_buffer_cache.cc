@@ -128,7 +128,9 @@ struct Arena {
       if (c->used == 0) {
         cached -= c->cached_slots * c->slot;
         with_room[c->slot].erase(c);
-        if (last_freed[c->slot] == c) last_freed.erase(c->slot);
+        // find, not []: [] would leave a null entry for a size with none, and the next acquire of
+        // that size dereferenced it (a crash seen once blocks of two sizes shared the process).
+        if (auto it = last_freed.find(c->slot); it != last_freed.end() && it->second == c) last_freed.erase(it);
         ::munmap(c->base, c->bytes);
         chunks.erase(reinterpret_cast<uintptr_t>(c->base));
         return;

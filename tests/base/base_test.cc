@@ -140,4 +140,25 @@ TEST(LargeBufferChunks, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
 }
 
 }  // namespace
+// Trimming empty chunks of a size class, in whatever order they lie, leaves the class usable: the
+// trim once left a null "last freed" entry for a class and the next acquire of it crashed (seen on
+// the H100 host when a 32 KiB-block cache was trimmed before a 256 KiB-block one filled).
+TEST(LargeBufferChunks, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
+  const size_t size = 40u << 20;  // one slot per chunk: three buffers, three chunks
+  bool fresh = false;
+  void* bufs[3];
+  for (void*& b : bufs) {
+    b = large_buffer_acquire(size, &fresh);
+    ASSERT_NE(b, nullptr);
+  }
+  for (void* b : bufs) large_buffer_release(b, size);  // kept: within the limit
+  set_large_buffer_cache_limit(0);                    // every chunk empty and unheld: all unmapped
+  for (void* b : bufs) EXPECT_EQ(large_buffer_chunk(b).base, nullptr);
+  void* again = large_buffer_acquire(size, &fresh);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(fresh);
+  large_buffer_release(again, size);
+  set_large_buffer_cache_limit(512u << 20);
+}
+
 }  // namespace kvtier
