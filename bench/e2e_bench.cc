@@ -8,7 +8,9 @@
 //    in this run (PyTorch on a CUDA GPU; elsewhere our own f32 Vulkan matmul, said in the notes).
 // Medians of repetitions; tables on stdout, rows in e2e_bench_tiny.json / e2e_bench_8b.json, and
 // bench/plot_e2e.py draws e2e_bench.png from them.
+#include <execinfo.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -215,9 +217,9 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
 
     std::vector<float> reference;
     auto run = [&](CachedGenerator& g, bool use_cache, TinyCase& c) {
-      const auto t0 = Clock::now();
+      // The first token's time, not the call's: publishing the computed blocks comes after it.
       Generation out = must(g.generate(prompt, 1, use_cache));
-      c.ttft.push_back(since(t0));
+      c.ttft.push_back(out.first_token_seconds);
       c.restore.push_back(out.restore_seconds);
       c.prefill.push_back(out.prefill_seconds);
       c.cached_tokens = out.cached_tokens;
@@ -415,6 +417,13 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A crash on the GPU host (no debugger there) prints its return addresses, for addr2line here.
+  ::signal(SIGSEGV, [](int) {
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, 2);
+    std::_Exit(139);
+  });
   CLI::App app{"e2e_bench: time to first token with the prefix restored from each tier"};
   std::vector<int> prompts = {2048, 8192};
   int reps = 5;
@@ -449,6 +458,9 @@ int main(int argc, char** argv) {
   app.add_option("--plan-models", plan_models, "Models of the hit-plan table: tiny, 1b (none: skip it)")
       ->delimiter(',');
   app.add_option("--sweep-points", sweep_points, "Hit-plan table: splits tried per row");
+  double sweep_deadline = 0;
+  app.add_option("--sweep-deadline", sweep_deadline,
+                 "Hit-plan table: give the sweep's loads up after this multiple of their predicted time (0: never)");
   CLI11_PARSE(app, argc, argv);
   const HitPolicy policy = must(parse_hit_policy(hit_policy));
   for (int p : prompts) {
@@ -485,7 +497,7 @@ int main(int argc, char** argv) {
     if (m == "none") continue;
     if (m != "tiny" && m != "1b") die(invalid_argument("--plan-models: '" + m + "' is not tiny or 1b"));
     PlanBenchOptions po{m, m == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny(), prompts, reps,
-                        sweep_points, dir};
+                        sweep_points, dir, sweep_deadline};
     Report r("e2e, " + m + " Llama (BF16 KV), whole prefix cached: TTFT by how it reaches the GPU", plan_columns());
     bench_plans(*ctx, po, r);
     r.add_note("uncached: the whole prompt computed. load-only: every cached block loaded (compute only the last "

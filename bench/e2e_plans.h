@@ -21,6 +21,9 @@ struct PlanBenchOptions {
   int reps = 3;
   int sweep_points = 9;  // splits tried, evenly from all loaded to all computed
   std::string dir;       // where the SSD tiers live
+  // The sweep's loads are given up after this multiple of their predicted time (0: never): with a
+  // tiny factor every split becomes "front computed, the rest computed as a second chunk".
+  double sweep_deadline_factor = 0;
 };
 
 // Appends one row per (prompt, source) to `report`, whose columns are plan_columns().

@@ -79,12 +79,12 @@ struct OwnedKeys {
 constexpr size_t kLoaderThreads = 2;
 }  // namespace
 
-PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool always_background) {
+PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool always_background, bool timed) {
   PendingFetch out;
   const std::vector<int> where = locate(keys);
   const bool waits = std::any_of(where.begin(), where.end(), [&](int t) { return tiers_[t]->reads_wait_on_io(); });
   if (!waits && !always_background) {
-    out.now_ = fetch_located(keys, where);
+    out.now_ = fetch_located(keys, where, timed);
     return out;
   }
   {
@@ -96,8 +96,8 @@ PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool alway
   out.later_ = promise->get_future();
   metrics_.background_fetches.inc();
   metrics_.background_fetches_in_flight.add(1);
-  auto job = [this, owned, promise] {
-    PinnedBlocks got = fetch(owned->keys);
+  auto job = [this, owned, promise, timed] {
+    PinnedBlocks got = fetch_located(owned->keys, locate(owned->keys), timed);
     metrics_.background_fetches_in_flight.add(-1);
     promise->set_value(std::move(got));
   };
@@ -306,7 +306,7 @@ int TieredCache::relocate(const BlockHash& hash, int skip) const {
   return -1;
 }
 
-PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where) {
+PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where, bool timed) {
   metrics_.fetches.inc();
   const auto fetch_started = std::chrono::steady_clock::now();
   PinnedBlocks out;
@@ -503,7 +503,7 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
     moved += e.block->size_bytes();
     slowest = std::max(slowest, e.source_tier);
   }
-  if (moved > 0) {
+  if (moved > 0 && timed) {
     costs_.observe_restore(static_cast<size_t>(slowest), moved,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - fetch_started).count());
   }

@@ -121,8 +121,10 @@ class TieredCache {
   // waits on the handle; otherwise it runs now. The prefix is located again when the load starts,
   // so a block evicted or erased meanwhile ends it there, as in fetch(). `keys` (and the tokens
   // they point at) are copied. `always_background`: on a loader thread even from memory (a
-  // caller that computes meanwhile, as a hit plan does).
-  PendingFetch fetch_async(std::span<const BlockKey> keys, bool always_background = false);
+  // caller that computes meanwhile, as a hit plan does). `timed`: the load teaches the cost model
+  // its tiers' rates; false for a load that shares the GPU with the caller's compute (its time
+  // would charge the compute to the tier).
+  PendingFetch fetch_async(std::span<const BlockKey> keys, bool always_background = false, bool timed = true);
 
   // Removes a block from every tier. True if any tier held it.
   bool erase(const BlockHash& hash);
@@ -153,7 +155,7 @@ class TieredCache {
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
-  PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where);
+  PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where, bool timed = true);
   // The tier that holds `hash` now (top first, `skip` left out), or -1.
   int relocate(const BlockHash& hash, int skip) const;
   // A block locate() found in `tier` is in no tier at read: counted and logged, a miss.

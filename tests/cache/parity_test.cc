@@ -306,6 +306,33 @@ TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
   expect_bit_identical(*b, want_b, "B, its SSD load given up at the deadline");
 }
 
+// The same with a front computed first: the load is given up after the front, and everything from
+// the GPU's blocks on is computed again in one launch (a second computed launch after a computed
+// front did not give the one-launch bits on the H100's tensor-core path).
+TEST_P(ParityTest, AFrontComputedAndALoadPastItsDeadlineEqualRecomputed) {
+  const Generation want_b = reference(kPromptB);
+  testing::TempDir dir;
+  Stack s(GetParam(), ssd_stack(dir.str()));
+  s.run(kPromptA);
+  s.evict_gpu();
+  s.ssd->flush();
+  HitCostModel& costs = s.tiers->cache().costs();
+  costs.set_restore(2, 0.0005, 2e9);
+  costs.set_prefill(0.05, 0.01, 0);
+  s.gen->hit_options().forced_compute_blocks = 1;
+  Result<Generation> b = Generation{};
+  {
+    testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
+                                                 0, 0, std::numeric_limits<uint64_t>::max(),
+                                                 std::chrono::milliseconds(1500)});
+    b = s.gen->generate(kPromptB, kNewTokens);
+  }
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_TRUE(b->load_deadline_passed);
+  EXPECT_EQ(b->recomputed_blocks, 3u);
+  expect_bit_identical(*b, want_b, "B: one block computed, then its SSD load given up and the rest computed");
+}
+
 // Asynchronous fetch: B's prefix comes off a slow SSD (each read held back 1.5 s) while two
 // uncached prompts start at once and decode; B joins the batch when its blocks are in. Every
 // sequence still gets, bit for bit, what it gets alone. The hold must outlast the others' two
