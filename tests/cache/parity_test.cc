@@ -277,26 +277,30 @@ TEST_P(ParityTest, EverySplitOfComputeAndLoadEqualsRecomputed) {
   }
 }
 
-// The planner believes the SSD is fast (a restore of these blocks takes about a millisecond), but
-// every read is held 1.5 s: the load is given up at its deadline and its blocks computed, so the
-// first token comes long before the disk answers, with the recomputation's bits.
-TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
-  const Generation want_b = reference(kPromptB);
+// B over an SSD that holds A's blocks and every read of which is held 1.5 s, with a cost model
+// that believes the SSD fast (these blocks in about a millisecond) and computing slow (3 blocks in
+// 0.53 s): the plan loads, `forced_compute` blocks first computed if given.
+Result<Generation> run_b_over_a_held_ssd(DType dt, std::optional<size_t> forced_compute) {
   testing::TempDir dir;
-  Stack s(GetParam(), ssd_stack(dir.str()));
+  Stack s(dt, ssd_stack(dir.str()));
   s.run(kPromptA);
   s.evict_gpu();
   s.ssd->flush();
   HitCostModel& costs = s.tiers->cache().costs();
   costs.set_restore(2, 0.0005, 2e9);
-  costs.set_prefill(0.05, 0.01, 0);  // computing 3 blocks (0.53 s) loses to loading them
-  Result<Generation> b = Generation{};
-  {
-    testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
-                                                 0, 0, std::numeric_limits<uint64_t>::max(),
-                                                 std::chrono::milliseconds(1500)});
-    b = s.gen->generate(kPromptB, kNewTokens);
-  }
+  costs.set_prefill(0.05, 0.01, 0);
+  s.gen->hit_options().forced_compute_blocks = forced_compute;
+  testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
+                                               0, 0, std::numeric_limits<uint64_t>::max(),
+                                               std::chrono::milliseconds(1500)});
+  return s.gen->generate(kPromptB, kNewTokens);
+}
+
+// The load is given up at its deadline and its blocks computed, so the first token comes long
+// before the disk answers, with the recomputation's bits.
+TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
+  const Generation want_b = reference(kPromptB);
+  const Result<Generation> b = run_b_over_a_held_ssd(GetParam(), std::nullopt);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(b->plan.compute_blocks, 0u) << "the plan was a pure load";
   EXPECT_TRUE(b->load_deadline_passed);
@@ -311,22 +315,7 @@ TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
 // front did not give the one-launch bits on the H100's tensor-core path).
 TEST_P(ParityTest, AFrontComputedAndALoadPastItsDeadlineEqualRecomputed) {
   const Generation want_b = reference(kPromptB);
-  testing::TempDir dir;
-  Stack s(GetParam(), ssd_stack(dir.str()));
-  s.run(kPromptA);
-  s.evict_gpu();
-  s.ssd->flush();
-  HitCostModel& costs = s.tiers->cache().costs();
-  costs.set_restore(2, 0.0005, 2e9);
-  costs.set_prefill(0.05, 0.01, 0);
-  s.gen->hit_options().forced_compute_blocks = 1;
-  Result<Generation> b = Generation{};
-  {
-    testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
-                                                 0, 0, std::numeric_limits<uint64_t>::max(),
-                                                 std::chrono::milliseconds(1500)});
-    b = s.gen->generate(kPromptB, kNewTokens);
-  }
+  const Result<Generation> b = run_b_over_a_held_ssd(GetParam(), 1);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_TRUE(b->load_deadline_passed);
   EXPECT_EQ(b->recomputed_blocks, 3u);

@@ -20,6 +20,8 @@ for f in ./usr/bin/kvtierd ./usr/bin/kvtier-fsck ./usr/lib/libkvtier.so.0 ./usr/
 done
 grep -q '^./usr/lib/python3\.[0-9]*/dist-packages/kvtier/_kvtier\..*\.so$' <<<"$files" \
   || { echo "the package lacks the Python extension"; exit 1; }
-dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/kvtierd.service | grep -q '^ExecStart=/usr/bin/kvtierd ' \
-  || { echo "the packaged unit does not start /usr/bin/kvtierd"; exit 1; }
+# Read whole before grep: `grep -q` stops at the first match, and under pipefail the tar it cut off
+# (SIGPIPE) failed this check now and then.
+unit=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/kvtierd.service)
+grep -q '^ExecStart=/usr/bin/kvtierd ' <<<"$unit" || { echo "the packaged unit does not start /usr/bin/kvtierd"; exit 1; }
 echo "package ok: $(basename "$deb")"
