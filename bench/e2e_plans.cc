@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <iostream>
 
+#include <sstream>
+
+#include "base/metrics/metrics_exporters.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
 
@@ -34,7 +37,24 @@ struct Measured {
   size_t recomputed = 0;  // cached blocks computed instead of loaded (the last repetition's)
   bool deadline = false;  // a load was given up at its deadline in some repetition
   bool identical = true;  // first-token logits equal the uncached run's in every repetition
+  size_t fewest_cached_tokens = ~size_t{0};  // restored, in the repetition that restored least
 };
+
+// The cache's drop, corruption and failure counters that are not zero: why a row's logits differed.
+std::string nonzero_failures(TieredCache& cache) {
+  PrometheusTextWriter w;
+  cache.visit_metrics(w);
+  std::istringstream in(w.text());
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.ends_with(" 0")) continue;
+    if (line.find("drop") != std::string::npos || line.find("corrupt") != std::string::npos ||
+        line.find("fail") != std::string::npos || line.find("gone") != std::string::npos) {
+      out += "    " + line + "\n";
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -82,13 +102,15 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         Generation out = must(gen.generate(prompt, 1, use_cache));
         const double ttft = out.first_token_seconds;
         if (reference.empty()) reference = out.logits[0];
-        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed, out.logits[0] == reference);
+        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed, out.logits[0] == reference,
+                               out.cached_tokens);
       };
       auto measure = [&](bool use_cache, const HitOptions& hit) {
         Measured m;
         std::vector<double> t;
         for (int r = 0; r < o.reps; ++r) {
-          auto [ttft, recomputed, deadline, same] = run(use_cache, hit);
+          auto [ttft, recomputed, deadline, same, cached] = run(use_cache, hit);
+          m.fewest_cached_tokens = std::min(m.fewest_cached_tokens, cached);
           t.push_back(ttft);
           m.recomputed = recomputed;
           m.deadline = m.deadline || deadline;
@@ -109,8 +131,12 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         const size_t s = n * static_cast<size_t>(k) / static_cast<size_t>(std::max(1, o.sweep_points - 1));
         const Measured m = measure(true, HitOptions{HitPolicy::kCost, s, o.sweep_deadline_factor, {}});
         sweep_identical.push_back(m.identical);
-        if (!m.identical) std::cerr << o.model_name << " " << p << (from_ssd ? " SSD" : " RAM") << ": split " << s
-                                    << (m.deadline ? " (deadline)" : "") << " gave other logits\n";
+        if (!m.identical) {
+          std::cerr << o.model_name << " " << p << (from_ssd ? " SSD" : " RAM") << ": split " << s
+                    << (m.deadline ? " (deadline)" : "") << " gave other logits; fewest tokens restored "
+                    << m.fewest_cached_tokens << " of " << n * kBlockSize << "\n"
+                    << nonzero_failures(stack->cache());
+        }
         if (k == 0 || m.ttft < best.ttft) {
           best = m;
           best_s = s;

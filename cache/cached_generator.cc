@@ -235,10 +235,14 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     }
     size_t loaded = 0;
     if (split < n) {
+      // Giving up costs a recompute from the GPU's blocks (one launch, for exactness), so the load
+      // is given until a recompute would have finished, and at least deadline_factor times its own
+      // prediction: a load a little late is still cheaper than starting over.
       auto deadline = Clock::time_point::max();
       if (hit_.deadline_factor > 0 && s.out.plan.load_seconds) {
-        deadline = load_started + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(hit_.deadline_factor * *s.out.plan.load_seconds)) +
+        const double wait = std::max(hit_.deadline_factor * *s.out.plan.load_seconds,
+                                     s.out.plan.compute_only.value_or(0.0));
+        deadline = load_started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)) +
                    hit_.deadline_slack;
       }
       if (back.wait_until(deadline)) {

@@ -48,8 +48,9 @@ struct HitOptions {
   // Compute exactly this many cached blocks (after those on the GPU, at most all of them),
   // whatever the policy: for parity tests and split sweeps.
   std::optional<size_t> forced_compute_blocks;
-  // A load predicted to take t seconds is waited for until deadline_factor * t + deadline_slack;
-  // then compute takes over the blocks not in. 0: wait however long it takes.
+  // A load predicted to take t seconds is waited for until max(deadline_factor * t, the predicted
+  // recompute) + deadline_slack; then everything after the GPU's blocks is computed. 0: wait
+  // however long it takes.
   double deadline_factor = 2.0;
   std::chrono::microseconds deadline_slack{2000};
 };
