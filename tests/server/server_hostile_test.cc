@@ -191,8 +191,13 @@ TEST_F(ServerHostileTest, HeadersWithoutTheirBodiesHoldNoMoreThanMaxBodyMemory) 
   EXPECT_EQ(metric_value(c, "kvtier_server_body_bytes_held"), static_cast<double>(fit * kMaxTinyBody));
   const size_t during = server->rss_bytes();
   // The budget, plus what 1,064 connection threads touch of their stacks (measured on the 2-core
-  // VM: 10 MiB for as many connections holding half a header, no body budget involved).
+  // VM: 10 MiB for as many connections holding half a header, no body budget involved). Under ASan
+  // its shadow memory and freed-memory quarantine are RSS too: the metrics above hold the budget.
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(during, before + kBudget + (32ull << 20)) << "RSS " << before / 1048576 << " -> " << during / 1048576 << " MiB";
+#else
+  (void)during;
+#endif
   // A refused client was told why, in its door's format.
   const auto refused = read_reply(fds.front());
   EXPECT_TRUE(refused.status == 503 || refused.status == 0) << refused.body;
