@@ -39,6 +39,8 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     KVTIER_ASSIGN_OR_RETURN(s->remote_, RemoteTier::open(*o.remote, std::move(registry)));
     tiers.push_back(s->remote_);
   }
+  const size_t ssd_index = s->ssd_ ? static_cast<size_t>(std::find(tiers.begin(), tiers.end(), s->ssd_) - tiers.begin()) : 0;
+  s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
   if (s->remote_) {
     // A failed remote write is retried only while this host still holds the block itself.
     s->remote_->set_held_locally([stack = s.get()](const BlockHash& h) {
@@ -48,8 +50,6 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
       return false;
     });
   }
-  const size_t ssd_index = s->ssd_ ? static_cast<size_t>(std::find(tiers.begin(), tiers.end(), s->ssd_) - tiers.begin()) : 0;
-  s->cache_ = std::make_unique<TieredCache>(std::move(tiers));
   if (s->ssd_ && admission->name() != "all") s->cache_->set_admission(ssd_index, std::move(admission));
   return s;
 }

@@ -514,10 +514,11 @@ std::vector<TieredCache::LoadEstimate> TieredCache::estimate_load(const LookupRe
                                                                    uint64_t block_bytes) const {
   std::vector<size_t> blocks(tiers_.size(), 0);
   for (const LookupResult::Hit& h : found.blocks) ++blocks[h.tier];
+  const HitCostModel::Snapshot costs = costs_.snapshot();  // once: every lookup of kvtierd asks
   std::vector<LoadEstimate> out;
   for (size_t t = 1; t < tiers_.size(); ++t) {
     if (blocks[t] == 0) continue;
-    out.push_back({std::string(tiers_[t]->name()), blocks[t], costs_.restore_seconds(t, blocks[t] * block_bytes)});
+    out.push_back({std::string(tiers_[t]->name()), blocks[t], costs.restore_seconds(t, blocks[t] * block_bytes)});
   }
   return out;
 }
