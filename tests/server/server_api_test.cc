@@ -34,6 +34,8 @@ class ServerApiTest : public ::testing::Test {
     return s;
   }
   std::string ssd() const { return (dir_ / "ssd").string(); }
+  // A kvtierd run that stores `blocks` and is stopped with `sig`, cleanly; its log.
+  std::string store_and_stop(const std::vector<std::string>& args, const std::vector<WireBlock>& blocks, int sig);
 
   testing::TempDir dir_;
   int started_ = 0;
@@ -45,6 +47,15 @@ void put_all(KvtierClient& c, const std::vector<WireBlock>& blocks, bool expect_
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(*r, expect_stored);
   }
+}
+
+std::string ServerApiTest::store_and_stop(const std::vector<std::string>& args, const std::vector<WireBlock>& blocks,
+                                          int sig) {
+  auto server = start(args);
+  KvtierClient c("127.0.0.1", server->port());
+  put_all(c, blocks, true);
+  EXPECT_EQ(server->stop(sig), 0);
+  return server->log();
 }
 
 void expect_served(KvtierClient& c, const std::vector<WireBlock>& blocks) {
@@ -109,14 +120,8 @@ TEST_F(ServerApiTest, RestartServesTheSameBlocksFromSsd) {
   const std::vector<std::string> args{"--layout", "tiny", "--ssd-cache-dir", ssd()};
   const auto tokens = testing::prompt(2, 4 * 16);
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
-  {
-    auto server = start(args);
-    KvtierClient c("127.0.0.1", server->port());
-    put_all(c, blocks, true);
-    EXPECT_EQ(server->stop(SIGINT), 0);
-    EXPECT_NE(server->log().find("wrote 4 blocks that only RAM held to the SSD; 0 left"), std::string::npos)
-        << server->log();
-  }
+  const std::string first_run = store_and_stop(args, blocks, SIGINT);
+  EXPECT_NE(first_run.find("wrote 4 blocks that only RAM held to the SSD; 0 left"), std::string::npos) << first_run;
   auto server = start(args);
   KvtierClient c("127.0.0.1", server->port());
   auto found = c.lookup("m", tokens);
@@ -139,12 +144,7 @@ TEST_F(ServerApiTest, LookupEstimatesTheLoadOfEachLowerTierFromTimedRestores) {
   const std::vector<std::string> args{"--layout", "tiny", "--ssd-cache-dir", ssd()};
   const auto tokens = testing::prompt(3, 16 * 16);
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
-  {
-    auto server = start(args);
-    KvtierClient c("127.0.0.1", server->port());
-    put_all(c, blocks, true);
-    EXPECT_EQ(server->stop(SIGTERM), 0);
-  }
+  store_and_stop(args, blocks, SIGTERM);
   auto server = start(args);  // restarted: every block is on the SSD only
   KvtierClient c("127.0.0.1", server->port());
   auto before = c.lookup("m", tokens);

@@ -62,6 +62,14 @@ BlockRef block(std::shared_ptr<const KvLayout> l, uint64_t seed) {
 
 BlockRequest request_for(const BlockRef& b) { return {b->hash(), b->identity().token_ids}; }
 
+// A port where no Redis listens now (one was started there and stopped), or 0.
+int free_redis_port(const TempDir& dir) {
+  std::string error;
+  auto probe = RedisServers::standalone(dir.str(), {}, &error);
+  EXPECT_TRUE(probe) << error;
+  return probe ? probe->ports().front() : 0;
+}
+
 TEST(RedisAddress, ParsesSeedsAndCredentials) {
   auto a = RedisAddress::parse("redis://alice:p%40ss@10.0.0.1:7000,10.0.0.2:7001");
   ASSERT_TRUE(a.ok()) << a.status().to_string();
@@ -212,11 +220,8 @@ TEST(RemoteTier, MovedAndAskRedirectsAreFollowed) {
 TEST(RemoteTier, ARedisDownAtStartIsAMissUntilItComesBack) {
   TempDir dir;
   std::string error;
-  // Find a free port by starting and stopping a server there.
-  auto probe = RedisServers::standalone(dir.str(), {}, &error);
-  ASSERT_TRUE(probe) << error;
-  const int port = probe->ports().front();
-  probe.reset();
+  const int port = free_redis_port(dir);
+  ASSERT_GT(port, 0);
   auto l = layout_of(DType::kF16);
   auto tier = open_tier("redis://127.0.0.1:" + std::to_string(port), registry_for({l}));
   ASSERT_TRUE(tier);
@@ -246,10 +251,8 @@ TEST(RemoteTier, ARedisDownAtStartIsAMissUntilItComesBack) {
 TEST(RemoteTier, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
   TempDir dir;
   std::string error;
-  auto probe = RedisServers::standalone(dir.str(), {}, &error);
-  ASSERT_TRUE(probe) << error;
-  const int port = probe->ports().front();
-  probe.reset();
+  const int port = free_redis_port(dir);
+  ASSERT_GT(port, 0);
   auto l = layout_of(DType::kBF16);
   const std::string url = "redis://127.0.0.1:" + std::to_string(port);
   auto tier = open_tier(url, registry_for({l}));
@@ -277,11 +280,9 @@ TEST(RemoteTier, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
 
 TEST(RemoteTier, AFailedWriteIsDroppedWithAReasonOnceNoLocalTierHoldsItOrItsWindowEnds) {
   TempDir dir;
-  std::string error;
-  auto probe = RedisServers::standalone(dir.str(), {}, &error);
-  ASSERT_TRUE(probe) << error;
-  const std::string url = "redis://127.0.0.1:" + std::to_string(probe->ports().front());
-  probe.reset();
+  const int port = free_redis_port(dir);
+  ASSERT_GT(port, 0);
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
   auto l = layout_of(DType::kBF16);
   RemoteTierOptions o;
   o.address = *RedisAddress::parse(url);
