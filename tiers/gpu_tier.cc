@@ -118,7 +118,7 @@ Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
   std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
   KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
   const uint64_t bytes = ids.size() * pool_.block_bytes();
-  KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_));
+  KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_, Lane::kTransfer));
   KVTIER_RETURN_IF_ERROR(transfer_.record_gather(b, ids_.address(), static_cast<uint32_t>(ids.size()),
                                                  device_staging_.address()));
   record_host_copies(b, plan, /*to_device=*/false);
@@ -222,7 +222,7 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
     }
     if (st.ok()) st = ids_.flush(0, ids->size() * 4);
     if (st.ok()) {
-      auto batch = CommandBatch::begin(ctx_);
+      auto batch = CommandBatch::begin(ctx_, Lane::kTransfer);
       st = batch.status();
       if (st.ok()) {
         record_host_copies(*batch, plan, /*to_device=*/true);

@@ -6,31 +6,31 @@
 
 namespace kvtier {
 
-Result<CommandBatch> CommandBatch::begin(VulkanContext& ctx, bool transfer_queue) {
-  KVTIER_ASSIGN_OR_RETURN(VulkanContext::Commands c, ctx.acquire_commands(transfer_queue));
+Result<CommandBatch> CommandBatch::begin(VulkanContext& ctx, Lane lane) {
+  KVTIER_ASSIGN_OR_RETURN(VulkanContext::Commands c, ctx.acquire_commands(lane));
   VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   if (VkResult r = vkBeginCommandBuffer(c.cb, &bi); r != VK_SUCCESS) {
-    ctx.release_commands(c, transfer_queue);
+    ctx.release_commands(c, lane);
     return vk_status("vkBeginCommandBuffer", r);
   }
-  return CommandBatch(ctx, c, transfer_queue);
+  return CommandBatch(ctx, c, lane);
 }
 
 CommandBatch::CommandBatch(CommandBatch&& o) noexcept
     : ctx_(o.ctx_),
       pool_(std::exchange(o.pool_, VK_NULL_HANDLE)),
       cb_(std::exchange(o.cb_, VK_NULL_HANDLE)),
-      transfer_(o.transfer_),
+      lane_(o.lane_),
       submitted_(std::exchange(o.submitted_, 0)), retained_(std::move(o.retained_)) {}
 
 CommandBatch::~CommandBatch() {
   if (cb_ == VK_NULL_HANDLE) return;
   if (submitted_) {
-    Status st = ctx_->wait(submitted_);
+    Status st = ctx_->wait(submitted_, lane_);
     if (!st.ok()) spdlog::error("vulkan: waiting for a batch before freeing it: {}", st.to_string());
   }
-  ctx_->release_commands({pool_, cb_}, transfer_);
+  ctx_->release_commands({pool_, cb_}, lane_);
 }
 
 void CommandBatch::dispatch(const ComputePipeline& p, const void* push, uint32_t push_bytes,
@@ -76,13 +76,13 @@ Result<uint64_t> CommandBatch::submit() {
   if (submitted_) return failed_precondition("command batch submitted twice");
   barrier();  // results are visible to the host once the timeline reaches this batch
   if (VkResult r = vkEndCommandBuffer(cb_); r != VK_SUCCESS) return vk_status("vkEndCommandBuffer", r);
-  KVTIER_ASSIGN_OR_RETURN(submitted_, ctx_->submit(cb_, transfer_));
+  KVTIER_ASSIGN_OR_RETURN(submitted_, ctx_->submit(cb_, lane_));
   return submitted_;
 }
 
 Status CommandBatch::submit_and_wait() {
   KVTIER_ASSIGN_OR_RETURN(uint64_t v, submit());
-  return ctx_->wait(v);
+  return ctx_->wait(v, lane_);
 }
 
 }  // namespace kvtier

@@ -21,7 +21,7 @@ namespace kvtier {
 // waited for before its command pool goes back to the context.
 class CommandBatch {
  public:
-  static Result<CommandBatch> begin(VulkanContext& ctx, bool transfer_queue = false);
+  static Result<CommandBatch> begin(VulkanContext& ctx, Lane lane = Lane::kCompute);
   ~CommandBatch();
   CommandBatch(CommandBatch&& o) noexcept;
   CommandBatch& operator=(CommandBatch&&) = delete;
@@ -54,13 +54,13 @@ class CommandBatch {
   Status submit_and_wait();
 
  private:
-  CommandBatch(VulkanContext& ctx, VulkanContext::Commands commands, bool transfer)
-      : ctx_(&ctx), pool_(commands.pool), cb_(commands.cb), transfer_(transfer) {}
+  CommandBatch(VulkanContext& ctx, VulkanContext::Commands commands, Lane lane)
+      : ctx_(&ctx), pool_(commands.pool), cb_(commands.cb), lane_(lane) {}
   VulkanContext* ctx_;
   VkCommandPool pool_;  // this batch's alone (see VulkanContext::acquire_commands)
   VkCommandBuffer cb_;
-  bool transfer_;
-  uint64_t submitted_ = 0;  // timeline value, 0 until submitted
+  Lane lane_;
+  uint64_t submitted_ = 0;  // the lane's timeline value, 0 until submitted
   std::vector<std::shared_ptr<void>> retained_;  // released after the wait in the destructor
 };
 

@@ -205,19 +205,17 @@ Status VulkanContext::init() {
   vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, nullptr);
   std::vector<VkQueueFamilyProperties> families(nq);
   vkGetPhysicalDeviceQueueFamilyProperties(physical_, &nq, families.data());
-  int compute = -1, transfer = -1;
-  for (uint32_t i = 0; i < nq; ++i) {
-    const VkQueueFlags fl = families[i].queueFlags;
-    if ((fl & VK_QUEUE_COMPUTE_BIT) && compute < 0) compute = static_cast<int>(i);
-    if ((fl & VK_QUEUE_TRANSFER_BIT) && !(fl & VK_QUEUE_COMPUTE_BIT) && !(fl & VK_QUEUE_GRAPHICS_BIT) &&
-        transfer < 0) {
-      transfer = static_cast<int>(i);
-    }
+  int compute = -1;
+  for (uint32_t i = 0; i < nq && compute < 0; ++i) {
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) compute = static_cast<int>(i);
   }
   if (compute < 0) return unavailable(info_.name + " has no compute queue");
   compute_family_ = static_cast<uint32_t>(compute);
-  info_.has_transfer_queue = transfer >= 0;
-  transfer_family_ = transfer >= 0 ? static_cast<uint32_t>(transfer) : compute_family_;
+  // The transfer lane runs the scatter and gather kernels, so it needs a compute queue: a second
+  // one of the same family (no queue family ownership to transfer between lanes). A
+  // transfer-only family could copy but not scatter.
+  const char* lane_env = std::getenv("KVTIER_VK_TRANSFER_LANE");
+  info_.transfer_lane_own_queue = families[compute_family_].queueCount >= 2 && !(lane_env && *lane_env == '0');
   // Timestamps (GpuTimer) also need queries reset from the host: a timer read before its batch
   // ran must say so rather than return whatever an unreset query holds.
   if (families[compute_family_].timestampValidBits > 0 && f12.hostQueryReset) {
@@ -225,17 +223,13 @@ Status VulkanContext::init() {
     info_.timestamp_valid_bits = families[compute_family_].timestampValidBits;
   }
 
-  const float priority = 1.0f;
+  const float priorities[2] = {1.0f, 1.0f};
   std::vector<VkDeviceQueueCreateInfo> queues;
   VkDeviceQueueCreateInfo qc{.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
   qc.queueFamilyIndex = compute_family_;
-  qc.queueCount = 1;
-  qc.pQueuePriorities = &priority;
+  qc.queueCount = info_.transfer_lane_own_queue ? 2 : 1;
+  qc.pQueuePriorities = priorities;
   queues.push_back(qc);
-  if (info_.has_transfer_queue) {
-    qc.queueFamilyIndex = transfer_family_;
-    queues.push_back(qc);
-  }
   uint32_t ne = 0;
   vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, nullptr);
   std::vector<VkExtensionProperties> exts(ne);
@@ -300,19 +294,21 @@ Status VulkanContext::init() {
   dci.queueCreateInfoCount = static_cast<uint32_t>(queues.size());
   dci.pQueueCreateInfos = queues.data();
   VK_TRY("vkCreateDevice", vkCreateDevice(physical_, &dci, nullptr, &device_));
-  vkGetDeviceQueue(device_, compute_family_, 0, &compute_queue_);
-  transfer_queue_ = compute_queue_;
-  if (info_.has_transfer_queue) vkGetDeviceQueue(device_, transfer_family_, 0, &transfer_queue_);
+  vkGetDeviceQueue(device_, compute_family_, 0, &lanes_[index(Lane::kCompute)].queue);
+  vkGetDeviceQueue(device_, compute_family_, info_.transfer_lane_own_queue ? 1 : 0,
+                   &lanes_[index(Lane::kTransfer)].queue);
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
 
   VkSemaphoreTypeCreateInfo tci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
   tci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
   VkSemaphoreCreateInfo sci{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sci.pNext = &tci;
-  VK_TRY("vkCreateSemaphore", vkCreateSemaphore(device_, &sci, nullptr, &timeline_));
+  for (LaneState& lane : lanes_) {
+    VK_TRY("vkCreateSemaphore", vkCreateSemaphore(device_, &sci, nullptr, &lane.timeline));
+  }
   spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}{}", info_.name, info_.driver,
                info_.subgroup_size, info_.max_shared_memory / 1024,
-               info_.has_transfer_queue ? ", separate transfer queue" : "",
+               info_.transfer_lane_own_queue ? ", transfer lane on its own queue" : ", one queue for both lanes",
                info_.host_import_alignment ? ", host memory import" : "",
                info_.coopmat_f16 ? ", cooperative matrices" : "");
   return ok_status();
@@ -325,7 +321,9 @@ VulkanContext::~VulkanContext() {
       std::lock_guard lock(pipeline_mu_);
       pipelines_.clear();
     }
-    if (timeline_) vkDestroySemaphore(device_, timeline_, nullptr);
+    for (LaneState& lane : lanes_) {
+      if (lane.timeline) vkDestroySemaphore(device_, lane.timeline, nullptr);
+    }
     for (auto& idle : idle_commands_) {
       for (const Commands& c : idle) vkDestroyCommandPool(device_, c.pool, nullptr);  // frees c.cb
     }
@@ -365,10 +363,10 @@ Result<std::shared_ptr<ComputePipeline>> VulkanContext::pipeline(
   return p;
 }
 
-Result<VulkanContext::Commands> VulkanContext::acquire_commands(bool transfer) {
+Result<VulkanContext::Commands> VulkanContext::acquire_commands(Lane lane) {
   {
     std::lock_guard lock(commands_mu_);
-    auto& idle = idle_commands_[transfer ? 1 : 0];
+    auto& idle = idle_commands_[index(lane)];
     if (!idle.empty()) {
       Commands c = idle.back();
       idle.pop_back();
@@ -378,7 +376,7 @@ Result<VulkanContext::Commands> VulkanContext::acquire_commands(bool transfer) {
   Commands c;
   VkCommandPoolCreateInfo pci{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pci.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
-  pci.queueFamilyIndex = transfer ? transfer_family_ : compute_family_;
+  pci.queueFamilyIndex = compute_family_;  // both lanes' queues are of this family
   VK_TRY("vkCreateCommandPool", vkCreateCommandPool(device_, &pci, nullptr, &c.pool));
   VkCommandBufferAllocateInfo ai{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   ai.commandPool = c.pool;
@@ -389,11 +387,11 @@ Result<VulkanContext::Commands> VulkanContext::acquire_commands(bool transfer) {
     return vk_status("vkAllocateCommandBuffers", r);
   }
   std::lock_guard lock(commands_mu_);
-  ++command_pools_[transfer ? 1 : 0];
+  ++command_pools_[index(lane)];
   return c;
 }
 
-void VulkanContext::release_commands(Commands c, bool transfer) {
+void VulkanContext::release_commands(Commands c, Lane lane) {
   // The pool is still this caller's alone: reset it (its buffer back to the initial state)
   // before another thread can take it.
   if (VkResult r = vkResetCommandPool(device_, c.pool, 0); r != VK_SUCCESS) {
@@ -404,11 +402,11 @@ void VulkanContext::release_commands(Commands c, bool transfer) {
     }
     vkDestroyCommandPool(device_, c.pool, nullptr);
     std::lock_guard lock(commands_mu_);
-    --command_pools_[transfer ? 1 : 0];
+    --command_pools_[index(lane)];
     return;
   }
   std::lock_guard lock(commands_mu_);
-  idle_commands_[transfer ? 1 : 0].push_back(c);
+  idle_commands_[index(lane)].push_back(c);
 }
 
 std::pair<size_t, size_t> VulkanContext::command_pools() const {
@@ -416,40 +414,47 @@ std::pair<size_t, size_t> VulkanContext::command_pools() const {
   return {command_pools_[0], command_pools_[1]};
 }
 
-Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, bool transfer) {
+Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, Lane lane) {
   std::lock_guard lock(submit_mu_);
-  const uint64_t value = ++next_value_;
+  LaneState& own = lanes_[index(lane)];
+  const LaneState& other = lanes_[1 - index(lane)];
+  const uint64_t value = own.next_value + 1;
+  // The lane's batches run in order: each waits for the lane's previous one. Across lanes only
+  // what the host has seen complete is waited for (already signalled, so it costs nothing): a
+  // block the other lane wrote before the host handed it over is visible here, and a prefill
+  // never holds up an upload it does not need.
+  const VkSemaphore waits[2] = {own.timeline, other.timeline};
+  const uint64_t wait_values[2] = {value - 1, other.completed.load(std::memory_order_acquire)};
+  const VkPipelineStageFlags stages[2] = {VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT};
   VkTimelineSemaphoreSubmitInfo ts{.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
   ts.signalSemaphoreValueCount = 1;
   ts.pSignalSemaphoreValues = &value;
+  ts.waitSemaphoreValueCount = 2;
+  ts.pWaitSemaphoreValues = wait_values;
   VkSubmitInfo si{.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.pNext = &ts;
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cb;
   si.signalSemaphoreCount = 1;
-  si.pSignalSemaphores = &timeline_;
-  // Submissions signal in order on one timeline; a transfer-queue submission that must follow
-  // compute work waits on the previous value.
-  VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
-  const uint64_t previous = value - 1;
-  if (previous > 0) {
-    ts.waitSemaphoreValueCount = 1;
-    ts.pWaitSemaphoreValues = &previous;
-    si.waitSemaphoreCount = 1;
-    si.pWaitSemaphores = &timeline_;
-    si.pWaitDstStageMask = &stage;
-  }
-  VK_TRY("vkQueueSubmit", vkQueueSubmit(transfer ? transfer_queue_ : compute_queue_, 1, &si,
-                                        VK_NULL_HANDLE));
+  si.pSignalSemaphores = &own.timeline;
+  si.waitSemaphoreCount = 2;
+  si.pWaitSemaphores = waits;
+  si.pWaitDstStageMask = stages;
+  VK_TRY("vkQueueSubmit", vkQueueSubmit(own.queue, 1, &si, VK_NULL_HANDLE));
+  own.next_value = value;
   return value;
 }
 
-Status VulkanContext::wait(uint64_t value) {
+Status VulkanContext::wait(uint64_t value, Lane lane) {
+  LaneState& l = lanes_[index(lane)];
   VkSemaphoreWaitInfo wi{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   wi.semaphoreCount = 1;
-  wi.pSemaphores = &timeline_;
+  wi.pSemaphores = &l.timeline;
   wi.pValues = &value;
   VK_TRY("vkWaitSemaphores", vkWaitSemaphores(device_, &wi, UINT64_MAX));
+  uint64_t seen = l.completed.load(std::memory_order_relaxed);
+  while (seen < value && !l.completed.compare_exchange_weak(seen, value, std::memory_order_release)) {
+  }
   return ok_status();
 }
 

@@ -1,7 +1,8 @@
 // VulkanContext: one Vulkan device set up for kvtier's compute work — instance, physical device
 // (a discrete GPU first, then any; KVTIER_VK_DEVICE picks one by index or by a substring of its
-// name), a compute queue and, where the device has one, a separate transfer queue, and a timeline
-// semaphore that orders and tracks submissions. Every test runs on Mesa's lavapipe (CPU Vulkan);
+// name), and two lanes of submissions — compute (the model's launches) and transfer (blocks moving
+// between host and GPU) — each a queue with a timeline semaphore of its own, so an upload never
+// queues behind a prefill. Every test runs on Mesa's lavapipe (CPU Vulkan);
 // figures come from the NVIDIA driver.
 //
 // Required device features: bufferDeviceAddress and shaderInt64 (kernels address buffers by
@@ -11,6 +12,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,6 +28,11 @@ namespace kvtier {
 
 class ComputePipeline;
 
+// Where a batch is submitted. Each lane executes its batches in submission order; the two lanes
+// are ordered only where the host orders them: a batch on one lane waits for everything the
+// host has seen complete on the other (a free wait, and what makes those writes visible).
+enum class Lane : uint8_t { kCompute = 0, kTransfer = 1 };
+
 struct DeviceInfo {
   std::string name;
   std::string driver;
@@ -37,7 +44,10 @@ struct DeviceInfo {
   uint32_t max_push_constants = 0;
   float timestamp_period_ns = 0;  // 0 without compute timestamps or host query resets (GpuTimer)
   uint32_t timestamp_valid_bits = 0;
-  bool has_transfer_queue = false;
+  // The transfer lane has a queue of its own (a second queue of the compute family), so its
+  // work runs beside the compute lane's on the GPU. Without one (a family of one queue, or
+  // KVTIER_VK_TRANSFER_LANE=0) both lanes submit to one queue, still with their own timelines.
+  bool transfer_lane_own_queue = false;
   bool has_float64 = false;  // needed by the GPU quantizer
   // VK_EXT_external_memory_host is enabled: host memory at this alignment can be imported and
   // copied from or to by the GPU directly (0: not available, or KVTIER_VK_HOST_IMPORT=0).
@@ -54,7 +64,8 @@ struct DeviceInfo {
   bool coopmat_mma_fragments = false;
 };
 
-// Thread-safe: submissions are serialized by an internal mutex; pipelines are cached.
+// Thread-safe: submissions are serialized by an internal mutex (the host's call, not the GPU's
+// work); pipelines are cached.
 class VulkanContext {
  public:
   // kUnavailable with the reason when there is no Vulkan device (or none with the features).
@@ -77,11 +88,13 @@ class VulkanContext {
                                                     const std::vector<uint32_t>& spec_constants,
                                                     uint32_t push_constant_bytes);
 
-  // Submits a recorded command buffer on the compute (or transfer) queue; it signals the
-  // timeline semaphore with the returned value.
-  Result<uint64_t> submit(VkCommandBuffer cb, bool transfer_queue = false);
-  // Waits until the timeline reaches `value` (all work submitted up to it is done).
-  Status wait(uint64_t value);
+  // Submits a recorded command buffer on `lane`; it signals the lane's timeline with the returned
+  // value, after every earlier batch of the lane.
+  Result<uint64_t> submit(VkCommandBuffer cb, Lane lane = Lane::kCompute);
+  // Waits until the lane's timeline reaches `value` (its work submitted up to it is done).
+  Status wait(uint64_t value, Lane lane = Lane::kCompute);
+  // The highest value of the lane's timeline the host has waited for.
+  uint64_t completed(Lane lane) const { return lanes_[index(lane)].completed.load(std::memory_order_acquire); }
   // A command buffer with a pool of its own. Vulkan wants a pool externally synchronized while
   // any of its buffers is recorded, so buffers recorded at once on different threads (a
   // background fetch's upload beside a decode step) must not share one: on NVIDIA a shared pool
@@ -90,10 +103,10 @@ class VulkanContext {
     VkCommandPool pool = VK_NULL_HANDLE;
     VkCommandBuffer cb = VK_NULL_HANDLE;
   };
-  Result<Commands> acquire_commands(bool transfer_queue = false);
+  Result<Commands> acquire_commands(Lane lane = Lane::kCompute);
   // After the buffer is done executing (or was never submitted).
-  void release_commands(Commands commands, bool transfer_queue = false);
-  // Pools created so far for each queue (compute, transfer): as many as batches ever recorded at
+  void release_commands(Commands commands, Lane lane = Lane::kCompute);
+  // Pools created so far for each lane (compute, transfer): as many as batches ever recorded at
   // once.
   std::pair<size_t, size_t> command_pools() const;
   // With KVTIER_VK_VALIDATION=1, the validation layer's reports; null otherwise.
@@ -107,18 +120,21 @@ class VulkanContext {
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
-  VkQueue compute_queue_ = VK_NULL_HANDLE;
-  VkQueue transfer_queue_ = VK_NULL_HANDLE;
+  static size_t index(Lane lane) { return static_cast<size_t>(lane); }
+  struct LaneState {
+    VkQueue queue = VK_NULL_HANDLE;
+    VkSemaphore timeline = VK_NULL_HANDLE;
+    uint64_t next_value = 0;            // guarded by submit_mu_
+    std::atomic<uint64_t> completed{0};  // raised by wait()
+  };
+  LaneState lanes_[2];  // by Lane
   uint32_t compute_family_ = 0;
-  uint32_t transfer_family_ = 0;
-  std::vector<Commands> idle_commands_[2];  // by queue: compute, transfer
+  std::vector<Commands> idle_commands_[2];  // by Lane
   size_t command_pools_[2] = {0, 0};
-  VkSemaphore timeline_ = VK_NULL_HANDLE;
-  uint64_t next_value_ = 0;
   VkPhysicalDeviceMemoryProperties memory_{};
   DeviceInfo info_;
 
-  std::mutex submit_mu_;    // guards queue submission and next_value_
+  std::mutex submit_mu_;    // guards queue submission (both lanes' queues) and next_value
   mutable std::mutex commands_mu_;  // guards idle_commands_ and command_pools_
   LogThrottle reset_failure_log_;
   std::mutex pipeline_mu_;  // guards pipelines_

@@ -74,8 +74,8 @@ TEST(CommandBatchConcurrency, ThreadsRecordAndSubmitAtOnceEachBatchExact) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < kRounds; ++round) {
-        // Odd rounds on the transfer queue (the compute queue where there is none): uploads use it.
-        auto batch = CommandBatch::begin(ctx, round % 2 == 1);
+        // Odd rounds on the transfer lane: uploads use it.
+        auto batch = CommandBatch::begin(ctx, round % 2 == 1 ? Lane::kTransfer : Lane::kCompute);
         if (round == 0) all_begun.arrive_and_wait();
         if (!batch.ok()) {
           failures[t] = batch.status().to_string();
