@@ -180,7 +180,8 @@ double disk_read_gbps(StripedSsdTier& ssd) {
 struct TinyCase {
   explicit TinyCase(std::string n) : name(std::move(n)) {}
   std::string name;
-  std::vector<double> ttft, restore, prefill;
+  std::vector<double> ttft, restore, prefill, record, gpu, upload;
+  uint64_t upload_batches = 0, uploaded = 0, direct = 0, regions = 0;  // over every repetition
   size_t cached_tokens = 0;
   bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
 };
@@ -191,6 +192,7 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
   const LlamaWeights weights = LlamaWeights::synthetic(config);
   auto model = must(LlamaModel::create(ctx, config, weights));
+  const bool gpu_clock = model->time_on_gpu(true).ok();  // 2 timestamps per forward
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
   for (int p : prompts) {
     const auto prompt = prompt_tokens(p, config.vocab);
@@ -217,11 +219,24 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
 
     std::vector<float> reference;
     auto run = [&](CachedGenerator& g, bool use_cache, TinyCase& c) {
+      const GpuTierMetrics& m = (&g == &gen ? stack : ssd_stack)->gpu()->metrics();
+      const auto up0 = m.upload_seconds.snapshot();
+      const uint64_t n0 = m.uploads.value(), d0 = m.direct_up.value(), r0 = m.copy_regions.value();
       // The first token's time, not the call's: publishing the computed blocks comes after it.
       Generation out = must(g.generate(prompt, 1, use_cache));
+      const auto up1 = m.upload_seconds.snapshot();
+      c.upload.push_back(up1.sum - up0.sum);
+      c.upload_batches += up1.count - up0.count;
+      c.uploaded += m.uploads.value() - n0;
+      c.direct += m.direct_up.value() - d0;
+      c.regions += m.copy_regions.value() - r0;
       c.ttft.push_back(out.first_token_seconds);
       c.restore.push_back(out.restore_seconds);
       c.prefill.push_back(out.prefill_seconds);
+      // The first token's forward is the call's last one (one new token: no decode step).
+      const ForwardTiming& t = model->last_timing();
+      c.record.push_back(t.record_seconds);
+      c.gpu.push_back(t.gpu_seconds.value_or(0.0));
       c.cached_tokens = out.cached_tokens;
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
@@ -245,10 +260,26 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     const double base = median(cases[0].ttft);
     for (const TinyCase& c : cases) {
       report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
-                      ms(median(c.restore)), ms(median(c.prefill)), fmt_double(base / median(c.ttft), 2),
+                      ms(median(c.restore)), ms(median(c.prefill)), ms(median(c.record)),
+                      gpu_clock ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
+                      fmt_double(static_cast<double>(c.upload_batches) / reps, 1),
+                      c.uploaded ? fmt_double(static_cast<double>(c.regions) / c.uploaded, 3) : "-",
+                      c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-", fmt_double(base / median(c.ttft), 2),
                       c.identical ? "yes" : "NO"});
     }
   }
+}
+
+// Median time to submit an empty batch and see it done: the floor under every forward.
+double empty_batch_round_trip(VulkanContext& ctx) {
+  std::vector<double> t;
+  for (int i = 0; i < 51; ++i) {
+    const auto t0 = Clock::now();
+    CommandBatch b = must(CommandBatch::begin(ctx));
+    must(b.submit_and_wait());
+    t.push_back(since(t0));
+  }
+  return median(t);
 }
 
 // ---- tiny model: decoding while other prefixes load from the SSD -----------------------------
@@ -478,11 +509,17 @@ int main(int argc, char** argv) {
 
   if (!skip_tiny) {
     Report r("e2e, tiny Llama (BF16 KV): time to first token",
-             {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "speedup", "same logits"});
+             {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "record ms",
+              "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "same logits"});
     bench_tiny(*ctx, prompts, reps, dir, policy, r);
     r.add_note("speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill = "
-               "the rest of the prompt through the model. 'same logits': first-token logits bit-identical "
+               "the rest of the prompt through the model, of which 'record' recorded its launches and 'GPU' "
+               "is the GPU's own clock over them; upload = the GPU tier's upload batches (host to GPU, "
+               "copy and scatter, submit to done), uploads = batches per request, regions/block = copy "
+               "regions per uploaded block (side-by-side blocks share one), direct = blocks the GPU copied "
+               "from where they lie in RAM. 'same logits': first-token logits bit-identical "
                "to the uncached run's.");
+    r.set_meta("empty_batch_round_trip_us", fmt_double(empty_batch_round_trip(*ctx) * 1e6, 1));
     r.set_meta("vulkan", ctx->info().name);
     r.set_meta("hit_policy", hit_policy_name(policy));
     // The model takes the device's default path; the tensor-core and scalar runs give different

@@ -130,6 +130,18 @@ kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, si
 kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const uint32_t* tokens,
                                 size_t n_tokens, void* dst, size_t dst_len, int* found);
 
+/* Loads part of the cached prefix of `tokens`: blocks first_block, first_block + 1, ... (at most
+ * max_blocks, in order, dense, one after another) into `dst` (`dst_len` at least max_blocks *
+ * kvtier_block_bytes). An engine computes blocks before first_block while these load, as kvtier's
+ * own generator plans a hit. With timeout_ms >= 0, slices not in by then are not waited for (they
+ * finish loading in the background). *loaded is the number of blocks written from dst's start;
+ * *deadline_passed (may be NULL) is 1 when the cached run went on past them but was not in time.
+ * The engine computes from block first_block + *loaded on. */
+kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, size_t first_block,
+                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len,
+                                 size_t* loaded, int* deadline_passed);
+
 /* Every metric of the cache and its tiers as JSON ({"name": [{"labels": {...}, "value": v}]}).
  * *json is NUL-terminated; the caller frees it with kvtier_free. */
 kvtier_status kvtier_stats_json(kvtier_cache* cache, char** json);

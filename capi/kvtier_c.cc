@@ -2,6 +2,7 @@
 // Status codes as kvtier_status, messages kept per thread, and no exception ever crossing into C.
 #include "capi/kvtier.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -273,6 +274,29 @@ kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const 
                                         {static_cast<uint8_t*>(dst), dst_len});
     if (!r.ok()) return report(r.status());
     *found = *r ? 1 : 0;
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, size_t first_block,
+                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len,
+                                 size_t* loaded, int* deadline_passed) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && loaded, "cache or loaded is NULL");
+    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
+    KVTIER_REQUIRE(dst || dst_len == 0, "dst is NULL");
+    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    *loaded = 0;
+    if (deadline_passed) *deadline_passed = 0;
+    kvtier::LoadOptions o{first_block, std::nullopt};
+    if (timeout_ms >= 0) o.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    auto r = cache->c->load_prefix_bytes({tokens, n_tokens}, extra, o, max_blocks,
+                                         {static_cast<uint8_t*>(dst), dst_len});
+    if (!r.ok()) return report(r.status());
+    *loaded = r->loaded_blocks;
+    if (deadline_passed) *deadline_passed = r->deadline_passed ? 1 : 0;
     return report(kvtier::ok_status());
   });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <future>
 
 #include <spdlog/spdlog.h>
@@ -47,16 +48,22 @@ struct EmbeddedCache::Impl {
                             std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
   Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
                                  std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
-  Result<size_t> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                             std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  Result<LoadReport> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys,
+                                 const LoadOptions& options);
+  // Loads blocks [options.first_block, end) of `keys` slice by slice, handing each to
+  // put(block, index in the prompt); stops at the first block not cached, not intact, or not in
+  // by the deadline.
+  Result<LoadReport> load_range(std::span<const BlockKey> keys, size_t end, const LoadOptions& options,
+                                const std::function<Status(const Block&, size_t)>& put);
   // The identity of the block `tokens` after `parent`, in this cache's namespace.
   BlockIdentity identity(const BlockHash& parent, std::span<const uint32_t> tokens,
                          std::span<const std::string> extra_keys) const;
   // Inserts `block` unless the cache holds it; counts the outcome.
   Result<InsertOutcome> publish(Block block);
   bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
-  // Counts a load of `loaded` blocks; returns its tokens.
-  size_t finish_load(size_t loaded);
+  // Counts a load of `loaded` blocks.
+  void count_load(size_t loaded);
   // Block ids must address blocks of the paged arrays.
   Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
 };
@@ -267,61 +274,77 @@ Result<SaveReport> EmbeddedCache::Impl::save_blocks(std::span<const uint32_t> to
   return report;
 }
 
-Result<size_t> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> tokens,
-                                                std::span<const int64_t> block_ids,
-                                                std::span<const LayerKv> paged,
-                                                std::span<const std::string> extra_keys) {
+Result<LoadReport> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> tokens,
+                                                    std::span<const int64_t> block_ids,
+                                                    std::span<const LayerKv> paged,
+                                                    std::span<const std::string> extra_keys,
+                                                    const LoadOptions& options) {
   if (Status st = check_extra_keys(extra_keys); !st.ok()) return reject(st);
-  const KvLayout& l = layout();
-  auto num_blocks = check_layer_tensors(l, paged, BlockAddressing::kPaged, TensorAccess::kWrite);
+  auto num_blocks = check_layer_tensors(layout(), paged, BlockAddressing::kPaged, TensorAccess::kWrite);
   if (!num_blocks.ok()) return reject(num_blocks.status());
-  std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
-  keys.resize(std::min(keys.size(), block_ids.size()));
-  if (Status st = check_block_ids(block_ids, keys.size(), *num_blocks); !st.ok()) return reject(st);
-  // Slice by slice, with kLoadSlicesInFlight slices being fetched (read off the SSD and verified,
-  // each on a helper thread) while the one before them is copied into the engine's arrays: the
-  // disk always has a batch queued and the copies hide behind it.
-  // Hits in the top tier need no I/O: one fetch, no helper threads.
+  const std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  const size_t end = std::min(keys.size(), block_ids.size());
+  if (options.first_block < end) {
+    if (Status st = check_block_ids(block_ids.subspan(options.first_block), end - options.first_block, *num_blocks);
+        !st.ok()) {
+      return reject(st);
+    }
+  }
+  return load_range(keys, end, options, [&](const Block& b, size_t i) { return scatter_block(b, paged, block_ids[i]); });
+}
+
+Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> keys, size_t end,
+                                                   const LoadOptions& options,
+                                                   const std::function<Status(const Block&, size_t)>& put) {
+  LoadReport report;
+  report.first_block = options.first_block;
+  if (options.first_block >= end) return report;
+  const std::span<const BlockKey> wanted = keys.subspan(options.first_block, end - options.first_block);
+  // Slice by slice, with kLoadSlicesInFlight slices being fetched (read off the SSD and verified
+  // on the cache's loader threads) while the one before them is copied into the engine's arrays:
+  // the disk always has a batch queued and the copies hide behind it. Hits in memory need no
+  // I/O: they come back at once, in one slice.
   const Tier& top = *cache().tiers().front();
-  const bool all_on_top = std::all_of(keys.begin(), keys.end(), [&](const BlockKey& k) { return top.contains(k.hash); });
-  const size_t slice = all_on_top ? keys.size() : std::max<size_t>(1, kLoadSliceBytes / l.dense_block_bytes());
-  const size_t slices = keys.empty() ? 0 : (keys.size() + slice - 1) / slice;
-  auto fetch_slice = [this, &keys, slice](size_t s) {
-    return cache().fetch(std::span(keys).subspan(s * slice, std::min(slice, keys.size() - s * slice)));
-  };
-  std::deque<std::future<PinnedBlocks>> in_flight;  // futures wait in their destructors
+  const bool all_on_top = std::all_of(wanted.begin(), wanted.end(), [&](const BlockKey& k) { return top.contains(k.hash); });
+  const size_t slice = all_on_top ? wanted.size() : std::max<size_t>(1, kLoadSliceBytes / layout().dense_block_bytes());
+  const size_t slices = (wanted.size() + slice - 1) / slice;
+  // Slices still loading when this call returns (a deadline passed, a prefix broke) finish on
+  // the loader threads and unpin what they brought.
+  std::deque<PendingFetch> in_flight;
   size_t issued = 0;
   auto issue = [&] {
-    in_flight.push_back(std::async(std::launch::async, [&fetch_slice, s = issued] {
-      name_this_thread("kvtier-load");
-      return fetch_slice(s);
-    }));
+    const size_t a = issued * slice;
+    in_flight.push_back(cache().fetch_async(wanted.subspan(a, std::min(slice, wanted.size() - a))));
     ++issued;
   };
-  if (slices > 1) {
-    while (issued < std::min(slices, kLoadSlicesInFlight)) issue();
-  }
-  size_t loaded = 0;
+  while (issued < std::min(slices, kLoadSlicesInFlight)) issue();
   for (size_t s = 0; s < slices; ++s) {
-    PinnedBlocks current = slices > 1 ? in_flight.front().get() : fetch_slice(0);
-    if (slices > 1) in_flight.pop_front();
-    const bool whole = current.size() == std::min(slice, keys.size() - s * slice);
+    if (options.deadline && !in_flight.front().wait_until(*options.deadline)) {
+      report.deadline_passed = true;
+      break;
+    }
+    PinnedBlocks current = in_flight.front().wait();
+    in_flight.pop_front();
+    const bool whole = current.size() == std::min(slice, wanted.size() - s * slice);
     if (whole && issued < slices) issue();
     for (const PinnedBlocks::Entry& e : current.entries()) {
       auto b = host_block(e);
-      if (!b.ok()) return finish_load(loaded);  // counted by the tier that failed
-      KVTIER_RETURN_IF_ERROR(scatter_block(**b, paged, block_ids[loaded]));
-      ++loaded;
+      if (!b.ok()) {  // counted by the tier that failed
+        count_load(report.loaded_blocks);
+        return report;
+      }
+      KVTIER_RETURN_IF_ERROR(put(**b, options.first_block + report.loaded_blocks));
+      ++report.loaded_blocks;
     }
-    if (!whole) break;  // the prefix ends here; slices fetched past it are dropped, unpinned
+    if (!whole) break;  // the prefix ends here
   }
-  return finish_load(loaded);
+  count_load(report.loaded_blocks);
+  return report;
 }
 
-size_t EmbeddedCache::Impl::finish_load(size_t loaded) {
+void EmbeddedCache::Impl::count_load(size_t loaded) {
   metrics.loaded_blocks.inc(loaded);
   metrics.bytes_out.inc(loaded * layout().dense_block_bytes());
-  return loaded * static_cast<size_t>(layout().block_size);
 }
 
 EmbeddedCache::EmbeddedCache(EmbeddedCacheOptions options)
@@ -427,9 +450,39 @@ Result<size_t> EmbeddedCache::load_blocks(std::span<const uint32_t> tokens,
                                           std::span<const int64_t> block_ids,
                                           std::span<const LayerKv> paged,
                                           std::span<const std::string> extra_keys) {
+  KVTIER_ASSIGN_OR_RETURN(LoadReport r, load_blocks(tokens, block_ids, paged, extra_keys, LoadOptions{}));
+  return r.loaded_blocks * static_cast<size_t>(layout().block_size);
+}
+
+Result<LoadReport> EmbeddedCache::load_blocks(std::span<const uint32_t> tokens,
+                                              std::span<const int64_t> block_ids,
+                                              std::span<const LayerKv> paged,
+                                              std::span<const std::string> extra_keys,
+                                              const LoadOptions& options) {
   auto lock = enter();
   if (closed_) return closed_status();
-  return impl_->load_blocks(tokens, block_ids, paged, extra_keys);
+  return impl_->load_blocks(tokens, block_ids, paged, extra_keys, options);
+}
+
+Result<LoadReport> EmbeddedCache::load_prefix_bytes(std::span<const uint32_t> tokens,
+                                                    std::span<const std::string> extra_keys,
+                                                    const LoadOptions& options, size_t max_blocks,
+                                                    std::span<uint8_t> dst) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  const size_t bb = block_bytes();
+  if (max_blocks > dst.size() / bb) {
+    return impl_->reject(invalid_argument(std::to_string(max_blocks) + " blocks of " + std::to_string(bb) +
+                                          " bytes do not fit a buffer of " + std::to_string(dst.size())));
+  }
+  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
+  return impl_->load_range(keys, end, options, [&](const Block& b, size_t i) {
+    const std::vector<LayerKv> views =
+        dense_block_views(layout(), dst.data() + (i - options.first_block) * bb, /*read_only=*/false);
+    return scatter_block(b, views, 0);
+  });
 }
 
 Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(std::span<const uint32_t> tokens,

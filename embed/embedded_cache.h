@@ -66,6 +66,24 @@ struct StoreResult {
   bool inserted = false;  // false: the cache already held this block
 };
 
+// Which part of a cached prefix to load, and until when. A caller that computes the prefix's first
+// blocks while the rest loads (as kvtier's own generator plans a hit) asks from first_block on,
+// with a deadline it can afford to wait until.
+struct LoadOptions {
+  size_t first_block = 0;  // blocks before it are the caller's to compute
+  // Slices not in by then are not waited for: they finish loading in the background and are
+  // dropped (unpinned). nullopt: wait however long it takes.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+// What a load brought: blocks [first_block, first_block + loaded_blocks) of the prompt, in order,
+// intact. The caller computes from block first_block + loaded_blocks on.
+struct LoadReport {
+  size_t first_block = 0;
+  size_t loaded_blocks = 0;
+  bool deadline_passed = false;  // the cached run went on, but its next slice was not in time
+};
+
 struct SaveReport {
   size_t stored = 0;          // new blocks
   size_t already_cached = 0;  // skipped without copying
@@ -139,6 +157,16 @@ class EmbeddedCache {
   // block_ids.size() blocks. Blocks past the first that cannot be served intact are not loaded.
   Result<size_t> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
                              std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  // The same for part of the prefix: block i of the prompt (i >= options.first_block) into
+  // block_ids[i] (entries before first_block are not read), stopping at options.deadline.
+  Result<LoadReport> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys,
+                                 const LoadOptions& options);
+  // Blocks [first_block, first_block + max_blocks) of the cached prefix of `tokens`, dense, one
+  // after another into `dst` (at least max_blocks * block_bytes()): for engines that place blocks
+  // themselves (the C ABI).
+  Result<LoadReport> load_prefix_bytes(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                                       const LoadOptions& options, size_t max_blocks, std::span<uint8_t> dst);
 
   // The cached prefix of `tokens` (at most `max_blocks`), promoted to the top tier and pinned.
   Result<std::shared_ptr<FetchedBlocks>> fetch(std::span<const uint32_t> tokens,

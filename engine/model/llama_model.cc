@@ -1,7 +1,7 @@
 #include "engine/model/llama_model.h"
 
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -109,6 +109,16 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
   return ok_status();
 }
 
+Status LlamaModel::time_on_gpu(bool on) {
+  if (!on) {
+    timer_.reset();
+    return ok_status();
+  }
+  if (timer_) return ok_status();
+  KVTIER_ASSIGN_OR_RETURN(timer_, GpuTimer::create(ctx_));
+  return ok_status();
+}
+
 Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuBlockPool& cache) {
   const LlamaConfig& c = config_;
   const size_t rows = b.tokens.size();
@@ -148,7 +158,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {}, sizeof(RopeParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_silu, ctx_.pipeline("silu_mul", {}, sizeof(SiluMulParams)));
   const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
+  const auto record_started = std::chrono::steady_clock::now();
   KVTIER_ASSIGN_OR_RETURN(CommandBatch cb, CommandBatch::begin(ctx_));
+  if (timer_) timer_->start(cb);
   cb.dispatch(*p_embed, EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
                                         static_cast<uint32_t>(c.vocab), 0},
               groups(static_cast<uint64_t>(rows) * h, 256));
@@ -199,7 +211,15 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   }
   cb.barrier();
   if (nlog) cb.copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
+  if (timer_) timer_->stop(cb);
+  const auto submitted = std::chrono::steady_clock::now();
   KVTIER_RETURN_IF_ERROR(cb.submit_and_wait());
+  last_timing_.record_seconds = std::chrono::duration<double>(submitted - record_started).count();
+  last_timing_.submit_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+  last_timing_.gpu_seconds.reset();
+  if (timer_) {
+    if (auto t = timer_->seconds(); t.ok()) last_timing_.gpu_seconds = *t;
+  }
   std::vector<float> out(nlog * c.vocab);
   KVTIER_RETURN_IF_ERROR(logits_host_.invalidate(0, out.size() * 4));
   std::memcpy(out.data(), logits_host_.mapped(), out.size() * 4);

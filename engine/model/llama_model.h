@@ -22,8 +22,18 @@
 #include "engine/blocks/gpu_block_pool.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/matmul.h"
+#include "engine/vulkan/gpu_timer.h"
 
 namespace kvtier {
+
+// Where one forward's time went: recording its launches on the host, then from submission until
+// the host saw it done, of which the GPU's own clock measured gpu_seconds (when timing is on and
+// the device has timestamps). The rest of submit_wait is the submission's and the wake-up's cost.
+struct ForwardTiming {
+  double record_seconds = 0;
+  double submit_wait_seconds = 0;
+  std::optional<double> gpu_seconds;
+};
 
 // One step. Rows of sequence i are [cu_seqlens_q[i], cu_seqlens_q[i+1]); seq_lens[i] counts its
 // context after this step (the new rows are its last ones).
@@ -53,6 +63,10 @@ class LlamaModel {
 
   // Logits [logit_rows.size(), vocab].
   Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
+  // The last forward's time, split (see ForwardTiming). With time_on_gpu, forwards also read
+  // the GPU's clock (two timestamps per batch): for benchmarks.
+  const ForwardTiming& last_timing() const { return last_timing_; }
+  Status time_on_gpu(bool on);
 
  private:
   struct LayerWeights {
@@ -77,6 +91,8 @@ class LlamaModel {
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
   GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_;
   GpuBuffer logits_host_;
+  ForwardTiming last_timing_;
+  std::unique_ptr<GpuTimer> timer_;  // with time_on_gpu(true)
 };
 
 }  // namespace kvtier

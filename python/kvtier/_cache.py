@@ -39,6 +39,22 @@ def _words_are_bf16(dtype: Optional[str]) -> bool:
     raise ValueError(f"dtype='{dtype}': the only override is 'bf16' (uint16 arrays holding bf16 words)")
 
 
+class LoadedTokens(int):
+    """What load_blocks brought: an int (the tokens loaded), and where they are."""
+
+    def __new__(cls, tokens: int, first_block: int, blocks: int, deadline_passed: bool, block_size: int):
+        self = super().__new__(cls, tokens)
+        self.first_block = first_block
+        self.blocks = blocks
+        self.deadline_passed = deadline_passed
+        self.resume_at = (first_block + blocks) * block_size
+        return self
+
+    def __repr__(self) -> str:
+        return (f"LoadedTokens({int(self)}, first_block={self.first_block}, blocks={self.blocks}, "
+                f"deadline_passed={self.deadline_passed})")
+
+
 @dataclass(frozen=True)
 class CachedBlock:
     hash: str  # 64 hex digits, as kvtierd's API writes it
@@ -260,13 +276,25 @@ class Cache:
         *,
         extra_keys: Sequence[str] = (),
         dtype: Optional[str] = None,
-    ) -> int:
+        first_block: int = 0,
+        deadline: Optional[float] = None,
+    ) -> "LoadedTokens":
         """Copies the cached prefix of ``tokens`` into the engine's free block ids; returns the
         number of tokens loaded (a multiple of block_size; 0 on a miss). Loads at most
         ``len(block_ids)`` blocks: pass ``tokens[:-1]`` when the last token must be computed.
         Quantized layers arrive dequantized. What a vLLM KV connector does before prefill.
+
+        Part of a prefix: with ``first_block=s`` block i (i >= s) goes to ``block_ids[i]`` and the
+        blocks before s are the engine's to compute meanwhile (``lookup().estimated_load_seconds``
+        says what loading costs). With ``deadline`` (seconds from the call) slices not in by then
+        are not waited for. The result says what arrived: ``first_block``, ``blocks`` (loaded
+        from first_block on, in order), ``deadline_passed``, and ``resume_at`` (the token from
+        which the engine computes).
         """
-        return self._c.load_blocks(tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
+        first, blocks, late = self._c.load_blocks(
+            tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype), int(first_block),
+            -1.0 if deadline is None else max(0.0, float(deadline)))
+        return LoadedTokens(blocks * self.block_size, first, blocks, late, self.block_size)
 
     def fetch(self, tokens: Tokens, *, extra_keys: Sequence[str] = (), max_blocks: Optional[int] = None) -> FetchedBlocks:
         """The cached prefix of ``tokens`` as read-only tensors, without copies (see FetchedBlocks).

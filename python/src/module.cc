@@ -74,7 +74,7 @@ auto call(F&& f) {
 }
 
 std::vector<int64_t> import_ids(py::handle obj) {
-  const std::vector<uint32_t> ids = import_tokens(obj, "block_ids");
+  const std::vector<uint32_t> ids = import_tokens(obj, "block_ids", "block id");
   return {ids.begin(), ids.end()};
 }
 
@@ -159,10 +159,18 @@ class PyCache {
     return py::make_tuple(r.stored, r.already_cached, r.refused);
   }
 
-  size_t load_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
-                     const std::vector<std::string>& extra, bool bf16_words) {
+  // (first block, blocks loaded, deadline passed). deadline: seconds from now; negative: none.
+  py::tuple load_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
+                        const std::vector<std::string>& extra, bool bf16_words, size_t first_block,
+                        double deadline_seconds) {
     PagedCall c(tokens, ids, k, v, bf16_words);
-    return call([&] { return cache_->load_blocks(c.tokens, c.block_ids, c.paged, extra); });
+    LoadOptions o{first_block, std::nullopt};
+    if (deadline_seconds >= 0) {
+      o.deadline = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline_seconds));
+    }
+    LoadReport r = call([&] { return cache_->load_blocks(c.tokens, c.block_ids, c.paged, extra, o); });
+    return py::make_tuple(r.first_block, r.loaded_blocks, r.deadline_passed);
   }
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {

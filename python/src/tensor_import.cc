@@ -205,11 +205,11 @@ std::vector<LayerKv> import_block_layers(py::handle obj, const ImportHints& hint
   return out;
 }
 
-std::vector<uint32_t> import_tokens(py::handle obj, const char* what) {
+std::vector<uint32_t> import_tokens(py::handle obj, const char* what, const char* item) {
   std::vector<uint32_t> out;
   auto put = [&](int64_t v) {
     if (v < 0 || v > std::numeric_limits<uint32_t>::max()) {
-      value_error(std::string(what) + ": token id " + std::to_string(v) + " is outside [0, 2^32)");
+      value_error(std::string(what) + ": " + item + " " + std::to_string(v) + " is outside [0, 2^32)");
     }
     out.push_back(static_cast<uint32_t>(v));
   };
@@ -235,7 +235,7 @@ std::vector<uint32_t> import_tokens(py::handle obj, const char* what) {
   out.reserve(seq.size());
   for (py::handle v : seq) {
     if (!py::isinstance<py::int_>(v) && !py::hasattr(v, "__index__")) {
-      value_error(std::string(what) + ": token ids must be integers");
+      value_error(std::string(what) + ": " + item + "s must be integers");
     }
     put(py::reinterpret_borrow<py::object>(v).cast<int64_t>());
   }

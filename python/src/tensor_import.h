@@ -45,6 +45,6 @@ std::vector<LayerKv> import_block_layers(pybind11::handle obj, const ImportHints
                                          std::vector<ImportedTensor>& keep);
 
 // Token ids: a sequence of ints or a 1-D integer tensor/array; each must fit in uint32.
-std::vector<uint32_t> import_tokens(pybind11::handle obj, const char* what);
+std::vector<uint32_t> import_tokens(pybind11::handle obj, const char* what, const char* item = "token id");
 
 }  // namespace kvtier::python

@@ -103,6 +103,27 @@ int main(void) {
   CHECK(found == 1);
   CHECK(memcmp(out, block1, bytes) == 0);
 
+  /* Part of the prefix: block 1 on (block 0 is the engine's to compute), into a buffer of two. */
+  {
+    unsigned char* two = malloc(2 * bytes);
+    size_t loaded = 99;
+    int late = -1;
+    memset(two, 0x5a, 2 * bytes);
+    REQUIRE_OK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 1, 2, -1, two, 2 * bytes, &loaded, &late));
+    CHECK(loaded == 1); /* only block 1 is cached after block 0 */
+    CHECK(late == 0);
+    CHECK(memcmp(two, block1, bytes) == 0);
+    CHECK(two[bytes] == 0x5a && two[2 * bytes - 1] == 0x5a);
+    /* From block 0, in memory: a timeout of 0 still loads (nothing waits on I/O). */
+    REQUIRE_OK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 0, 2, 0, two, 2 * bytes, &loaded, &late));
+    CHECK(loaded == 2 && late == 0);
+    CHECK(memcmp(two, block0, bytes) == 0 && memcmp(two + bytes, block1, bytes) == 0);
+    CHECK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 0, 2, -1, two, 2 * bytes - 1, &loaded, NULL) ==
+          KVTIER_INVALID_ARGUMENT);
+    CHECK(strstr(kvtier_last_error(), "do not fit") != NULL);
+    free(two);
+  }
+
   /* A miss is not an error, and leaves the buffer alone. */
   memset(missing, 0xab, sizeof missing);
   memset(out, 0x5a, bytes);

@@ -130,3 +130,49 @@ def test_lookup_estimates_a_lower_tiers_load_once_loads_from_it_were_timed(tmp_p
         ssd = after.estimated_load_seconds["ssd"]
         assert ssd is not None and 0 < ssd < 1.0, after.estimated_load_seconds
         assert "ram" not in after.estimated_load_seconds, "the top tier costs no load"
+
+
+# An engine that computes the front of a cached prefix while the rest loads (as kvtier's own
+# generator plans a hit) loads from a given block on, with a deadline, and is told what arrived.
+def test_loading_from_a_given_block_leaves_the_front_to_the_engine(tmp_path, gen):
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 6, gen)
+    tokens = tokens_for(30, 16 * 6 + 1)
+    with open_cache(layout, tmp_path) as c:
+        c.save_blocks(tokens, range(6), k, v)
+        k2, v2 = paged_arrays(layout, 6)
+        got = c.load_blocks(tokens, range(6), k2, v2, first_block=2)
+        assert got == 64 and got.first_block == 2 and got.blocks == 4 and not got.deadline_passed
+        assert got.resume_at == 96, "the engine computes from block 6 on"
+        for layer in range(layout["num_layers"]):
+            assert same_bits(k2[layer][2:], k[layer][2:]) and same_bits(v2[layer][2:], v[layer][2:])
+            assert torch.count_nonzero(k2[layer][:2].view(torch.int16)) == 0, "the front is not touched"
+        # From past the cached prefix: nothing, and not an error.
+        past = c.load_blocks(tokens, range(6), k2, v2, first_block=6)
+        assert past == 0 and past.blocks == 0 and past.resume_at == 96
+        # A prefix in memory is never late: nothing waits on I/O.
+        k3, v3 = paged_arrays(layout, 6)
+        assert c.load_blocks(tokens, range(6), k3, v3, first_block=1, deadline=0.0).blocks == 5
+        # Ids before first_block are not read, so they may be anything.
+        assert c.load_blocks(tokens, [99, 99, 2, 3, 4, 5], k3, v3, first_block=2).blocks == 4
+        with pytest.raises(ValueError, match="block_ids"):
+            c.load_blocks(tokens, [0, 1, 2, 99, 4, 5], k3, v3, first_block=2)
+
+
+def test_a_load_from_the_ssd_past_its_deadline_brings_nothing_and_finishes_in_the_background(tmp_path, gen):
+    layout = small_layout("BF16")
+    blocks = 256
+    k, v = paged_arrays(layout, blocks, gen)
+    tokens = tokens_for(31, 16 * blocks + 1)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, range(blocks), k, v).stored == blocks
+    with open_cache(layout, tmp_path) as c:  # restarted: every block is on the SSD only
+        k2, v2 = paged_arrays(layout, blocks)
+        late = c.load_blocks(tokens, range(blocks), k2, v2, deadline=0.0)
+        assert late == 0 and late.deadline_passed, "256 SSD reads cannot be in at the call's start"
+        assert torch.count_nonzero(k2[0].view(torch.int16)) == 0, "nothing half-loaded"
+        # The given-up load still finishes: its blocks reach RAM and their pins are given back.
+        again = c.load_blocks(tokens, range(blocks), k2, v2)
+        assert again == 16 * blocks and not again.deadline_passed
+        assert same_bits(k2[0], k[0]) and same_bits(v2[1], v[1])
+        assert {b.tier for b in c.lookup(tokens).blocks} == {"ram"}
