@@ -1,6 +1,7 @@
 #include "tiers/gpu_tier.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -38,11 +39,26 @@ Result<std::unique_ptr<GpuTier>> GpuTier::create(VulkanContext& ctx, GpuBlockPoo
   return std::unique_ptr<GpuTier>(new GpuTier(ctx, pool, std::move(t)));
 }
 
+GpuTier::GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer)
+    : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)), host_(HostMemoryImport::create(ctx)) {
+  const char* env = std::getenv("KVTIER_VK_UPLOAD_IN_PLACE");
+  read_in_place_ = host_ != nullptr && !(env && *env == '0');
+}
+
+Status GpuTier::ensure_tables(uint64_t blocks) {
+  if (blocks > table_blocks_) {
+    const uint64_t n = std::max(blocks, table_blocks_ * 2);
+    KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
+    KVTIER_ASSIGN_OR_RETURN(sources_, GpuBuffer::create(ctx_, n * 8, MemoryKind::kUpload));
+    table_blocks_ = n;
+  }
+  return ok_status();
+}
+
 Status GpuTier::ensure_staging(uint64_t blocks, uint64_t host_blocks) {
   if (blocks > staging_blocks_) {
     const uint64_t n = std::max(blocks, staging_blocks_ * 2);
     KVTIER_ASSIGN_OR_RETURN(device_staging_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kDevice));
-    KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
     staging_blocks_ = n;
   }
   if (host_blocks > host_staging_blocks_) {
@@ -114,6 +130,7 @@ Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
     host.push_back(blocks.back().mutable_data().data());
   }
   const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/false);
+  KVTIER_RETURN_IF_ERROR(ensure_tables(ids.size()));
   KVTIER_RETURN_IF_ERROR(ensure_staging(ids.size(), plan.staged.size()));
   std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
   KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
@@ -135,6 +152,64 @@ Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
   metrics_.bytes_down.inc(bytes);
   metrics_.download_seconds.observe(since(t0));
   return out;
+}
+
+Status GpuTier::upload(std::span<const BlockRef> blocks, std::span<const size_t> todo, std::span<const int32_t> ids) {
+  const uint64_t bb = pool_.block_bytes();
+  std::vector<const uint8_t*> host;
+  // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers), so it is
+  // expanded into the upload buffer.
+  for (size_t i : todo) host.push_back(blocks[i]->any_quantized() ? nullptr : blocks[i]->data().data());
+  // Block k's bytes go into upload buffer slot j (staged[j] = k) by a CPU copy.
+  auto stage = [&](std::span<const size_t> staged) {
+    copy_blocks(staged.size(), bb, [&](size_t j) {
+      const BlockRef& b = blocks[todo[staged[j]]];
+      std::optional<Block> dense;
+      if (b->any_quantized()) dense.emplace(b->dequantized());
+      const auto data = dense ? dense->data() : b->data();
+      std::memcpy(upload_.mapped() + j * bb, data.data(), bb);
+    });
+    return staged.empty() ? ok_status() : upload_.flush(0, staged.size() * bb);
+  };
+  KVTIER_RETURN_IF_ERROR(ensure_tables(todo.size()));
+  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
+  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
+  const uint32_t n = static_cast<uint32_t>(todo.size());
+  if (read_in_place_) {
+    std::vector<uint64_t> sources(todo.size(), 0);
+    std::vector<size_t> staged;
+    for (size_t k = 0; k < host.size(); ++k) {
+      if (host[k] != nullptr) {
+        auto where = host_->locate(host[k], bb);
+        if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
+        if (where.ok() && where->has_value()) {
+          sources[k] = (*where)->address;
+          continue;
+        }
+      }
+      staged.push_back(k);
+    }
+    KVTIER_RETURN_IF_ERROR(ensure_staging(0, staged.size()));
+    KVTIER_RETURN_IF_ERROR(stage(staged));
+    for (size_t j = 0; j < staged.size(); ++j) sources[staged[j]] = upload_.address() + j * bb;
+    std::memcpy(sources_.mapped(), sources.data(), sources.size() * 8);
+    KVTIER_RETURN_IF_ERROR(sources_.flush(0, sources.size() * 8));
+    KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx_, Lane::kTransfer));
+    KVTIER_RETURN_IF_ERROR(transfer_.record_scatter_from(batch, sources_.address(), ids_.address(), n));
+    KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
+    metrics_.direct_up.inc(todo.size() - staged.size());
+    return ok_status();
+  }
+  const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/true);
+  KVTIER_RETURN_IF_ERROR(ensure_staging(todo.size(), plan.staged.size()));
+  KVTIER_RETURN_IF_ERROR(stage(plan.staged));
+  KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx_, Lane::kTransfer));
+  record_host_copies(batch, plan, /*to_device=*/true);
+  batch.barrier();
+  KVTIER_RETURN_IF_ERROR(transfer_.record_scatter(batch, device_staging_.address(), ids_.address(), n));
+  KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
+  metrics_.direct_up.inc(todo.size() - plan.staged.size());
+  return ok_status();
 }
 
 Result<std::vector<int32_t>> GpuTier::allocate(uint32_t n) {
@@ -203,36 +278,7 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   Status st;
   {
     std::lock_guard lock(transfer_mu_);
-    std::vector<const uint8_t*> host;
-    // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers), so it
-    // is expanded into the upload buffer.
-    for (size_t i : todo) host.push_back(blocks[i]->any_quantized() ? nullptr : blocks[i]->data().data());
-    const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/true);
-    st = ensure_staging(todo.size(), plan.staged.size());
-    if (st.ok()) {
-      copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
-        const BlockRef& b = blocks[todo[plan.staged[j]]];
-        std::optional<Block> dense;
-        if (b->any_quantized()) dense.emplace(b->dequantized());
-        const auto data = dense ? dense->data() : b->data();
-        std::memcpy(upload_.mapped() + j * pool_.block_bytes(), data.data(), pool_.block_bytes());
-      });
-      std::memcpy(ids_.mapped(), ids->data(), ids->size() * 4);
-      if (!plan.staged.empty()) st = upload_.flush(0, plan.staged.size() * pool_.block_bytes());
-    }
-    if (st.ok()) st = ids_.flush(0, ids->size() * 4);
-    if (st.ok()) {
-      auto batch = CommandBatch::begin(ctx_, Lane::kTransfer);
-      st = batch.status();
-      if (st.ok()) {
-        record_host_copies(*batch, plan, /*to_device=*/true);
-        batch->barrier();
-        st = transfer_.record_scatter(*batch, device_staging_.address(), ids_.address(),
-                                      static_cast<uint32_t>(todo.size()));
-        if (st.ok()) st = batch->submit_and_wait();
-      }
-    }
-    if (st.ok()) metrics_.direct_up.inc(todo.size() - plan.staged.size());
+    st = upload(blocks, todo, *ids);
   }
   if (!st.ok()) {
     metrics_.transfer_failures.inc();

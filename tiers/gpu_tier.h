@@ -72,16 +72,23 @@ class GpuTier final : public Tier {
 
   GpuBlockPool& pool() { return pool_; }
   const GpuTierMetrics& metrics() const { return metrics_; }
+  // Uploads read blocks where they lie in host memory, in one launch (see read_in_place_).
+  bool reads_in_place() const { return read_in_place_; }
 
  private:
-  GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer)
-      : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)), host_(HostMemoryImport::create(ctx)) {}
+  GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer);
   // Copies blocks `ids` to host Blocks with `identities` (caller holds transfer_mu_).
   Result<std::vector<BlockRef>> download(std::span<const int32_t> ids,
                                          std::span<const BlockIdentity> identities);
-  // Device staging (and the id list) for `blocks` blocks; the host-visible upload and download
-  // buffers for `host_blocks` of them (those not copied directly; none while all are).
+  // Device staging for `blocks` blocks; the host-visible upload and download buffers for
+  // `host_blocks` of them (those not copied directly; none while all are).
   Status ensure_staging(uint64_t blocks, uint64_t host_blocks);
+  // The id list and the source table for `blocks` blocks.
+  Status ensure_tables(uint64_t blocks);
+  // Uploads blocks[todo] into GPU blocks `ids` (caller holds transfer_mu_). Where the device reads
+  // imported host memory in place, one launch reads each block where it lies; else each block
+  // is copied into device staging (a copy region per run of adjacent blocks) and scattered.
+  Status upload(std::span<const BlockRef> blocks, std::span<const size_t> todo, std::span<const int32_t> ids);
   // How block i (of host[i], block_bytes() each) crosses between host memory and device staging
   // slot i: straight from/into where it lies when that memory is imported, else through slot j
   // of the upload/download buffer with a CPU copy (block i = staged[j]). A null host[i] is staged.
@@ -98,8 +105,12 @@ class GpuTier final : public Tier {
   BlockTransfer transfer_;
   std::mutex transfer_mu_;  // guards the staging buffers below
   std::unique_ptr<HostMemoryImport> host_;  // null when the device cannot import host memory
-  GpuBuffer device_staging_, upload_, download_, ids_;
-  uint64_t staging_blocks_ = 0, host_staging_blocks_ = 0;
+  // Uploads read blocks in place (scatter_blocks_from): host_ is set and KVTIER_VK_UPLOAD_IN_PLACE
+  // is not 0. On the H100 a RAM hit's copy regions (one per run of adjacent blocks, ~0.5 per
+  // block) cost more than its bytes: 16 MiB of 32 KiB blocks took 1.6 ms, 10 GB/s.
+  bool read_in_place_ = false;
+  GpuBuffer device_staging_, upload_, download_, ids_, sources_;
+  uint64_t staging_blocks_ = 0, host_staging_blocks_ = 0, table_blocks_ = 0;
   mutable std::mutex pin_mu_;  // guards pinned_
   std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;  // hash -> (block, pins)
   GpuTierMetrics metrics_;

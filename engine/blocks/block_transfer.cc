@@ -35,7 +35,7 @@ Result<BlockTransfer> BlockTransfer::create(VulkanContext& ctx, std::span<const 
 }
 
 Status BlockTransfer::record(const char* kernel, CommandBatch& batch, uint64_t block_ids,
-                             uint32_t count, uint64_t staging) {
+                             uint32_t count, uint64_t staging, uint64_t staging_stride) {
   if (count == 0) return ok_status();
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, ctx_->pipeline(kernel, {}, sizeof(Params)));
   const uint64_t base = tables_.address();
@@ -44,7 +44,7 @@ Status BlockTransfer::record(const char* kernel, CommandBatch& batch, uint64_t b
   for (uint32_t first = 0; first < count; first += max_y) {
     const uint32_t n = std::min(max_y, count - first);
     Params p{base, base + num_tensors_ * 8ull, base + num_tensors_ * 12ull,
-             block_ids + first * 4ull, staging + first * block_bytes_, num_tensors_,
+             block_ids + first * 4ull, staging + first * staging_stride, num_tensors_,
              static_cast<uint32_t>(block_bytes_), n, 0};
     batch.dispatch(*pipeline, p, groups_x, n);
   }
@@ -54,12 +54,17 @@ Status BlockTransfer::record(const char* kernel, CommandBatch& batch, uint64_t b
 
 Status BlockTransfer::record_gather(CommandBatch& batch, uint64_t block_ids, uint32_t count,
                                     uint64_t staging) {
-  return record("gather_blocks", batch, block_ids, count, staging);
+  return record("gather_blocks", batch, block_ids, count, staging, block_bytes_);
 }
 
 Status BlockTransfer::record_scatter(CommandBatch& batch, uint64_t staging, uint64_t block_ids,
                                      uint32_t count) {
-  return record("scatter_blocks", batch, block_ids, count, staging);
+  return record("scatter_blocks", batch, block_ids, count, staging, block_bytes_);
+}
+
+Status BlockTransfer::record_scatter_from(CommandBatch& batch, uint64_t sources, uint64_t block_ids,
+                                          uint32_t count) {
+  return record("scatter_blocks_from", batch, block_ids, count, sources, sizeof(uint64_t));
 }
 
 }  // namespace kvtier

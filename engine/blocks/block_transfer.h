@@ -24,11 +24,15 @@ class BlockTransfer {
   // block_ids: device i32 [count]; staging: device address of count * block_bytes() bytes.
   Status record_gather(CommandBatch& batch, uint64_t block_ids, uint32_t count, uint64_t staging);
   Status record_scatter(CommandBatch& batch, uint64_t staging, uint64_t block_ids, uint32_t count);
+  // sources: device u64 [count], the device address of each block's bytes (memory the GPU can
+  // read: device, host-visible, or imported host memory). No staging buffer.
+  Status record_scatter_from(CommandBatch& batch, uint64_t sources, uint64_t block_ids, uint32_t count);
 
  private:
   BlockTransfer(VulkanContext& ctx) : ctx_(&ctx) {}
+  // staging advances staging_stride bytes per block (a block's bytes, or a table entry).
   Status record(const char* kernel, CommandBatch& batch, uint64_t block_ids, uint32_t count,
-                uint64_t staging);
+                uint64_t staging, uint64_t staging_stride);
   VulkanContext* ctx_;
   GpuBuffer tables_;  // u64 addresses [T] | u32 bytes [T] | u32 prefix [T + 1]
   uint32_t num_tensors_ = 0;

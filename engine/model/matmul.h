@@ -33,8 +33,9 @@ class Matmul {
                 bool accumulate);
 
  private:
+  static constexpr uint32_t kDeepStep = 128;  // matmul_coopmat's k step for one row tile
   VulkanContext& ctx_;
-  std::shared_ptr<ComputePipeline> scalar_, coopmat_;
+  std::shared_ptr<ComputePipeline> scalar_, coopmat_, coopmat_deep_;
 };
 
 }  // namespace kvtier

@@ -46,7 +46,10 @@ Status HostMemoryImport::import(const uint8_t* base, uint64_t bytes, Imported& o
   VkBufferCreateInfo bci{.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bci.pNext = &ext;
   bci.size = bytes;
-  bci.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  // With a device address, kernels read blocks where they lie (scatter_blocks_from.comp): one
+  // launch over every block of an upload, however they are spread over the chunks.
+  bci.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+              VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   VkBuffer buffer = VK_NULL_HANDLE;
   if (VkResult r = vkCreateBuffer(dev, &bci, nullptr, &buffer); r != VK_SUCCESS) {
@@ -66,6 +69,9 @@ Status HostMemoryImport::import(const uint8_t* base, uint64_t bytes, Imported& o
   VkImportMemoryHostPointerInfoEXT imp{.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT};
   imp.handleType = kHandleType;
   imp.pHostPointer = const_cast<uint8_t*>(base);
+  VkMemoryAllocateFlagsInfo flags{.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  imp.pNext = &flags;
   VkMemoryAllocateInfo mai{.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   mai.pNext = &imp;
   mai.allocationSize = bytes;
@@ -80,7 +86,9 @@ Status HostMemoryImport::import(const uint8_t* base, uint64_t bytes, Imported& o
     vkFreeMemory(dev, memory, nullptr);
     return vk_status("vkBindBufferMemory (imported host memory)", r);
   }
-  out = Imported{buffer, memory, bytes};
+  VkBufferDeviceAddressInfo dai{.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+  dai.buffer = buffer;
+  out = Imported{buffer, memory, bytes, vkGetBufferDeviceAddress(dev, &dai)};
   return ok_status();
 }
 
@@ -107,7 +115,8 @@ Result<std::optional<HostMemoryImport::Region>> HostMemoryImport::locate(const v
     it = chunks_.emplace(chunk.base, imported).first;
   }
   if (it->second.buffer == VK_NULL_HANDLE) return std::optional<Region>();
-  return std::optional<Region>(Region{it->second.buffer, static_cast<uint64_t>(at - chunk.base)});
+  const uint64_t offset = static_cast<uint64_t>(at - chunk.base);
+  return std::optional<Region>(Region{it->second.buffer, offset, it->second.address + offset});
 }
 
 uint64_t HostMemoryImport::imported_bytes() const {

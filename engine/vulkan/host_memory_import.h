@@ -31,6 +31,7 @@ class HostMemoryImport {
   struct Region {
     VkBuffer buffer = VK_NULL_HANDLE;
     uint64_t offset = 0;
+    uint64_t address = 0;  // the device address of the bytes, for kernels that read them in place
   };
   // nullopt when the bytes are not in a large-buffer chunk, or their chunk could not be imported
   // (an error the first time, logged here and counted by the caller; later calls just say
@@ -45,6 +46,7 @@ class HostMemoryImport {
     VkBuffer buffer = VK_NULL_HANDLE;  // VK_NULL_HANDLE: the import failed, do not retry
     VkDeviceMemory memory = VK_NULL_HANDLE;
     uint64_t bytes = 0;
+    uint64_t address = 0;  // of the buffer's start
   };
   Status import(const uint8_t* base, uint64_t bytes, Imported& out);
 

@@ -6,7 +6,11 @@
 // order, from its own row of x and column of w, so a row's values are the same bits whatever
 // other rows share the launch — as matmul.comp's are, but not the same bits as matmul.comp's.
 //
-// A workgroup computes 64 rows x 64 columns; each of its four subgroups 32 x 32 (2 x 2 tiles).
+// A workgroup computes 64 rows x 64 columns; each of its four subgroups 32 x 32 (2 x 2 tiles). It
+// steps through k BK at a time (specialization constant 0: 32, or 128 for launches of one row
+// tile, whose few workgroups wait on memory once per step: four times fewer waits). Within a
+// step the 16-wide sub-steps go in order, so every output sums the same products in the same
+// order whatever BK is: the two variants give the same bits.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -30,7 +34,8 @@ layout(push_constant) uniform Params {
   uint accumulate;
 } pc;
 
-const uint BM = 64, BN = 64, BK = 32;
+layout(constant_id = 0) const uint BK = 32;  // a multiple of 32 dividing k
+const uint BM = 64, BN = 64;
 // Shared row strides, padded so a tile's 16 rows do not share banks.
 const uint XS = BK + 8;
 const uint WS = BN + 8;

@@ -71,7 +71,7 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
 
 // Staged blocks lie side by side in the host staging buffer and in device staging, so a batch
 // crosses in one copy region each way (one region per block cost the NVIDIA driver ~2 ms per 447
-// blocks: a bench caught it, this catches it first).
+// blocks: a bench caught it, this catches it first). Uploads that read in place need none.
 TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
   Fixture f(8, mixed_layout(1, 32));
   std::vector<BlockRef> blocks;
@@ -80,7 +80,32 @@ TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
   expect_batch_round_trip(f, blocks);
   EXPECT_EQ(f.tier->metrics().uploads.value(), 6u);
   EXPECT_EQ(f.tier->metrics().downloads.value(), 6u);
-  EXPECT_EQ(f.tier->metrics().copy_regions.value(), 2u) << "one region up, one down";
+  EXPECT_EQ(f.tier->metrics().copy_regions.value(), f.tier->reads_in_place() ? 1u : 2u)
+      << "one region down, and one up unless uploads read in place";
+}
+
+// Blocks in imported host memory go up in one launch that reads each where it lies: scattered
+// over the chunks (every other block of a batch, so no two are adjacent) they need no copy region
+// and no CPU copy, and land bit-exact.
+TEST(GpuTier, UploadsReadScatteredHostBlocksInPlace) {
+  Fixture f(64);
+  if (!f.tier->reads_in_place()) GTEST_SKIP() << "the device cannot read imported host memory";
+  std::vector<BlockRef> all, every_other;
+  for (uint64_t s = 1; s <= 40; ++s) all.push_back(f.block(s, testing::Values::kRandom));
+  for (size_t i = 0; i < all.size(); i += 2) every_other.push_back(all[i]);
+  ASSERT_GE(f.layout->dense_block_bytes(), kLargeBufferThreshold) << "blocks must lie in importable chunks";
+  const uint64_t regions = f.tier->metrics().copy_regions.value();
+  for (auto& o : f.tier->insert_many(every_other)) ASSERT_TRUE(o.ok() && *o == InsertOutcome::kInserted);
+  EXPECT_EQ(f.tier->metrics().copy_regions.value(), regions) << "no copy region on the way up";
+  EXPECT_EQ(f.tier->metrics().direct_up.value(), every_other.size());
+  std::vector<BlockRequest> reqs;
+  for (auto& b : every_other) reqs.push_back(request_for(b));
+  auto got = f.tier->read_many(reqs);
+  for (size_t i = 0; i < every_other.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
+    ASSERT_TRUE(std::equal(every_other[i]->data().begin(), every_other[i]->data().end(), (*got[i])->data().begin()))
+        << "block " << i;
+  }
 }
 
 // Batches of 16 MiB and more are copied to and from the staging buffer by several threads, each

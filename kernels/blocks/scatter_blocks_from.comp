@@ -1,0 +1,20 @@
+#version 460
+// scatter_blocks_from: scatter_blocks, with each block read where it lies instead of from one
+// staging buffer: pc.staging is the address of a u64 table, entry i the address of block i's
+// bytes (host memory the device imported, or a host-visible upload buffer). An upload from RAM
+// then needs no copy into device staging and no copy region per block: one launch reads every
+// block across the bus. Exact.
+#extension GL_GOOGLE_include_directive : require
+#include "common/bda.glsl"
+#include "common/block_tensors.glsl"
+
+layout(local_size_x = 256) in;
+
+void main() {
+  const uint i = gl_WorkGroupID.y;
+  const uint off = gl_GlobalInvocationID.x * 16;
+  if (i >= pc.num_blocks || off >= pc.block_bytes) return;
+  uint tensor;
+  const uint64_t dst = paged_address(off, I32Ref(pc.block_ids).v[i], tensor);
+  U32x4Ref(dst).v[0] = U32x4Ref(U64Ref(pc.staging).v[i] + off).v[0];
+}
