@@ -182,7 +182,8 @@ Status GpuTier::upload(std::span<const BlockRef> blocks, std::span<const size_t>
       if (host[k] != nullptr) {
         auto where = host_->locate(host[k], bb);
         if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
-        if (where.ok() && where->has_value()) {
+        // The kernel reads 8-byte halves: blocks adopted from SSD records are 8-byte aligned.
+        if (where.ok() && where->has_value() && (*where)->address % 8 == 0) {
           sources[k] = (*where)->address;
           continue;
         }

@@ -3,10 +3,14 @@
 // staging buffer: pc.staging is the address of a u64 table, entry i the address of block i's
 // bytes (host memory the device imported, or a host-visible upload buffer). An upload from RAM
 // then needs no copy into device staging and no copy region per block: one launch reads every
-// block across the bus. Exact.
+// block across the bus. Exact. Sources need only 8-byte alignment (a block decoded from an SSD
+// record is adopted where its tensors lie, 8-byte aligned): each 16 bytes are read as two 8-byte
+// halves.
 #extension GL_GOOGLE_include_directive : require
 #include "common/bda.glsl"
 #include "common/block_tensors.glsl"
+
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2Ref { uvec2 v[]; };
 
 layout(local_size_x = 256) in;
 
@@ -16,5 +20,6 @@ void main() {
   if (i >= pc.num_blocks || off >= pc.block_bytes) return;
   uint tensor;
   const uint64_t dst = paged_address(off, I32Ref(pc.block_ids).v[i], tensor);
-  U32x4Ref(dst).v[0] = U32x4Ref(U64Ref(pc.staging).v[i] + off).v[0];
+  U32x2Ref src = U32x2Ref(U64Ref(pc.staging).v[i] + off);
+  U32x4Ref(dst).v[0] = uvec4(src.v[0], src.v[1]);
 }
