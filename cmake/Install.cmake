@@ -63,3 +63,6 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "mesa-vulkan-drivers | vulkan-icd, nlohmann-json3-dev")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, python3-numpy, redis-server")
 include(CPack)
+# Monitoring: the Grafana dashboard and the Prometheus alerting rules (docs/operations.md).
+install(FILES packaging/grafana/kvtier-dashboard.json DESTINATION share/kvtier/grafana)
+install(FILES packaging/prometheus/kvtier-rules.yml DESTINATION share/kvtier/prometheus)

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/build_info.h"
 #include "base/byte_size.h"
 #include "base/log.h"
 
@@ -297,7 +298,7 @@ Result<ServerOptions> resolve(const RawFlags& f) {
 ParsedCommandLine parse_server_command_line(int argc, const char* const* argv, std::ostream& out,
                                             std::ostream& err) {
   CLI::App app{"kvtierd: a tiered KV cache (GPU, RAM, SSD) for LLM inference servers"};
-  app.set_version_flag("--version", "kvtierd 0.1");
+  app.set_version_flag("--version", version_text("kvtierd"));
   RawFlags flags;
   add_flags(app, flags);
 

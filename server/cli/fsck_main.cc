@@ -5,12 +5,14 @@
 
 #include <optional>
 
+#include "base/build_info.h"
 #include "server/cli/fsck_command.h"
 
 using namespace kvtier;
 
 int main(int argc, char** argv) {
   CLI::App app{"kvtier-fsck: check (and optionally repair) a kvtier SSD cache directory"};
+  app.set_version_flag("--version", version_text("kvtier-fsck"));
   std::string dir;
   bool repair = false;
   bool quiet = false;

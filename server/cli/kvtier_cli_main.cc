@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/build_info.h"
 #include "base/byte_size.h"
 #include "cache/prefix_hasher.h"
 #include "serialize/format/block_codec.h"
@@ -110,6 +111,7 @@ std::vector<uint32_t> parse_tokens(const std::string& text) {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvtier: talk to a kvtierd"};
+  app.set_version_flag("--version", version_text("kvtier"));
   app.require_subcommand(1);
   std::string host = "127.0.0.1", api_key, ns = "default", file, hash_hex, dir, tokens_text;
   int port = 8417, blocks = 64;

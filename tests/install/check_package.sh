@@ -15,7 +15,8 @@ for lib in librocksdb liburing libvulkan python3; do
 done
 files=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/kvtierd ./usr/bin/kvtier-fsck ./usr/lib/libkvtier.so.0 ./usr/include/kvtier.h \
-         ./usr/lib/cmake/kvtier/kvtierConfig.cmake ./usr/lib/systemd/system/kvtierd.service; do
+         ./usr/lib/cmake/kvtier/kvtierConfig.cmake ./usr/lib/systemd/system/kvtierd.service \
+         ./usr/share/kvtier/grafana/kvtier-dashboard.json ./usr/share/kvtier/prometheus/kvtier-rules.yml; do
   grep -qx "$f" <<<"$files" || { echo "the package lacks $f"; exit 1; }
 done
 grep -q '^./usr/lib/python3\.[0-9]*/dist-packages/kvtier/_kvtier\..*\.so$' <<<"$files" \
