@@ -182,17 +182,19 @@ struct TinyCase {
   std::string name;
   std::vector<double> ttft, restore, prefill, record, gpu, upload;
   uint64_t upload_batches = 0, uploaded = 0, direct = 0, regions = 0;  // over every repetition
+  std::vector<std::pair<std::string, std::vector<double>>> stages;   // --profile-stages
   size_t cached_tokens = 0;
   bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
 };
 
 void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                HitPolicy policy, Report& report) {
+                HitPolicy policy, Report& report, Report* stage_report) {
   LlamaConfig config = LlamaConfig::tiny();
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
   const LlamaWeights weights = LlamaWeights::synthetic(config);
   auto model = must(LlamaModel::create(ctx, config, weights));
-  const bool gpu_clock = model->time_on_gpu(true).ok();  // 2 timestamps per forward
+  // 2 timestamps per forward, or one per stage (--profile-stages; the stamps cost a little).
+  const bool gpu_clock = model->time_on_gpu(true, stage_report != nullptr).ok();
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
   for (int p : prompts) {
     const auto prompt = prompt_tokens(p, config.vocab);
@@ -237,6 +239,11 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
       const ForwardTiming& t = model->last_timing();
       c.record.push_back(t.record_seconds);
       c.gpu.push_back(t.gpu_seconds.value_or(0.0));
+      for (const auto& [name, seconds] : t.stages) {
+        auto it = std::find_if(c.stages.begin(), c.stages.end(), [&](const auto& st) { return st.first == name; });
+        if (it == c.stages.end()) it = c.stages.insert(it, {name, {}});
+        it->second.push_back(seconds);
+      }
       c.cached_tokens = out.cached_tokens;
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
@@ -259,6 +266,11 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     }
     const double base = median(cases[0].ttft);
     for (const TinyCase& c : cases) {
+      if (stage_report && (c.name == "GPU" || c.name == "not cached")) {
+        for (const auto& [name, seconds] : c.stages) {
+          stage_report->add_row({std::to_string(p), c.name, name, ms(median(seconds))});
+        }
+      }
       report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
                       ms(median(c.restore)), ms(median(c.prefill)), ms(median(c.record)),
                       gpu_clock ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
@@ -472,9 +484,11 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-tiny", skip_tiny);
   app.add_flag("--skip-8b", skip_8b);
   bool skip_mixed = false;
+  bool profile_stages = false;
   int mixed_prefix = 8192, mixed_loaders = 2, mixed_decoders = 6, mixed_tokens = 64;
   std::vector<std::string> ssd_dirs;
   app.add_flag("--skip-mixed", skip_mixed);
+  app.add_flag("--profile-stages", profile_stages, "Tiny table: time the first token's forward stage by stage on the GPU");
   app.add_option("--mixed-prefix", mixed_prefix, "Mixed load: tokens of each prefix on the SSD");
   app.add_option("--mixed-loaders", mixed_loaders, "Mixed load: prompts whose prefix is on the SSD");
   app.add_option("--mixed-decoders", mixed_decoders, "Mixed load: uncached prompts decoding meanwhile");
@@ -513,7 +527,14 @@ int main(int argc, char** argv) {
     Report r("e2e, tiny Llama (BF16 KV): time to first token",
              {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "record ms",
               "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "same logits"});
-    bench_tiny(*ctx, prompts, reps, dir, policy, r);
+    Report stages("e2e, tiny Llama: where the first token's forward goes (GPU clock, summed over layers)",
+                  {"prompt", "prefix in", "stage", "GPU ms"});
+    bench_tiny(*ctx, prompts, reps, dir, policy, r, profile_stages ? &stages : nullptr);
+    if (profile_stages) {
+      stages.add_note("A timestamp after each stage's launches and barrier; medians over repetitions.");
+      stages.print();
+      stages.write_json(output_path("e2e_bench_tiny_stages.json"));
+    }
     r.add_note("speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill = "
                "the rest of the prompt through the model, of which 'record' recorded its launches and 'GPU' "
                "is the GPU's own clock over them; upload = the GPU tier's upload batches (host to GPU, "

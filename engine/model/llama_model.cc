@@ -109,13 +109,16 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
   return ok_status();
 }
 
-Status LlamaModel::time_on_gpu(bool on) {
-  if (!on) {
-    timer_.reset();
-    return ok_status();
-  }
-  if (timer_) return ok_status();
-  KVTIER_ASSIGN_OR_RETURN(timer_, GpuTimer::create(ctx_));
+namespace {
+// Timestamps a by-stage forward may write: a start, and a dozen stages per layer.
+constexpr uint32_t kStageMarks = 1024;
+}  // namespace
+
+Status LlamaModel::time_on_gpu(bool on, bool by_stage) {
+  timer_.reset();
+  by_stage_ = on && by_stage;
+  if (!on) return ok_status();
+  KVTIER_ASSIGN_OR_RETURN(timer_, GpuTimer::create(ctx_, by_stage ? kStageMarks : 2));
   return ok_status();
 }
 
@@ -161,10 +164,18 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const auto record_started = std::chrono::steady_clock::now();
   KVTIER_ASSIGN_OR_RETURN(CommandBatch cb, CommandBatch::begin(ctx_));
   if (timer_) timer_->start(cb);
+  // By stage: a timestamp after each kind of launch (its barrier recorded), named.
+  std::vector<const char*> stage_names;
+  auto stage = [&](const char* name) {
+    if (!by_stage_ || stage_names.size() + 2 >= kStageMarks) return;
+    stage_names.push_back(name);
+    timer_->mark(cb, static_cast<uint32_t>(stage_names.size()));
+  };
   cb.dispatch(*p_embed, EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
                                         static_cast<uint32_t>(c.vocab), 0},
               groups(static_cast<uint64_t>(rows) * h, 256));
   cb.barrier();
+  stage("embedding");
 
   uint32_t max_len = 0;
   for (size_t s = 0; s < num_seqs; ++s) max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
@@ -173,33 +184,42 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     const LayerWeights& w = layers_[l];
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
+    stage("rms_norm");
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
     cb.barrier();
+    stage("qkv matmuls");
     cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
                                     rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
                                     static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
                 groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2, 256));
     cb.barrier();
+    stage("rope");
     const PagedKvView& kv = cache.layer(l);
     KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
     VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
                    at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
     KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
+    stage("reshape_and_cache + attention");
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
     cb.barrier();
+    stage("output matmul");
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
+    stage("rms_norm");
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_gate, gate_.address(), r32, false));
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_up, up_.address(), r32, false));
     cb.barrier();
+    stage("gate/up matmuls");
     cb.dispatch(*p_silu, SiluMulParams{gate_.address(), up_.address(), act_.address(),
                                        static_cast<uint32_t>(rows * c.ffn), 0},
                 groups(static_cast<uint64_t>(rows) * c.ffn, 256));
     cb.barrier();
+    stage("silu_mul");
     KVTIER_RETURN_IF_ERROR(matmul_.record(cb, act_.address(), w.w_down, x_.address(), r32, true));
     cb.barrier();
+    stage("down matmul");
   }
   cb.dispatch(*p_norm, RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), h, c.rms_eps}, r32);
   cb.barrier();
@@ -211,13 +231,27 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   }
   cb.barrier();
   if (nlog) cb.copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
-  if (timer_) timer_->stop(cb);
+  stage("final norm + logits");
+  if (timer_ && !by_stage_) timer_->stop(cb);
   const auto submitted = std::chrono::steady_clock::now();
   KVTIER_RETURN_IF_ERROR(cb.submit_and_wait());
   last_timing_.record_seconds = std::chrono::duration<double>(submitted - record_started).count();
   last_timing_.submit_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
   last_timing_.gpu_seconds.reset();
-  if (timer_) {
+  last_timing_.stages.clear();
+  if (timer_ && by_stage_) {
+    if (auto t = timer_->since_start(static_cast<uint32_t>(stage_names.size()) + 1); t.ok()) {
+      last_timing_.gpu_seconds = t->back();
+      double before = 0;
+      for (size_t i = 0; i < stage_names.size(); ++i) {
+        auto it = std::find_if(last_timing_.stages.begin(), last_timing_.stages.end(),
+                               [&](const auto& st) { return st.first == stage_names[i]; });
+        if (it == last_timing_.stages.end()) it = last_timing_.stages.insert(it, {stage_names[i], 0.0});
+        it->second += (*t)[i] - before;
+        before = (*t)[i];
+      }
+    }
+  } else if (timer_) {
     if (auto t = timer_->seconds(); t.ok()) last_timing_.gpu_seconds = *t;
   }
   std::vector<float> out(nlog * c.vocab);

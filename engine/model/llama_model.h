@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/attention/paged_attention.h"
@@ -33,6 +35,9 @@ struct ForwardTiming {
   double record_seconds = 0;
   double submit_wait_seconds = 0;
   std::optional<double> gpu_seconds;
+  // With time_on_gpu(true, true): GPU seconds per kind of launch (summed over layers), in the
+  // order they first run. A timestamp after every stage: for finding where a forward goes.
+  std::vector<std::pair<std::string, double>> stages;
 };
 
 // One step. Rows of sequence i are [cu_seqlens_q[i], cu_seqlens_q[i+1]); seq_lens[i] counts its
@@ -64,9 +69,9 @@ class LlamaModel {
   // Logits [logit_rows.size(), vocab].
   Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
   // The last forward's time, split (see ForwardTiming). With time_on_gpu, forwards also read
-  // the GPU's clock (two timestamps per batch): for benchmarks.
+  // the GPU's clock (two timestamps per batch, or one per stage with by_stage): for benchmarks.
   const ForwardTiming& last_timing() const { return last_timing_; }
-  Status time_on_gpu(bool on);
+  Status time_on_gpu(bool on, bool by_stage = false);
 
  private:
   struct LayerWeights {
@@ -93,6 +98,7 @@ class LlamaModel {
   GpuBuffer logits_host_;
   ForwardTiming last_timing_;
   std::unique_ptr<GpuTimer> timer_;  // with time_on_gpu(true)
+  bool by_stage_ = false;
 };
 
 }  // namespace kvtier
