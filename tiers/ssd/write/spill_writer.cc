@@ -432,6 +432,14 @@ void SpillWriter::commit(Group& g) {
     if (watermark.count(id)) rec.watermark = std::max(rec.watermark, watermark[id]);
     ib.put_segment(rec);
   }
+  // Readers check an entry against its segment's in-memory watermark, so the watermark moves
+  // before the entries become visible: the other way round, a read between the commit and the
+  // move saw a durable record past the watermark and quarantined it as corrupt (under ASan,
+  // SsdTierConcurrency.WritersReadersAndAnEraserNeverSeeAWrongBlock caught it). The data is
+  // durable already, so a commit that then fails leaves only free space below the watermark.
+  for (auto& [id, rec] : records) {
+    if (watermark.count(id)) state_.segments.set_watermark(id, rec.watermark);
+  }
   Status st = ib.count() ? state_.index->commit(ib) : ok_status();
   if (!st.ok()) {
     for (size_t i : committed) {
@@ -444,10 +452,7 @@ void SpillWriter::commit(Group& g) {
     }
     return;
   }
-  for (auto& [id, rec] : records) {
-    state_.segments.add_live(id, live[id].first, live[id].second);
-    if (watermark.count(id)) state_.segments.set_watermark(id, rec.watermark);
-  }
+  for (auto& [id, rec] : records) state_.segments.add_live(id, live[id].first, live[id].second);
   NamespaceUsage& namespaces = *state_.namespaces;
   for (const IndexEntry& old : superseded) namespaces.add(old.namespace_id, -static_cast<int64_t>(padded(old.length)));
   for (size_t i : committed) {
