@@ -38,6 +38,7 @@ struct Measured {
   bool deadline = false;  // a load was given up at its deadline in some repetition
   bool identical = true;  // first-token logits equal the uncached run's in every repetition
   size_t fewest_cached_tokens = ~size_t{0};  // restored, in the repetition that restored least
+  HitPlan plan;  // the last repetition's, with the cost model's predictions
 };
 
 // The cache's drop, corruption and failure counters that are not zero: why a row's logits differed.
@@ -60,7 +61,7 @@ std::string nonzero_failures(TieredCache& cache) {
 
 std::vector<std::string> plan_columns() {
   return {"model", "prompt", "prefix in", "uncached ms", "load-only ms", "plan ms (s)", "best sweep ms (s)",
-          "plan / min", "plan / best", "same logits"};
+          "plan / min", "plan / best", "predicted load / compute ms", "same logits"};
 }
 
 void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) {
@@ -103,13 +104,14 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         const double ttft = out.first_token_seconds;
         if (reference.empty()) reference = out.logits[0];
         return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed, out.logits[0] == reference,
-                               out.cached_tokens);
+                               out.cached_tokens, out.plan);
       };
       auto measure = [&](bool use_cache, const HitOptions& hit) {
         Measured m;
         std::vector<double> t;
         for (int r = 0; r < o.reps; ++r) {
-          auto [ttft, recomputed, deadline, same, cached] = run(use_cache, hit);
+          auto [ttft, recomputed, deadline, same, cached, plan] = run(use_cache, hit);
+          m.plan = plan;
           m.fewest_cached_tokens = std::min(m.fewest_cached_tokens, cached);
           t.push_back(ttft);
           m.recomputed = recomputed;
@@ -150,7 +152,10 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft), ms(load_only.ttft),
                       ms(plan.ttft) + " (" + std::to_string(plan.recomputed) + (plan.deadline ? ", deadline" : "") + ")",
                       ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
-                      fmt_double(plan.ttft / best.ttft, 2), same ? "yes" : "NO"});
+                      fmt_double(plan.ttft / best.ttft, 2),
+                      (plan.plan.load_only ? ms(*plan.plan.load_only) : "?") + " / " +
+                          (plan.plan.compute_only ? ms(*plan.plan.compute_only) : "?"),
+                      same ? "yes" : "NO"});
     }
   }
 }

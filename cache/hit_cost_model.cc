@@ -1,6 +1,7 @@
 #include "cache/hit_cost_model.h"
 
 #include <cmath>
+#include <utility>
 
 namespace kvtier {
 namespace {
@@ -76,6 +77,7 @@ HitCostModel::HitCostModel()
 void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) {
   if (tier >= kMaxTiers || bytes == 0 || !(seconds >= 0)) return;
   std::lock_guard lock(mu_);
+  if (!std::exchange(restore_warm_[tier], true)) return;
   restore_[tier].add({1.0, static_cast<double>(bytes) / kMiB}, seconds);
 }
 
@@ -133,6 +135,7 @@ std::optional<double> HitCostModel::prefill_seconds(uint64_t tokens, uint64_t co
 void HitCostModel::set_restore(size_t tier, double fixed_seconds, double bytes_per_second) {
   if (tier >= kMaxTiers || bytes_per_second <= 0) return;
   std::lock_guard lock(mu_);
+  restore_warm_[tier] = true;
   restore_[tier] = DecayingLeastSquares<2>(kDecay);
   for (double mib : {1.0, 64.0}) {
     restore_[tier].add({1.0, mib}, fixed_seconds + mib * kMiB / bytes_per_second);

@@ -46,7 +46,10 @@ class HitCostModel {
  public:
   HitCostModel();
 
-  // A fetch moved `bytes` from `tier` into the top tier in `seconds`.
+  // A fetch moved `bytes` from `tier` into the top tier in `seconds`. Each tier's first one only
+  // warms up: it pays one-off costs (the GPU importing RAM chunks, first-touch page faults) that
+  // made it several times its successors on the H100, and a least-squares fit of three samples
+  // kept a third of that error (a 2048-token RAM hit was then planned as a recompute).
   void observe_restore(size_t tier, uint64_t bytes, double seconds);
   // A prefill computed `tokens` rows after `context` cached ones in `seconds`.
   void observe_prefill(uint64_t tokens, uint64_t context, double seconds);
@@ -74,6 +77,7 @@ class HitCostModel {
  private:
   mutable std::mutex mu_;  // guards the fits
   std::array<DecayingLeastSquares<2>, kMaxTiers> restore_;  // seconds ~ a + b * bytes
+  std::array<bool, kMaxTiers> restore_warm_{};                // the tier's first restore was seen
   // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
   DecayingLeastSquares<3> prefill_;
 };

@@ -33,8 +33,9 @@ struct HitPlanInput {
   uint32_t block_size = 16;          // tokens per block
   uint64_t uncached_tokens = 0;      // computed after the prefix whatever the plan
   // Tiers whose loads proceed while the GPU computes: those that wait on a disk or the network.
-  // A load from memory is mostly its upload, and uploads queue behind compute on the engine's
-  // one timeline, so it is counted after the front, not beside it.
+  // A load from memory is counted after the front, not beside it: it is mostly CPU work and its
+  // upload, and although uploads now run on a lane of their own, a RAM load overlapping a
+  // computed front has not been measured (the plan tables' RAM rows pick pure loads).
   std::array<bool, kMaxTiers> overlaps_compute{};
 };
 
