@@ -2,34 +2,22 @@
 
 #include <algorithm>
 #include <iostream>
-
 #include <sstream>
 
 #include "base/metrics/metrics_exporters.h"
+#include "bench/e2e_support.h"
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
 
 namespace kvtier::bench {
 namespace {
 
-constexpr int kBlockSize = 16;
-
-void must(const Status& s) {
-  if (s.ok()) return;
-  std::cerr << "e2e_bench: " << s.to_string() << "\n";
-  std::exit(1);
-}
-template <typename T>
-T must(Result<T> r) {
-  must(r.status());
-  return std::move(r).value();
-}
+constexpr int kBlockSize = kE2eBlockSize;
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
-std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
 
 // TTFT of one way to bring the prefix in, and what it did.
 struct Measured {
@@ -71,8 +59,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
   auto model = must(LlamaModel::create(ctx, config, weights));
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
   for (int p : o.prompts) {
-    std::vector<int32_t> prompt(p);
-    for (int i = 0; i < p; ++i) prompt[i] = (i * 7919 + (i * i) % 101) % config.vocab;
+    const std::vector<int32_t> prompt = prompt_tokens(p, config.vocab);
     const size_t n = static_cast<size_t>((p - 1) / kBlockSize);  // the cached prefix: all but the last token's block
     for (const bool from_ssd : {false, true}) {
       CacheStackOptions so;

@@ -1,0 +1,39 @@
+// What e2e_bench's tables share: stopping on an error (a benchmark that cannot run says why and
+// exits), milliseconds for the tables, the block size, and the synthetic prompts.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "bench/harness/bench_report.h"
+
+namespace kvtier::bench {
+
+inline constexpr int kE2eBlockSize = 16;
+
+[[noreturn]] inline void die(const Status& s) {
+  std::cerr << "e2e_bench: " << s.to_string() << "\n";
+  std::exit(1);
+}
+template <typename T>
+T must(Result<T> r) {
+  if (!r.ok()) die(r.status());
+  return std::move(r).value();
+}
+inline void must(const Status& s) {
+  if (!s.ok()) die(s);
+}
+inline std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
+
+// n token ids below `vocab`, a fixed sequence: the same prompt in every run.
+inline std::vector<int32_t> prompt_tokens(int n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 7919 + (i * i) % 101) % vocab;
+  return t;
+}
+
+}  // namespace kvtier::bench

@@ -1,0 +1,145 @@
+#include "bench/e2e_tiny.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "bench/e2e_support.h"
+#include "cache/cache_stack.h"
+#include "cache/cached_generator.h"
+#include "engine/model/llama_model.h"
+
+namespace kvtier::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kBlockSize = kE2eBlockSize;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct TinyCase {
+  explicit TinyCase(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::vector<double> ttft, restore, prefill, record, gpu, upload;
+  uint64_t upload_batches = 0, uploaded = 0, direct = 0, regions = 0;  // over every repetition
+  std::vector<std::pair<std::string, std::vector<double>>> stages;   // --profile-stages
+  size_t cached_tokens = 0;
+  bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
+};
+
+}  // namespace
+
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
+                HitPolicy policy, Report& report, Report* stage_report) {
+  LlamaConfig config = LlamaConfig::tiny();
+  config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  auto model = must(LlamaModel::create(ctx, config, weights));
+  // 2 timestamps per forward, or one per stage (--profile-stages; the stamps cost a little).
+  const bool gpu_clock = model->time_on_gpu(true, stage_report != nullptr).ok();
+  auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
+  for (int p : prompts) {
+    const auto prompt = prompt_tokens(p, config.vocab);
+    const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
+    // Stack 1: GPU + RAM (room for everything). Stack 2: GPU + a one-block RAM + SSD, so what the
+    // GPU evicts lands on the SSD.
+    CacheStackOptions big;
+    big.layout = layout;
+    big.vulkan = &ctx;
+    big.gpu_pool.num_blocks = 2 * blocks + 16;
+    big.ram.capacity_bytes = (blocks + 16) * (layout->dense_block_bytes() + 4096);
+    CacheStackOptions ssd_only = big;
+    ssd_only.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
+    ssd_only.ssd.emplace();
+    ssd_only.ssd->dir = dir + "/tiny-" + std::to_string(p);
+    ssd_only.ssd->reset = true;
+    auto stack = must(CacheStack::open(big));
+    auto ssd_stack = must(CacheStack::open(ssd_only));
+    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""}, kBlockSize);
+    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{policy});
+    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher, HitOptions{policy});
+    must(gen.calibrate(static_cast<size_t>(p)));
+    must(ssd_gen.calibrate(static_cast<size_t>(p)));
+
+    std::vector<float> reference;
+    auto run = [&](CachedGenerator& g, bool use_cache, TinyCase& c) {
+      const GpuTierMetrics& m = (&g == &gen ? stack : ssd_stack)->gpu()->metrics();
+      const auto up0 = m.upload_seconds.snapshot();
+      const uint64_t n0 = m.uploads.value(), d0 = m.direct_up.value(), r0 = m.copy_regions.value();
+      // The first token's time, not the call's: publishing the computed blocks comes after it.
+      Generation out = must(g.generate(prompt, 1, use_cache));
+      const auto up1 = m.upload_seconds.snapshot();
+      c.upload.push_back(up1.sum - up0.sum);
+      c.upload_batches += up1.count - up0.count;
+      c.uploaded += m.uploads.value() - n0;
+      c.direct += m.direct_up.value() - d0;
+      c.regions += m.copy_regions.value() - r0;
+      c.ttft.push_back(out.first_token_seconds);
+      c.restore.push_back(out.restore_seconds);
+      c.prefill.push_back(out.prefill_seconds);
+      // The first token's forward is the call's last one (one new token: no decode step).
+      const ForwardTiming& t = model->last_timing();
+      c.record.push_back(t.record_seconds);
+      c.gpu.push_back(t.gpu_seconds.value_or(0.0));
+      for (const auto& [name, seconds] : t.stages) {
+        auto it = std::find_if(c.stages.begin(), c.stages.end(), [&](const auto& st) { return st.first == name; });
+        if (it == c.stages.end()) it = c.stages.insert(it, {name, {}});
+        it->second.push_back(seconds);
+      }
+      c.cached_tokens = out.cached_tokens;
+      if (reference.empty()) reference = out.logits[0];
+      c.identical = c.identical && out.logits[0] == reference;
+    };
+    std::vector<TinyCase> cases{TinyCase("not cached"), TinyCase("GPU"), TinyCase("RAM"), TinyCase("SSD")};
+    run(gen, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
+    cases[0] = TinyCase("not cached");
+    for (int r = 0; r < reps; ++r) run(gen, false, cases[0]);
+    must(gen.generate(prompt, 1, true).status());  // publishes the prompt's blocks
+    for (int r = 0; r < reps; ++r) run(gen, true, cases[1]);
+    for (int r = 0; r < reps; ++r) {
+      must(stack->evict_gpu());
+      run(gen, true, cases[2]);
+    }
+    must(ssd_gen.generate(prompt, 1, true).status());
+    for (int r = 0; r < reps; ++r) {
+      must(ssd_stack->evict_gpu());
+      ssd_stack->ssd()->flush();
+      run(ssd_gen, true, cases[3]);
+    }
+    const double base = median(cases[0].ttft);
+    for (const TinyCase& c : cases) {
+      if (stage_report && (c.name == "GPU" || c.name == "not cached")) {
+        for (const auto& [name, seconds] : c.stages) {
+          stage_report->add_row({std::to_string(p), c.name, name, ms(median(seconds))});
+        }
+      }
+      report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
+                      ms(median(c.restore)), ms(median(c.prefill)), ms(median(c.record)),
+                      gpu_clock ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
+                      fmt_double(static_cast<double>(c.upload_batches) / reps, 1),
+                      c.uploaded ? fmt_double(static_cast<double>(c.regions) / c.uploaded, 3) : "-",
+                      c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-", fmt_double(base / median(c.ttft), 2),
+                      c.identical ? "yes" : "NO"});
+    }
+  }
+}
+
+double empty_batch_round_trip(VulkanContext& ctx) {
+  std::vector<double> t;
+  for (int i = 0; i < 51; ++i) {
+    const auto t0 = Clock::now();
+    CommandBatch b = must(CommandBatch::begin(ctx));
+    must(b.submit_and_wait());
+    t.push_back(since(t0));
+  }
+  return median(t);
+}
+
+std::vector<std::string> tiny_columns() {
+  return {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "record ms",
+          "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "same logits"};
+}
+
+}  // namespace kvtier::bench
