@@ -33,6 +33,24 @@ double percentile(std::vector<double> samples, double q) {
   return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
 }
 
+PairedRatio paired_ratio(const std::vector<double>& reference_seconds, const std::vector<double>& subject_seconds) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(reference_seconds.size(), subject_seconds.size()); ++i) {
+    if (reference_seconds[i] > 0 && subject_seconds[i] > 0) ratios.push_back(reference_seconds[i] / subject_seconds[i]);
+  }
+  PairedRatio r;
+  r.pairs = ratios.size();
+  if (ratios.empty()) return r;
+  r.median = median(ratios);
+  r.min = *std::min_element(ratios.begin(), ratios.end());
+  r.max = *std::max_element(ratios.begin(), ratios.end());
+  return r;
+}
+
+std::string PairedRatio::text() const {
+  return fmt_double(median) + " [" + fmt_double(min) + "-" + fmt_double(max) + "]";
+}
+
 Timing time_calls(const std::function<void()>& fn, int repetitions,
                   std::chrono::duration<double> sample_time) {
   using clock = std::chrono::steady_clock;

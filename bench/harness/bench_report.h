@@ -30,6 +30,19 @@ Timing time_each(const std::function<void()>& fn, int repetitions);
 double percentile(std::vector<double> samples, double q);
 inline double median(std::vector<double> samples) { return percentile(std::move(samples), 0.5); }
 
+// A subject against its reference when the two ran in turns, round by round (reference, subject,
+// reference, subject, ...): the ratio of each round's pair, so a machine that drifts between rounds
+// (a shared disk, a busy host) moves both sides of a ratio together instead of one median.
+struct PairedRatio {
+  double median = 0, min = 0, max = 0;
+  size_t pairs = 0;
+  // "0.78 [0.70-0.85]"
+  std::string text() const;
+};
+// Per round: reference_seconds[i] / subject_seconds[i] (the subject's speed as a fraction of the
+// reference's). Rounds where either is not positive are left out.
+PairedRatio paired_ratio(const std::vector<double>& reference_seconds, const std::vector<double>& subject_seconds);
+
 class Report {
  public:
   Report(std::string title, std::vector<std::string> columns)

@@ -1,0 +1,40 @@
+// The benchmarks' paired ratio: each round's reference over its subject, so a host that slows down
+// between rounds moves both sides of a pair and the ratio stays where it was.
+#include "bench/harness/bench_report.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::bench {
+namespace {
+
+TEST(PairedRatio, ADriftingHostCancelsOutWithinEachPair) {
+  // The subject runs at 0.8 of the reference every round while the host slows down 4x.
+  const std::vector<double> reference{1.0, 2.0, 4.0, 3.0, 1.5};
+  std::vector<double> subject;
+  for (double r : reference) subject.push_back(r / 0.8);
+  const PairedRatio p = paired_ratio(reference, subject);
+  EXPECT_EQ(p.pairs, 5u);
+  EXPECT_DOUBLE_EQ(p.median, 0.8);
+  EXPECT_DOUBLE_EQ(p.min, 0.8);
+  EXPECT_DOUBLE_EQ(p.max, 0.8);
+  // A round where only the reference was slowed (the disk busy while fio ran) is one pair out of
+  // five: the median keeps to the others.
+  std::vector<double> noisy_reference = reference;
+  noisy_reference[1] *= 3;
+  const PairedRatio q = paired_ratio(noisy_reference, subject);
+  EXPECT_DOUBLE_EQ(q.median, 0.8);
+  EXPECT_DOUBLE_EQ(q.max, 2.4);
+}
+
+TEST(PairedRatio, SpreadAndTextAndRoundsWithoutATime) {
+  const PairedRatio p = paired_ratio({1.0, 1.0, 1.0, 0.0}, {2.0, 1.0, 1.25, 1.0});
+  EXPECT_EQ(p.pairs, 3u) << "a round without a reference time is left out";
+  EXPECT_DOUBLE_EQ(p.median, 0.8);
+  EXPECT_DOUBLE_EQ(p.min, 0.5);
+  EXPECT_DOUBLE_EQ(p.max, 1.0);
+  EXPECT_EQ(p.text(), "0.80 [0.50-1.00]");
+  EXPECT_EQ(paired_ratio({}, {}).pairs, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::bench
