@@ -386,6 +386,16 @@ int main(int argc, char** argv) {
   report.add_note("kvtier and file-per-block make every block durable before it counts; fio's "
                   "ceiling does not, so the durable fio row is the like-for-like write reference; "
                   "rocksdb-blobdb runs without WAL (not durable until its final flush)");
+  // fio and kvtier take turns within each repetition: the ratio of each repetition's pair.
+  for (const auto& [name, rs] : runs) {
+    std::vector<double> w, rd;
+    for (const auto& t : rs) {
+      w.push_back(t.write_bps);
+      rd.push_back(t.read_bps);
+    }
+    report.add_note(name + ", per repetition's pair, median [min-max]: spill " + paired_rate_ratio(fio_wd, w).text() +
+                    " of durable fio, restore " + paired_rate_ratio(fio_r, rd).text() + " of fio read");
+  }
   report.print();
   report.write_json(output_path("ssd_bench.json"));
 

@@ -47,6 +47,15 @@ PairedRatio paired_ratio(const std::vector<double>& reference_seconds, const std
   return r;
 }
 
+PairedRatio paired_rate_ratio(const std::vector<double>& reference_rates, const std::vector<double>& subject_rates) {
+  auto seconds_per_unit = [](const std::vector<double>& rates) {
+    std::vector<double> out;
+    for (double r : rates) out.push_back(r > 0 ? 1.0 / r : 0.0);
+    return out;
+  };
+  return paired_ratio(seconds_per_unit(reference_rates), seconds_per_unit(subject_rates));
+}
+
 std::string PairedRatio::text() const {
   return fmt_double(median) + " [" + fmt_double(min) + "-" + fmt_double(max) + "]";
 }

@@ -42,6 +42,8 @@ struct PairedRatio {
 // Per round: reference_seconds[i] / subject_seconds[i] (the subject's speed as a fraction of the
 // reference's). Rounds where either is not positive are left out.
 PairedRatio paired_ratio(const std::vector<double>& reference_seconds, const std::vector<double>& subject_seconds);
+// The same from rates (bytes/s, ops/s): subject_rate[i] / reference_rate[i].
+PairedRatio paired_rate_ratio(const std::vector<double>& reference_rates, const std::vector<double>& subject_rates);
 
 class Report {
  public:

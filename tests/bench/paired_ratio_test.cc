@@ -36,5 +36,13 @@ TEST(PairedRatio, SpreadAndTextAndRoundsWithoutATime) {
   EXPECT_EQ(paired_ratio({}, {}).pairs, 0u);
 }
 
+TEST(PairedRatio, FromRatesIsTheSubjectsRateOverTheReferences) {
+  const PairedRatio p = paired_rate_ratio({2e9, 1e9, 4e9}, {1.6e9, 0.8e9, 3.2e9});  // bytes/s
+  EXPECT_DOUBLE_EQ(p.median, 0.8);
+  EXPECT_DOUBLE_EQ(p.min, 0.8);
+  EXPECT_EQ(p.pairs, 3u);
+  EXPECT_EQ(paired_rate_ratio({0, 1e9}, {1e9, 1e9}).pairs, 1u) << "a reference that did not run is left out";
+}
+
 }  // namespace
 }  // namespace kvtier::bench
