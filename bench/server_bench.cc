@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
 
   // 2. PUT and GET throughput of 2 MiB blocks.
   Report transfer("server_bench: PUT / GET of Llama-3-8B blocks (2 MiB documents) vs a plain loopback socket",
-                  {"protocol", "connections", "PUT GB/s", "GET GB/s", "socket GB/s", "PUT / socket", "GET / socket"});
+                  {"protocol", "connections", "PUT GB/s", "GET GB/s", "socket GB/s", "PUT / socket", "GET / socket",
+                   "PUT / socket, pairs", "GET / socket, pairs"});
   transfer.set_meta("machine", machine_description());
   const Door doors[] = {{"http", port, false, {}}, {"https", tls_port, false, {true, cert.cert}}, {"binary", port, true, {}}};
   for (const Door& door : doors)
@@ -254,11 +255,14 @@ int main(int argc, char** argv) {
     }
     const double put = percentile(puts, 0.5), get = percentile(gets, 0.5), sock = percentile(sockets, 0.5);
     transfer.add_row({door.name, std::to_string(conns), fmt_double(put), fmt_double(get), fmt_double(sock),
-                      fmt_double(put / sock), fmt_double(get / sock)});
+                      fmt_double(put / sock), fmt_double(get / sock), paired_rate_ratio(sockets, puts).text(),
+                      paired_rate_ratio(sockets, gets).text()});
   }
   transfer.add_note("PUT includes decoding and checking the document (hash, layout) and storing it in RAM; "
                     "GET includes encoding it from RAM. Socket: the same bytes per connection, one write/read "
-                    "loop each, no HTTP and no TLS (so the https rows show what encryption costs too).");
+                    "loop each, no HTTP and no TLS (so the https rows show what encryption costs too). "
+                    "'pairs': each repetition runs PUT, GET and the socket in turn; the median and spread of "
+                    "those repetitions' ratios, so a host that drifts between repetitions cancels out.");
   transfer.print();
   transfer.write_json(output_path("server_bench_transfer.json"));
 
