@@ -42,7 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 constexpr int kBlockSize = kE2eBlockSize;
 
 // ---- the bf16 matmul rate -------------------------------------------------------------------

@@ -14,11 +14,6 @@ namespace {
 
 constexpr int kBlockSize = kE2eBlockSize;
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 // TTFT of one way to bring the prefix in, and what it did.
 struct Measured {
   double ttft = 0;
@@ -105,7 +100,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
           m.deadline = m.deadline || deadline;
           m.identical = m.identical && same;
         }
-        m.ttft = median_of(t);
+        m.ttft = median(t);
         return m;
       };
       run(false, {});                               // warm-up, and the reference logits

@@ -2,6 +2,7 @@
 // exits), milliseconds for the tables, the block size, and the synthetic prompts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -26,6 +27,10 @@ T must(Result<T> r) {
 }
 inline void must(const Status& s) {
   if (!s.ok()) die(s);
+}
+// Seconds since t0.
+inline double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 inline std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
 

@@ -17,8 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kBlockSize = kE2eBlockSize;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 struct TinyCase {
   explicit TinyCase(std::string n) : name(std::move(n)) {}
   std::string name;
@@ -82,7 +80,8 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
       // The first token's forward is the call's last one (one new token: no decode step).
       const ForwardTiming& t = model->last_timing();
       c.record.push_back(t.record_seconds);
-      c.gpu.push_back(t.gpu_seconds.value_or(0.0));
+      // A forward whose timestamps could not be read has no GPU time: left out, not counted as 0.
+      if (t.gpu_seconds) c.gpu.push_back(*t.gpu_seconds);
       for (const auto& [name, seconds] : t.stages) {
         auto it = std::find_if(c.stages.begin(), c.stages.end(), [&](const auto& st) { return st.first == name; });
         if (it == c.stages.end()) it = c.stages.insert(it, {name, {}});
@@ -117,7 +116,7 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
       }
       report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
                       ms(median(c.restore)), ms(median(c.prefill)), ms(median(c.record)),
-                      gpu_clock ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
+                      gpu_clock && !c.gpu.empty() ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
                       fmt_double(static_cast<double>(c.upload_batches) / reps, 1),
                       c.uploaded ? fmt_double(static_cast<double>(c.regions) / c.uploaded, 3) : "-",
                       c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-", fmt_double(base / median(c.ttft), 2),
