@@ -333,7 +333,10 @@ Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> key
         count_load(report.loaded_blocks);
         return report;
       }
-      KVTIER_RETURN_IF_ERROR(put(**b, options.first_block + report.loaded_blocks));
+      if (Status st = put(**b, options.first_block + report.loaded_blocks); !st.ok()) {
+        count_load(report.loaded_blocks);  // those before it did reach the engine
+        return st;
+      }
       ++report.loaded_blocks;
     }
     if (!whole) break;  // the prefix ends here

@@ -445,13 +445,16 @@ Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, Lane lane) {
   return value;
 }
 
-Status VulkanContext::wait(uint64_t value, Lane lane) {
+Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds timeout) {
   LaneState& l = lanes_[index(lane)];
   VkSemaphoreWaitInfo wi{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   wi.semaphoreCount = 1;
   wi.pSemaphores = &l.timeline;
   wi.pValues = &value;
-  VK_TRY("vkWaitSemaphores", vkWaitSemaphores(device_, &wi, UINT64_MAX));
+  const uint64_t ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX : static_cast<uint64_t>(timeout.count());
+  const VkResult r = vkWaitSemaphores(device_, &wi, ns);
+  if (r == VK_TIMEOUT) return unavailable("vulkan: timeline value " + std::to_string(value) + " not reached in time");
+  if (r != VK_SUCCESS) return vk_status("vkWaitSemaphores", r);
   uint64_t seen = l.completed.load(std::memory_order_relaxed);
   while (seen < value && !l.completed.compare_exchange_weak(seen, value, std::memory_order_release)) {
   }

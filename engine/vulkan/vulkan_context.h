@@ -13,6 +13,7 @@
 #include <vulkan/vulkan.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -91,8 +92,10 @@ class VulkanContext {
   // Submits a recorded command buffer on `lane`; it signals the lane's timeline with the returned
   // value, after every earlier batch of the lane.
   Result<uint64_t> submit(VkCommandBuffer cb, Lane lane = Lane::kCompute);
-  // Waits until the lane's timeline reaches `value` (its work submitted up to it is done).
-  Status wait(uint64_t value, Lane lane = Lane::kCompute);
+  // Waits until the lane's timeline reaches `value` (its work submitted up to it is done), or
+  // `timeout` passes (kUnavailable, "not reached in time").
+  Status wait(uint64_t value, Lane lane = Lane::kCompute,
+              std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
   // The highest value of the lane's timeline the host has waited for.
   uint64_t completed(Lane lane) const { return lanes_[index(lane)].completed.load(std::memory_order_acquire); }
   // A command buffer with a pool of its own. Vulkan wants a pool externally synchronized while

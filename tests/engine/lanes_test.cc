@@ -5,6 +5,7 @@
 // behind the prefill it was meant to overlap.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "tests/engine/engine_test_env.h"
@@ -65,39 +66,90 @@ TEST(Lanes, EachLaneCountsItsOwnTimeline) {
   EXPECT_EQ(gpu().completed(Lane::kTransfer), transfer + 2);
 }
 
-// A compute batch held on an event the host has not set yet stands for a long prefill: the
-// transfer lane's batch must finish meanwhile. Needs a second queue (one queue runs its
-// submissions one after another, whichever lane they belong to): on the H100, not on lavapipe.
+// A compute batch held on an event the host has not set yet: a long prefill that ends when the
+// test says so. Let go (and waited for) in its destructor whatever failed, since a context
+// destroyed with it pending would hang.
+class HeldComputeBatch {
+ public:
+  explicit HeldComputeBatch(VulkanContext& ctx) : ctx_(ctx) {
+    VkEventCreateInfo eci{.sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO};
+    ok_ = vkCreateEvent(ctx.device(), &eci, nullptr, &event_) == VK_SUCCESS;
+    auto commands = ctx.acquire_commands(Lane::kCompute);
+    ok_ = ok_ && commands.ok();
+    if (!ok_) return;
+    commands_ = *commands;
+    VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    ok_ = vkBeginCommandBuffer(commands_.cb, &bi) == VK_SUCCESS;
+    vkCmdWaitEvents(commands_.cb, 1, &event_, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0,
+                    nullptr, 0, nullptr, 0, nullptr);
+    ok_ = ok_ && vkEndCommandBuffer(commands_.cb) == VK_SUCCESS;
+    auto value = ok_ ? ctx.submit(commands_.cb, Lane::kCompute) : Result<uint64_t>(internal_error("not recorded"));
+    ok_ = value.ok();
+    if (ok_) value_ = *value;
+  }
+  ~HeldComputeBatch() {
+    if (value_) {
+      let_go();
+      (void)ctx_.wait(value_, Lane::kCompute);
+    }
+    if (commands_.cb) ctx_.release_commands(commands_, Lane::kCompute);
+    if (event_) vkDestroyEvent(ctx_.device(), event_, nullptr);
+  }
+  bool ok() const { return ok_; }
+  uint64_t value() const { return value_; }
+  void let_go() { vkSetEvent(ctx_.device(), event_); }
+
+ private:
+  VulkanContext& ctx_;
+  bool ok_ = false;
+  VkEvent event_ = VK_NULL_HANDLE;
+  VulkanContext::Commands commands_;
+  uint64_t value_ = 0;
+};
+
+// A wait that cannot finish says so at its timeout instead of hanging (lavapipe too: one queue).
+TEST(Lanes, AWaitWithATimeoutSaysSoInsteadOfHanging) {
+  VulkanContext& ctx = gpu();
+  HeldComputeBatch held(ctx);
+  ASSERT_TRUE(held.ok());
+  const Status late = ctx.wait(held.value(), Lane::kCompute, std::chrono::milliseconds(50));
+  EXPECT_EQ(late.code(), StatusCode::kUnavailable) << late.to_string();
+  EXPECT_NE(late.message().find("not reached in time"), std::string::npos);
+  held.let_go();
+  EXPECT_TRUE(ctx.wait(held.value(), Lane::kCompute, std::chrono::seconds(10)).ok());
+}
+
+// The held batch stands for a long prefill: the transfer lane's batch must finish meanwhile. Needs
+// a second queue (one queue runs its submissions one after another, whichever lane they belong
+// to): on the H100, not on lavapipe.
 TEST(Lanes, AnUploadIsNotHeldUpByARunningComputeBatch) {
   VulkanContext& ctx = gpu();
   if (!ctx.info().transfer_lane_own_queue) {
     GTEST_SKIP() << ctx.info().name << " gives the transfer lane no queue of its own";
   }
-  VkEventCreateInfo eci{.sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO};
-  VkEvent event = VK_NULL_HANDLE;
-  ASSERT_EQ(vkCreateEvent(ctx.device(), &eci, nullptr, &event), VK_SUCCESS);
-  auto held = ctx.acquire_commands(Lane::kCompute);
+  HeldComputeBatch held(ctx);
   ASSERT_TRUE(held.ok());
-  VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  ASSERT_EQ(vkBeginCommandBuffer(held->cb, &bi), VK_SUCCESS);
-  vkCmdWaitEvents(held->cb, 1, &event, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0,
-                  nullptr, 0, nullptr, 0, nullptr);
-  ASSERT_EQ(vkEndCommandBuffer(held->cb), VK_SUCCESS);
-  auto value = ctx.submit(held->cb, Lane::kCompute);
-  ASSERT_TRUE(value.ok());
-
   auto device = GpuBuffer::create(ctx, kBytes, MemoryKind::kDevice);
   auto host = GpuBuffer::create(ctx, kBytes, MemoryKind::kDownload);
   ASSERT_TRUE(device.ok() && host.ok());
-  ASSERT_TRUE(fill_on(Lane::kTransfer, *device, 0x77u).ok());
+  {
+    // Waited for with a timeout: queued behind the held batch (one timeline) it would never finish,
+    // and the test must fail rather than hang.
+    auto fill = CommandBatch::begin(ctx, Lane::kTransfer);
+    ASSERT_TRUE(fill.ok());
+    fill->fill(*device, 0, kBytes, 0x77u);
+    fill->barrier();
+    auto filled = fill->submit();
+    ASSERT_TRUE(filled.ok());
+    const Status in_time = ctx.wait(*filled, Lane::kTransfer, std::chrono::seconds(10));
+    if (!in_time.ok()) held.let_go();  // before `fill` waits for itself
+    EXPECT_TRUE(in_time.ok()) << "the transfer lane waited for the compute lane: " << in_time.to_string();
+  }
   EXPECT_TRUE(copied_on(Lane::kTransfer, *device, *host, 0x77u));
-  EXPECT_LT(ctx.completed(Lane::kCompute), *value) << "the held batch cannot have completed";
-
-  ASSERT_EQ(vkSetEvent(ctx.device(), event), VK_SUCCESS);
-  ASSERT_TRUE(ctx.wait(*value, Lane::kCompute).ok());
-  EXPECT_GE(ctx.completed(Lane::kCompute), *value);
-  ctx.release_commands(*held, Lane::kCompute);
-  vkDestroyEvent(ctx.device(), event, nullptr);
+  EXPECT_LT(ctx.completed(Lane::kCompute), held.value()) << "the held batch cannot have completed";
+  held.let_go();
+  ASSERT_TRUE(ctx.wait(held.value(), Lane::kCompute).ok());
+  EXPECT_GE(ctx.completed(Lane::kCompute), held.value());
 }
 
 }  // namespace
