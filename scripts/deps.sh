@@ -12,7 +12,7 @@ packages=(
   clang libclang-rt-14-dev
   fio python3 python3-matplotlib util-linux e2fsprogs
   pybind11-dev python3-dev libdlpack-dev python3-torch python3-numpy python3-pytest
-  redis-server redis-tools libhiredis-dev
+  redis-server redis-tools
   prometheus
 )
 

@@ -15,7 +15,7 @@
 #include "server/net/connection_stream.h"
 #include "server/net/tls_context.h"
 #include "server/status_codes.h"
-#include "server/wire/socket_io.h"
+#include "base/net/socket_io.h"
 
 namespace kvtier {
 namespace {
@@ -500,7 +500,7 @@ bool HttpApi::run() {
                                     // Over TLS the client reads a failed handshake, not this.
                                     if (tls_) return;
                                     iovec piece{const_cast<char*>(text.data()), text.size()};
-                                    (void)wire::send_all(fd, std::span(&piece, 1),
+                                    (void)net::send_all(fd, std::span(&piece, 1),
                                                          std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
                                   });
   if (!st.ok()) spdlog::error("{}", st.message());

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "server/net/tls_context.h"
-#include "server/wire/socket_io.h"
+#include "base/net/socket_io.h"
 
 namespace kvtier {
 namespace {
@@ -67,7 +67,7 @@ Status ConnectionStream::handshake(Deadline deadline) {
     if (r == 1) return ok_status();
     const short wants = tls_wants(ssl_, r);
     if (wants == 0) return unavailable("TLS handshake failed: " + tls_error_text("the peer is not speaking TLS"));
-    if (!wire::wait_for(fd_, wants, deadline)) {
+    if (!net::wait_for(fd_, wants, deadline)) {
       timed_out_ = true;
       return unavailable("TLS handshake not done within --request-timeout");
     }
@@ -79,12 +79,12 @@ void ConnectionStream::linger() {
     SSL_shutdown(ssl_);
     closed_ = true;
   }
-  wire::linger(fd_);
+  net::linger(fd_);
 }
 
 bool ConnectionStream::wait_request(std::chrono::milliseconds timeout) {
   if (buffered() > 0 || (ssl_ && SSL_pending(ssl_) > 0)) return true;
-  return wire::wait_for(fd_, POLLIN, Clock::now() + timeout);
+  return net::wait_for(fd_, POLLIN, Clock::now() + timeout);
 }
 
 ssize_t ConnectionStream::receive(char* p, size_t size) {
@@ -103,7 +103,7 @@ ssize_t ConnectionStream::receive(char* p, size_t size) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
     }
-    if (!wire::wait_for(fd_, wants, read_deadline_)) {
+    if (!net::wait_for(fd_, wants, read_deadline_)) {
       timed_out_ = true;
       return -1;
     }
@@ -112,10 +112,10 @@ ssize_t ConnectionStream::receive(char* p, size_t size) {
 
 bool ConnectionStream::is_readable() const {
   if (buffered() > 0 || (ssl_ && SSL_pending(ssl_) > 0)) return true;
-  return wire::wait_for(fd_, POLLIN, read_deadline_);
+  return net::wait_for(fd_, POLLIN, read_deadline_);
 }
 
-bool ConnectionStream::is_writable() const { return !timed_out_ && wire::wait_for(fd_, POLLOUT, Clock::now() + write_timeout_); }
+bool ConnectionStream::is_writable() const { return !timed_out_ && net::wait_for(fd_, POLLOUT, Clock::now() + write_timeout_); }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
   if (size == 0) return 0;
@@ -154,7 +154,7 @@ ssize_t ConnectionStream::write(const char* ptr, size_t size) {
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
     }
     // Each wait starts afresh: a long reply is fine as long as the client keeps reading it.
-    if (!wire::wait_for(fd_, wants, Clock::now() + write_timeout_)) {
+    if (!net::wait_for(fd_, wants, Clock::now() + write_timeout_)) {
       timed_out_ = true;
       return -1;
     }

@@ -32,7 +32,7 @@ class ConnectionStream final : public httplib::Stream {
   bool wait_request(std::chrono::milliseconds timeout);
   // The reads of the request starting now must be done by `deadline`.
   void begin_request(Deadline deadline) { read_deadline_ = deadline; }
-  // Ends a connection whose last request was refused before its body was read (wire::linger).
+  // Ends a connection whose last request was refused before its body was read (net::linger).
   void linger();
   // A read missed its request's deadline or a write made no progress for the write timeout.
   bool timed_out() const { return timed_out_; }

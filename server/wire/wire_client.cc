@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "server/cli/kvtier_client.h"
-#include "server/wire/socket_io.h"
+#include "base/net/socket_io.h"
 
 namespace kvtier {
 
@@ -28,7 +28,7 @@ void WireClient::disconnect() {
 }
 
 Status WireClient::connect() {
-  KVTIER_ASSIGN_OR_RETURN(fd_, wire::connect_tcp(host_, port_, std::chrono::seconds(5)));
+  KVTIER_ASSIGN_OR_RETURN(fd_, net::connect_tcp(host_, port_, std::chrono::seconds(5)));
   ever_connected_ = true;
   if (api_key_.empty()) return ok_status();
   auto hello = exchange(Op::kHello, BlockHash{}, "",
@@ -44,11 +44,11 @@ Result<WireClient::Reply> WireClient::exchange(Op op, const BlockHash& hash, con
   std::array<iovec, 3> pieces{piece(head.data(), head.size()), piece(ns.data(), ns.size()),
                               piece(body.data(), body.size())};
   const auto until = deadline();
-  Status sent = wire::send_all(fd_, pieces, until);
+  Status sent = net::send_all(fd_, pieces, until);
   // A refusal can come before the whole body went out (the server closes after answering it):
   // read the answer whatever the send said.
   std::array<uint8_t, wire::kResponseHeaderBytes> reply;
-  Status got = wire::recv_exact(fd_, reply.data(), reply.size(), until);
+  Status got = net::recv_exact(fd_, reply.data(), reply.size(), until);
   if (!got.ok()) {
     disconnect();
     return sent.ok() ? got : sent;
@@ -77,7 +77,7 @@ Result<WireClient::Reply> WireClient::exchange_with_retry(Op op, const BlockHash
 
 Status WireClient::error_of(const Reply& reply) {
   std::string body(std::min<uint64_t>(reply.body_bytes, 1 << 20), '\0');
-  if (reply.body_bytes > body.size() || !wire::recv_exact(fd_, body.data(), body.size(), deadline()).ok()) {
+  if (reply.body_bytes > body.size() || !net::recv_exact(fd_, body.data(), body.size(), deadline()).ok()) {
     disconnect();
   }
   return status_from_http(reply.status, body);
@@ -101,7 +101,7 @@ Result<Bytes> WireClient::get(const BlockHash& hash, const std::string& ns) {
     return internal_error("kvtierd answered a GET with a " + std::to_string(r.body_bytes) + "-byte body");
   }
   Bytes doc(r.body_bytes);
-  if (Status st = wire::recv_exact(fd_, doc.data(), doc.size(), deadline()); !st.ok()) {
+  if (Status st = net::recv_exact(fd_, doc.data(), doc.size(), deadline()); !st.ok()) {
     disconnect();
     return st;
   }
@@ -122,12 +122,12 @@ Result<std::vector<std::optional<Bytes>>> WireClient::batch_get(std::span<const 
   std::vector<std::optional<Bytes>> out(hashes.size());
   for (auto& item : out) {
     uint8_t len[8];
-    Status st = wire::recv_exact(fd_, len, sizeof(len), deadline());
+    Status st = net::recv_exact(fd_, len, sizeof(len), deadline());
     uint64_t n = 0;
     for (int b = 0; b < 8; ++b) n |= static_cast<uint64_t>(len[b]) << (8 * b);
     if (st.ok() && n > 0) {
       item.emplace(n);
-      st = wire::recv_exact(fd_, item->data(), n, deadline());
+      st = net::recv_exact(fd_, item->data(), n, deadline());
     }
     if (!st.ok()) {
       disconnect();

@@ -12,11 +12,11 @@
 
 #include "server/http/request_json.h"
 #include "server/status_codes.h"
-#include "server/wire/socket_io.h"
+#include "base/net/socket_io.h"
 
 namespace kvtier {
 
-using wire::Deadline;
+using net::Deadline;
 using wire::Op;
 
 static_assert(wire::kMaxNamespaceBytes == kMaxNamespaceBytes, "both doors take the same namespaces");
@@ -45,7 +45,7 @@ class WireServer::Session {
 
   void run() {
     while (!s_.listener_.stopping()) {
-      if (!wire::wait_readable(fd_, s_.options_.idle_timeout)) {
+      if (!net::wait_readable(fd_, s_.options_.idle_timeout)) {
         s_.metrics_.idle_closed.inc();
         return;
       }
@@ -75,11 +75,11 @@ class WireServer::Session {
 
  private:
   void linger() {
-    if (refused_) wire::linger(fd_);
+    if (refused_) net::linger(fd_);
   }
 
   Status recv(void* p, size_t n) {
-    Status st = wire::recv_exact(fd_, p, n, deadline_);
+    Status st = net::recv_exact(fd_, p, n, deadline_);
     if (st.ok()) s_.metrics_.bytes_received.inc(n);
     return st;
   }
@@ -89,10 +89,10 @@ class WireServer::Session {
     for (const iovec& p : pieces) n += p.iov_len;
     // A reply may be a stream of gigabytes: each write (at most one 64 MiB slice) gets the whole
     // --request-timeout, so only a client that stops reading loses its connection.
-    Status st = wire::send_all(fd_, pieces, Clock::now() + s_.options_.request_timeout);
+    Status st = net::send_all(fd_, pieces, Clock::now() + s_.options_.request_timeout);
     if (st.ok()) {
       s_.metrics_.bytes_sent.inc(n);
-    } else if (wire::is_deadline(st)) {
+    } else if (net::is_deadline(st)) {
       s_.metrics_.timeouts.inc();
       if (auto k = s_.error_log_.admit()) {
         spdlog::warn("wire: closed a connection that did not read its reply within --request-timeout ({} similar "
@@ -107,7 +107,7 @@ class WireServer::Session {
   bool received(const Status& st, const char* what) {
     if (st.ok()) return true;
     keep_open_ = false;
-    if (wire::is_deadline(st)) {
+    if (net::is_deadline(st)) {
       s_.metrics_.timeouts.inc();
       if (auto n = s_.error_log_.admit()) {
         spdlog::warn("wire: closed a connection that did not send {} within --request-timeout ({} similar suppressed)",
@@ -292,7 +292,7 @@ void WireServer::run() {
                                     auto head = wire::encode(wire::ResponseHeader{503, text.size()});
                                     std::array<iovec, 2> pieces{piece(head.data(), head.size()),
                                                                 piece(text.data(), text.size())};
-                                    (void)wire::send_all(fd, pieces, Clock::now() + std::chrono::milliseconds(100));
+                                    (void)net::send_all(fd, pieces, Clock::now() + std::chrono::milliseconds(100));
                                   });
   if (!st.ok()) spdlog::error("{}", st.message());
 }

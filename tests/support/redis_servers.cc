@@ -1,6 +1,5 @@
 #include "tests/support/redis_servers.h"
 
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -168,12 +167,11 @@ int RedisServers::master_port_for(const std::string& key) const {
     if (!c) continue;
     auto slot = c->command({"CLUSTER", "KEYSLOT", key});
     auto slots = c->command({"CLUSTER", "SLOTS"});
-    if (!slot.ok() || !slots.ok() || !slots->raw() || slots->raw()->type != REDIS_REPLY_ARRAY) continue;
-    const redisReply* top = slots->raw();
-    for (size_t i = 0; i < top->elements; ++i) {
-      const redisReply* e = top->element[i];
-      if (slot->integer() >= e->element[0]->integer && slot->integer() <= e->element[1]->integer) {
-        return static_cast<int>(e->element[2]->element[1]->integer);
+    if (!slot.ok() || !slots.ok() || !slots->is_array()) continue;
+    for (const RedisReply& e : slots->elements()) {
+      const auto& f = e.elements();
+      if (slot->integer() >= f[0].integer() && slot->integer() <= f[1].integer()) {
+        return static_cast<int>(f[2].elements()[1].integer());
       }
     }
   }
@@ -228,13 +226,12 @@ bool RedisServers::wait_cluster_ok(std::chrono::milliseconds timeout) const {
       auto c = connect_to(live.front());
       auto slots = c ? c->command({"CLUSTER", "SLOTS"}) : Result<RedisReply>(unavailable("no connection"));
       long long covered = 0;
-      if (slots.ok() && slots->raw() && slots->raw()->type == REDIS_REPLY_ARRAY) {
-        const redisReply* top = slots->raw();
-        for (size_t i = 0; i < top->elements; ++i) {
-          const redisReply* e = top->element[i];
-          const int port = static_cast<int>(e->element[2]->element[1]->integer);
+      if (slots.ok() && slots->is_array()) {
+        for (const RedisReply& e : slots->elements()) {
+          const auto& f = e.elements();
+          const int port = static_cast<int>(f[2].elements()[1].integer());
           if (std::find(live.begin(), live.end(), port) != live.end()) {
-            covered += e->element[1]->integer - e->element[0]->integer + 1;
+            covered += f[1].integer() - f[0].integer() + 1;
           }
         }
       }

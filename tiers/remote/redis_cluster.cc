@@ -1,6 +1,5 @@
 #include "tiers/remote/redis_cluster.h"
 
-#include <hiredis/hiredis.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -89,7 +88,8 @@ Status RedisCluster::connect(Node& node) {
   node.conn.reset();
   const auto now = std::chrono::steady_clock::now();
   if (now < node.retry_after) return unavailable("redis " + node.endpoint.text() + ": down, retrying later");
-  auto c = RedisConnection::open(node.endpoint, options_.address.user, options_.address.password, options_.timeouts);
+  auto c = RedisConnection::open(node.endpoint, options_.address.user, options_.address.password, options_.timeouts,
+                                  options_.reader);
   if (!c.ok()) {
     node.retry_after = now + options_.reconnect_backoff;
     return c.status();
@@ -114,20 +114,20 @@ Status RedisCluster::refresh_from(Node& node) {
   }
   std::vector<std::pair<std::pair<int, int>, RedisEndpoint>> ranges;
   if (!standalone) {
-    const redisReply* top = r->raw();
-    if (top->type != REDIS_REPLY_ARRAY) return unavailable("redis: CLUSTER SLOTS is not an array");
-    for (size_t i = 0; i < top->elements; ++i) {
-      const redisReply* e = top->element[i];
-      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[2]->type != REDIS_REPLY_ARRAY ||
-          e->element[2]->elements < 2) {
+    if (!r->is_array()) return unavailable("redis: CLUSTER SLOTS is not an array");
+    for (const RedisReply& e : r->elements()) {
+      // [first slot, last slot, [master host, master port, ...], replicas...]
+      const auto& f = e.elements();
+      if (!e.is_array() || f.size() < 3 || !f[0].is_integer() || !f[1].is_integer() || !f[2].is_array() ||
+          f[2].elements().size() < 2 || !f[2].elements()[1].is_integer()) {
         continue;
       }
-      const redisReply* master = e->element[2];
+      const RedisReply& master = f[2];
       RedisEndpoint ep;
-      ep.host = master->element[0]->str ? std::string(master->element[0]->str, master->element[0]->len) : "";
+      ep.host = std::string(master.elements()[0].str());
       if (ep.host.empty()) ep.host = node.endpoint.host;  // "" means: the node you asked
-      ep.port = static_cast<int>(master->element[1]->integer);
-      ranges.push_back({{static_cast<int>(e->element[0]->integer), static_cast<int>(e->element[1]->integer)}, ep});
+      ep.port = static_cast<int>(master.elements()[1].integer());
+      ranges.push_back({{static_cast<int>(f[0].integer()), static_cast<int>(f[1].integer())}, ep});
     }
   }
   const size_t self = [&] {

@@ -1,5 +1,5 @@
-// RedisCluster: the remote tier's client for a Redis Cluster (or one standalone Redis), on hiredis,
-// since Debian ships no cluster client. What it does:
+// RedisCluster: the remote tier's client for a Redis Cluster (or one standalone Redis), on our own
+// RESP connections (Debian ships no cluster client). What it does:
 //   - the slot map from CLUSTER SLOTS (any seed or known node answers), refreshed after a MOVED,
 //     after a node fails, and while no map is known (at most every `refresh_interval`);
 //   - one connection per master, opened lazily and reopened after `reconnect_backoff`;
@@ -39,6 +39,7 @@ int redis_key_slot(std::string_view key);
 struct RedisClusterOptions {
   RedisAddress address;
   RedisTimeouts timeouts;
+  RespReaderOptions reader;  // how every connection reads replies
   std::chrono::milliseconds reconnect_backoff{1000};  // after a node failed to connect
   std::chrono::milliseconds refresh_interval{500};    // the least time between two slot-map refreshes
 };

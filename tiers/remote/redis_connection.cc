@@ -1,42 +1,33 @@
 #include "tiers/remote/redis_connection.h"
 
-#include <hiredis/hiredis.h>
-#include <sys/ioctl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/net/socket_io.h"
 
 namespace kvtier {
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds ms) {
-  return {static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
-}
+using Clock = std::chrono::steady_clock;
+
+// Arguments at least this long are sent from where they lie; shorter ones are copied into the
+// header buffer (an iovec per key would cost more than the copy).
+constexpr size_t kGatherArgumentBytes = 4096;
 
 }  // namespace
 
-RedisReply::RedisReply(redisReply* r) : r_(r) {}
-void RedisReply::Free::operator()(redisReply* r) const { freeReplyObject(r); }
-bool RedisReply::is_nil() const { return !r_ || r_->type == REDIS_REPLY_NIL; }
-bool RedisReply::is_error() const { return r_ && r_->type == REDIS_REPLY_ERROR; }
-bool RedisReply::is_status() const { return r_ && r_->type == REDIS_REPLY_STATUS; }
-bool RedisReply::is_string() const { return r_ && r_->type == REDIS_REPLY_STRING; }
-bool RedisReply::is_integer() const { return r_ && r_->type == REDIS_REPLY_INTEGER; }
-long long RedisReply::integer() const { return r_ ? r_->integer : 0; }
-std::string_view RedisReply::str() const {
-  return r_ && r_->str ? std::string_view(r_->str, r_->len) : std::string_view();
-}
-
 Result<std::unique_ptr<RedisConnection>> RedisConnection::open(const RedisEndpoint& e, const std::string& user,
-                                                               const std::string& password,
-                                                               RedisTimeouts timeouts) {
-  redisContext* c = redisConnectWithTimeout(e.host.c_str(), e.port, to_timeval(timeouts.connect));
-  if (c == nullptr) return unavailable("redis " + e.text() + ": out of memory for a connection");
-  if (c->err) {
-    Status st = unavailable("redis " + e.text() + ": " + c->errstr);
-    redisFree(c);
-    return st;
-  }
-  std::unique_ptr<RedisConnection> conn(new RedisConnection(e, c));
-  redisSetTimeout(c, to_timeval(timeouts.io));
-  redisEnableKeepAlive(c);
+                                                               const std::string& password, RedisTimeouts timeouts,
+                                                               RespReaderOptions reader) {
+  auto fd = net::connect_tcp(e.host, e.port, timeouts.connect);
+  if (!fd.ok()) return unavailable("redis " + e.text() + ": " + fd.status().message());
+  const int one = 1;
+  ::setsockopt(*fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  std::unique_ptr<RedisConnection> conn(new RedisConnection(e, UniqueFd(*fd), timeouts, std::move(reader)));
   if (!password.empty()) {
     RedisCommand auth = user.empty() ? RedisCommand{"AUTH", password} : RedisCommand{"AUTH", user, password};
     KVTIER_ASSIGN_OR_RETURN(RedisReply r, conn->command(auth));
@@ -48,68 +39,92 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::open(const RedisEndpoi
   return conn;
 }
 
-RedisConnection::~RedisConnection() {
-  if (c_) redisFree(c_);
-}
+RedisConnection::~RedisConnection() = default;
 
-Status RedisConnection::transport_error(const char* what) {
+Status RedisConnection::transport_error(const std::string& what) {
   broken_ = true;
-  return unavailable("redis " + endpoint_.text() + ": " + what + ": " + (c_->errstr[0] ? c_->errstr : "closed"));
+  return unavailable("redis " + endpoint_.text() + ": " + what);
 }
 
 Status RedisConnection::send(std::span<const RedisCommand> commands) {
   if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
+  // Two passes: the framing first (so headers_ no longer moves), then the pieces pointing into it.
+  headers_.clear();
+  struct Span {
+    size_t header_end;                // headers_ up to here precede...
+    std::string_view argument;        // ...this argument, sent in place (empty: none)
+  };
+  std::vector<Span> spans;
   for (const RedisCommand& cmd : commands) {
-    argv.clear();
-    lens.clear();
+    headers_ += '*';
+    headers_ += std::to_string(cmd.size());
+    headers_ += "\r\n";
     for (std::string_view a : cmd) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-      return transport_error("queueing a command");
+      headers_ += '$';
+      headers_ += std::to_string(a.size());
+      headers_ += "\r\n";
+      if (a.size() >= kGatherArgumentBytes) {
+        spans.push_back({headers_.size(), a});
+      } else {
+        headers_.append(a);
+      }
+      headers_ += "\r\n";
     }
   }
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(c_, &done) != REDIS_OK) return transport_error("writing");
+  std::vector<iovec> pieces;
+  pieces.reserve(spans.size() * 2 + 1);
+  size_t at = 0;
+  for (const Span& s : spans) {
+    pieces.push_back({headers_.data() + at, s.header_end - at});
+    pieces.push_back({const_cast<char*>(s.argument.data()), s.argument.size()});
+    at = s.header_end;
   }
+  pieces.push_back({headers_.data() + at, headers_.size() - at});
+  Status st = net::send_all(fd_.get(), pieces, Clock::now() + timeouts_.io);
+  if (!st.ok()) return transport_error("writing: " + st.message());
   return ok_status();
 }
-
-Result<std::vector<RedisReply>> RedisConnection::receive(size_t n) {
-  if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
-  std::vector<RedisReply> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    void* r = nullptr;
-    if (redisGetReply(c_, &r) != REDIS_OK || r == nullptr) return transport_error("reading a reply");
-    out.emplace_back(static_cast<redisReply*>(r));
-  }
-  return out;
-}
-
-int RedisConnection::fd() const { return c_->fd; }
 
 Status RedisConnection::read_available() {
   if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
-  // Drain what the socket holds, not one 16 KiB read (hiredis's unit): a socket left full closes
-  // its TCP window, and the node stalls until the client comes back to it.
-  int pending = 0;
-  do {
-    if (redisBufferRead(c_) != REDIS_OK) return transport_error("reading");
-  } while (::ioctl(c_->fd, FIONREAD, &pending) == 0 && pending > 0);
-  return ok_status();
+  // Drain what the socket holds, not one read: a socket left full closes its TCP window, and the
+  // node stalls until the client comes back to it.
+  for (;;) {
+    const std::span<uint8_t> area = reader_.write_area();
+    if (area.empty()) return ok_status();  // the reader's limit: next_reply() says which
+    const ssize_t n = ::recv(fd_.get(), area.data(), area.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      reader_.wrote(static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) return transport_error("the node closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
+    return transport_error(std::string("reading: ") + std::strerror(errno));
+  }
 }
 
 Result<std::optional<RedisReply>> RedisConnection::next_reply() {
   if (broken_) return unavailable("redis " + endpoint_.text() + ": connection is broken");
-  void* r = nullptr;
-  if (redisGetReplyFromReader(c_, &r) != REDIS_OK) return transport_error("parsing a reply");
-  if (r == nullptr) return std::optional<RedisReply>();
-  return std::optional<RedisReply>(RedisReply(static_cast<redisReply*>(r)));
+  auto r = reader_.next();
+  if (!r.ok()) return transport_error(r.status().message());
+  return r;
+}
+
+Result<std::vector<RedisReply>> RedisConnection::receive(size_t n) {
+  std::vector<RedisReply> out;
+  out.reserve(n);
+  const auto deadline = Clock::now() + timeouts_.io;
+  while (out.size() < n) {
+    KVTIER_ASSIGN_OR_RETURN(std::optional<RedisReply> r, next_reply());
+    if (r) {
+      out.push_back(std::move(*r));
+      continue;
+    }
+    if (!net::wait_for(fd_.get(), POLLIN, deadline)) return transport_error("no reply in time");
+    KVTIER_RETURN_IF_ERROR(read_available());
+  }
+  return out;
 }
 
 Result<std::vector<RedisReply>> RedisConnection::pipeline(std::span<const RedisCommand> commands) {

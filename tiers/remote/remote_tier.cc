@@ -28,6 +28,9 @@ Result<std::shared_ptr<RemoteTier>> RemoteTier::open(RemoteTierOptions options,
   RedisClusterOptions co;
   co.address = options.address;
   co.timeouts = options.timeouts;
+  // Values land in their own aligned buffers, their frame payload checksummed as they arrive, so
+  // the decoder adopts the buffer as the block's storage and need not read it again.
+  co.reader.checksum_after = kFrameHeaderSize;
   co.reconnect_backoff = options.reconnect_backoff;
   KVTIER_ASSIGN_OR_RETURN(auto cluster, RedisCluster::open(std::move(co)));
   if (!cluster->has_slot_map()) {
@@ -320,10 +323,14 @@ Result<BlockRef> RemoteTier::accept(const BlockRequest& req, Result<RedisReply> 
     metrics_.misses.inc();
     return not_found("remote tier: not held");
   }
-  const std::string_view v = r->str();
-  metrics_.read_bytes.inc(v.size());
+  const size_t length = r->str().size();
+  metrics_.read_bytes.inc(length);
   thread_local BlockCodec codec;
-  auto block = codec.decode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}, *layouts_);
+  const std::optional<uint64_t> payload_checksum = r->tail_checksum();
+  AlignedBuffer value = r->take_buffer();
+  auto block = value.empty()
+                   ? codec.decode({reinterpret_cast<const uint8_t*>(r->str().data()), length}, *layouts_)
+                   : codec.decode_owned(std::move(value), length, *layouts_, payload_checksum);
   std::string why;
   if (!block.ok()) why = block.status().message();
   else if (block->hash() != req.hash) why = "it holds block " + block->hash().hex();

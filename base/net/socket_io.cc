@@ -1,4 +1,4 @@
-#include "server/wire/socket_io.h"
+#include "base/net/socket_io.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace kvtier::wire {
+namespace kvtier::net {
 namespace {
 
 int millis_until(Deadline deadline) {
@@ -147,4 +147,4 @@ Result<int> connect_tcp(const std::string& host, int port, std::chrono::millisec
   return unavailable("cannot connect to " + host + ":" + service + ": " + last);
 }
 
-}  // namespace kvtier::wire
+}  // namespace kvtier::net

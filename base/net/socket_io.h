@@ -1,6 +1,6 @@
-// Blocking socket reads and writes with deadlines, for the binary protocol's two ends. Writes
-// gather from many buffers in one sendmsg (a block goes out from where the tier holds it); reads
-// fill the caller's buffer directly. A peer that stops sending or reading fails the call at the
+// Blocking socket reads and writes with deadlines, for kvtier's network ends (the binary
+// protocol's client and server, the Redis client). Writes gather from many buffers in one sendmsg
+// (a block goes out from where the tier holds it); reads fill the caller's buffer directly. A peer that stops sending or reading fails the call at the
 // deadline instead of holding a thread for ever.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "base/status.h"
 
-namespace kvtier::wire {
+namespace kvtier::net {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
@@ -38,4 +38,4 @@ void linger(int fd);
 // A connection to host:port with TCP_NODELAY, or kUnavailable.
 Result<int> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);
 
-}  // namespace kvtier::wire
+}  // namespace kvtier::net
