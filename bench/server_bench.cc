@@ -4,8 +4,8 @@
 //     1 and 8 connections.
 //  2. PUT and GET of Llama-3-8B blocks (2 MiB documents) in GB/s with 1 and 4 connections, over
 //     HTTP, HTTPS (TLS 1.3, a self-signed EC P-256 certificate) and the binary protocol
-//     (server/wire), against the same bytes pushed through a plain loopback TCP socket in the
-//     same run.
+//     (server/wire), in the clear and inside TLS, against the same bytes pushed through a loopback
+//     TCP socket in the same run (inside TLS for the TLS rows).
 // Medians of --reps repetitions.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,8 +25,10 @@
 #include "server/block_service.h"
 #include "server/cli/kvtier_client.h"
 #include "server/http/http_api.h"
+#include "server/net/tls_context.h"
 #include "server/synthetic_block.h"
 #include "server/wire/wire_server.h"
+#include "server/wire/wire_stream.h"
 #include "tests/support/self_signed_cert.h"
 #include "tests/support/temp_dir.h"
 
@@ -77,42 +79,64 @@ std::vector<uint32_t> tokens_for(size_t n, uint32_t seed) {
   return t;
 }
 
-// GB/s of `bytes_per_conn` pushed through each of `conns` loopback TCP connections at once, in
-// 2 MiB writes: what the kernel's socket path gives with no HTTP and no cache.
-double socket_copy_gbps(size_t bytes_per_conn, int conns) {
+// A loopback listening socket on a free port.
+int listen_loopback(sockaddr_in& addr) {
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
+  addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   ::listen(lfd, 64);
   socklen_t len = sizeof(addr);
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return lfd;
+}
+
+// GB/s of `bytes_per_conn` pushed through each of `conns` loopback TCP connections at once, in
+// 2 MiB writes and reads: what the kernel's socket path gives with no protocol and no cache. With
+// `tls` (server, client), each connection is TLS, so the https and binary-over-TLS rows are held
+// against what encryption alone allows.
+double socket_copy_gbps(size_t bytes_per_conn, int conns,
+                        std::pair<const TlsContext*, const TlsContext*> tls = {nullptr, nullptr}) {
+  sockaddr_in addr;
+  const int lfd = listen_loopback(addr);
   std::vector<std::thread> threads;
-  std::atomic<int> ready{0};
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
   const auto t0 = Clock::now();
   for (int c = 0; c < conns; ++c) {
     threads.emplace_back([&] {  // reader
       const int fd = ::accept(lfd, nullptr, nullptr);
-      std::vector<char> buf(2 << 20);
-      size_t got = 0;
-      while (got < bytes_per_conn) {
-        const ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n <= 0) break;
-        got += static_cast<size_t>(n);
+      std::unique_ptr<TlsChannel> channel;
+      if (tls.first) {
+        channel = std::make_unique<TlsChannel>(fd, tls.first->new_session(fd));
+        if (Status st = channel->accept(deadline); !st.ok()) die(st);
       }
+      auto stream = std::make_unique<WireStream>(fd, std::move(channel));
+      std::vector<char> buf(2 << 20);
+      for (size_t got = 0; got < bytes_per_conn;) {
+        const size_t n = std::min(buf.size(), bytes_per_conn - got);
+        if (Status st = stream->recv_exact(buf.data(), n, deadline); !st.ok()) die(st);
+        got += n;
+      }
+      stream.reset();  // its close_notify goes out before the socket closes
       ::close(fd);
     });
     threads.emplace_back([&] {  // writer
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-      std::vector<char> buf(2 << 20, 1);
-      size_t sent = 0;
-      while (sent < bytes_per_conn) {
-        const ssize_t n = ::write(fd, buf.data(), std::min(buf.size(), bytes_per_conn - sent));
-        if (n <= 0) break;
-        sent += static_cast<size_t>(n);
+      std::unique_ptr<TlsChannel> channel;
+      if (tls.second) {
+        channel = std::make_unique<TlsChannel>(fd, tls.second->new_client_session(fd, "127.0.0.1"));
+        if (Status st = channel->connect(deadline); !st.ok()) die(st);
       }
+      auto stream = std::make_unique<WireStream>(fd, std::move(channel));
+      std::vector<char> buf(2 << 20, 1);
+      for (size_t sent = 0; sent < bytes_per_conn;) {
+        iovec piece{buf.data(), std::min(buf.size(), bytes_per_conn - sent)};
+        sent += piece.iov_len;
+        if (Status st = stream->send_all(std::span(&piece, 1), deadline); !st.ok()) die(st);
+      }
+      stream.reset();
       ::close(fd);
     });
   }
@@ -174,15 +198,22 @@ int main(int argc, char** argv) {
   HttpApi api(service, {nullptr, 64, 0, "", "", 5});
   const int port = must(api.bind("127.0.0.1", 0));
   WireServer wire(service, WireServerOptions{});
-  api.offer_binary_port(must(wire.bind("127.0.0.1", 0)));
+  api.offer_binary_port(must(wire.bind("127.0.0.1", 0)), false);
   testing::TempDir cert_dir;
   const testing::CertFiles cert = testing::write_self_signed_cert(cert_dir.str());
   HttpApi tls_api(service, {nullptr, 64, 0, cert.cert, cert.key, 5});
   if (!tls_api.status().ok()) die(tls_api.status());
   const int tls_port = must(tls_api.bind("127.0.0.1", 0));
+  std::shared_ptr<const TlsContext> server_tls = must(TlsContext::load(cert.cert, cert.key));
+  std::shared_ptr<const TlsContext> client_tls = must(TlsContext::client(cert.cert));
+  WireServerOptions tls_wire_options;
+  tls_wire_options.tls = server_tls;
+  WireServer tls_wire(service, tls_wire_options);
+  tls_api.offer_binary_port(must(tls_wire.bind("127.0.0.1", 0)), true);
   std::thread server([&] { api.run(); });
   std::thread tls_server([&] { tls_api.run(); });
   std::thread wire_server([&] { wire.run(); });
+  std::thread tls_wire_server([&] { tls_wire.run(); });
   KvtierClient setup("127.0.0.1", port);
   while (!setup.healthz().ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 
@@ -226,11 +257,14 @@ int main(int argc, char** argv) {
   lookups.write_json(output_path("server_bench_lookup.json"));
 
   // 2. PUT and GET throughput of 2 MiB blocks.
-  Report transfer("server_bench: PUT / GET of Llama-3-8B blocks (2 MiB documents) vs a plain loopback socket",
-                  {"protocol", "connections", "PUT GB/s", "GET GB/s", "socket GB/s", "PUT / socket", "GET / socket",
-                   "PUT / socket, pairs", "GET / socket, pairs"});
+  Report transfer("server_bench: PUT / GET of Llama-3-8B blocks (2 MiB documents) vs a loopback socket",
+                  {"protocol", "connections", "PUT GB/s", "GET GB/s", "reference", "reference GB/s", "PUT / ref",
+                   "GET / ref", "PUT / ref, pairs", "GET / ref, pairs"});
   transfer.set_meta("machine", machine_description());
-  const Door doors[] = {{"http", port, false, {}}, {"https", tls_port, false, {true, cert.cert}}, {"binary", port, true, {}}};
+  const Door doors[] = {{"http", port, false, {}},
+                        {"https", tls_port, false, {true, cert.cert}},
+                        {"binary", port, true, {}},
+                        {"binary, TLS", tls_port, true, {true, cert.cert}}};
   for (const Door& door : doors)
   for (int conns : {1, 4}) {
     std::vector<double> puts, gets, sockets;
@@ -251,17 +285,20 @@ int main(int argc, char** argv) {
       for (const Doc& d : docs) service.erase(d.hash);
       puts.push_back(bytes / put_s / 1e9);
       gets.push_back(bytes / get_s / 1e9);
-      sockets.push_back(socket_copy_gbps(bytes / conns, conns));
+      sockets.push_back(door.tls.enabled ? socket_copy_gbps(bytes / conns, conns, {server_tls.get(), client_tls.get()})
+                                         : socket_copy_gbps(bytes / conns, conns));
     }
     const double put = percentile(puts, 0.5), get = percentile(gets, 0.5), sock = percentile(sockets, 0.5);
-    transfer.add_row({door.name, std::to_string(conns), fmt_double(put), fmt_double(get), fmt_double(sock),
+    transfer.add_row({door.name, std::to_string(conns), fmt_double(put), fmt_double(get),
+                      door.tls.enabled ? "TLS socket" : "socket", fmt_double(sock),
                       fmt_double(put / sock), fmt_double(get / sock), paired_rate_ratio(sockets, puts).text(),
                       paired_rate_ratio(sockets, gets).text()});
   }
   transfer.add_note("PUT includes decoding and checking the document (hash, layout) and storing it in RAM; "
-                    "GET includes encoding it from RAM. Socket: the same bytes per connection, one write/read "
-                    "loop each, no HTTP and no TLS (so the https rows show what encryption costs too). "
-                    "'pairs': each repetition runs PUT, GET and the socket in turn; the median and spread of "
+                    "GET includes encoding it from RAM. Reference: the same bytes per connection, one 2 MiB "
+                    "write/read loop each and no protocol; for the TLS rows inside TLS (OpenSSL, the same "
+                    "certificate and cipher), so they show the protocol's cost, not encryption's. "
+                    "'pairs': each repetition runs PUT, GET and the reference in turn; the median and spread of "
                     "those repetitions' ratios, so a host that drifts between repetitions cancels out.");
   transfer.print();
   transfer.write_json(output_path("server_bench_transfer.json"));
@@ -269,8 +306,10 @@ int main(int argc, char** argv) {
   api.stop();
   tls_api.stop();
   wire.stop();
+  tls_wire.stop();
   server.join();
   tls_server.join();
   wire_server.join();
+  tls_wire_server.join();
   return 0;
 }

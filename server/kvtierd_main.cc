@@ -22,6 +22,7 @@
 #include "server/block_service.h"
 #include "server/http/http_api.h"
 #include "server/server_options.h"
+#include "server/net/tls_context.h"
 #include "server/wire/wire_server.h"
 
 using namespace kvtier;
@@ -106,18 +107,28 @@ int serve(const ServerOptions& o) {
   }
   std::unique_ptr<WireServer> wire;
   if (o.binary_port) {
+    std::shared_ptr<const TlsContext> tls;
+    if (!o.tls_cert.empty()) {
+      auto loaded = TlsContext::load(o.tls_cert, o.tls_key);  // HttpApi checked these files already
+      if (!loaded.ok()) {
+        spdlog::error("{}", loaded.status().message());
+        return 2;
+      }
+      tls = std::move(loaded).value();
+    }
     wire = std::make_unique<WireServer>(
         service, WireServerOptions{o.tenants, o.threads, o.max_connections_per_client,
-                                   std::chrono::seconds(o.idle_timeout_s), std::chrono::seconds(o.request_timeout_s), 0});
+                                   std::chrono::seconds(o.idle_timeout_s), std::chrono::seconds(o.request_timeout_s), 0,
+                                   tls});
     const int wanted = *o.binary_port >= 0 ? *o.binary_port : (o.port == 0 ? 0 : *port + 1);
     auto bound = wire->bind(o.host, wanted);
     if (!bound.ok()) {
       spdlog::error("{} (--binary-port off turns it off)", bound.status().message());
       return 1;
     }
-    api.offer_binary_port(*bound);
+    api.offer_binary_port(*bound, tls != nullptr);
     api.add_metrics([w = wire.get()](MetricVisitor& v) { w->visit_metrics(v); });
-    spdlog::info("binary block protocol on {}:{}", o.host, *bound);
+    spdlog::info("binary block protocol on {}:{}{}", o.host, *bound, tls ? " (TLS)" : "");
   }
   if (!o.tenants && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
     spdlog::warn("listening on {} without --api-key or --api-keys: anyone who can reach it can read and write blocks",

@@ -107,7 +107,7 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "Seconds a connection may wait before sending its next request; then it is closed")
       ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--binary-port", f.binary_port,
-                 "Port of the binary block protocol: auto (the HTTP port + 1; off with TLS), off, or a number")
+                 "Port of the binary block protocol: auto (the HTTP port + 1), off, or a number; inside TLS with --tls-cert")
       ->capture_default_str();
   app.add_option("--max-connections-per-client", f.max_connections_per_client,
                  "Connections one client address may hold on each port (HTTP, binary); more are refused with a 503")
@@ -276,15 +276,12 @@ Result<ServerOptions> resolve(const RawFlags& f) {
   if (f.binary_port == "off") {
     o.binary_port.reset();
   } else if (f.binary_port == "auto") {
-    o.binary_port = o.tls_cert.empty() ? std::optional<int>(-1) : std::nullopt;
+    o.binary_port = -1;
   } else {
     char* end = nullptr;
     const long port = std::strtol(f.binary_port.c_str(), &end, 10);
     if (f.binary_port.empty() || *end != '\0' || port < 0 || port > 65535) {
       return invalid_argument("--binary-port: '" + f.binary_port + "' is not auto, off or a port number");
-    }
-    if (!o.tls_cert.empty()) {
-      return invalid_argument("--binary-port: the binary protocol has no TLS; leave it off (auto) with --tls-cert");
     }
     o.binary_port = static_cast<int>(port);
   }

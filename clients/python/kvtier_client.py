@@ -9,8 +9,9 @@
 
 Blocks are safetensors documents (8-byte little-endian header length, JSON header, raw data);
 KV bytes are passed through untouched, so bf16 stays bf16, bit for bit. Blocks travel over the
-server's binary port (docs/wire-protocol.md) when its /healthz offers one and the URL is not
-https; everything else, and every block when binary=False, over HTTP.
+server's binary port (docs/wire-protocol.md) when its /healthz offers one (inside TLS, with the
+same certificate check, when the URL is https); everything else, and every block when
+binary=False, over HTTP.
 """
 import json
 import socket
@@ -39,12 +40,23 @@ _STREAMED = (1 << 64) - 1
 class _WireConnection:
     """One connection to the binary port; every op is idempotent, so a closed one is retried once."""
 
-    def __init__(self, host, port, api_key, timeout):
+    def __init__(self, host, port, api_key, timeout, tls=None):
         self.address, self.api_key, self.timeout, self.sock = (host, port), api_key, timeout, None
+        self.tls = tls  # an ssl.SSLContext: the port speaks TLS, the certificate checked as for HTTPS
 
     def _connect(self):
-        self.sock = socket.create_connection(self.address, timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection(self.address, timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_hostname=self.address[0])
+            except ssl.SSLCertVerificationError as e:
+                sock.close()
+                raise KvtierError(0, "tls", "the server's certificate is not trusted: %s" % e.verify_message) from None
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         if self.api_key:
             self._exchange(_OP_HELLO, b"\0" * 32, "", self.api_key.encode(), retry=False)
 
@@ -100,7 +112,7 @@ class KvtierClient:
         binary=False keeps blocks on HTTP even when the server offers its binary port."""
         self.url, self.api_key, self.timeout = url.rstrip("/"), api_key, timeout
         self._tls = ssl.create_default_context(cafile=ca_cert) if self.url.startswith("https://") else None
-        self._binary_allowed = binary and self._tls is None
+        self._binary_allowed = binary
         self._wire = None
         self._wire_checked = False
 
@@ -109,10 +121,13 @@ class KvtierClient:
         if not self._wire_checked:
             self._wire_checked = True
             if self._binary_allowed:
-                port = self.healthz().get("binary_port")
-                if port:
+                health = self.healthz()
+                port = health.get("binary_port")
+                # The port speaks TLS exactly when HTTP does: a verifying client never takes a
+                # clear-text port, and a clear-text one cannot talk to a TLS port.
+                if port and bool(health.get("binary_tls")) == (self._tls is not None):
                     host = urllib.parse.urlsplit(self.url).hostname
-                    self._wire = _WireConnection(host, port, self.api_key, self.timeout)
+                    self._wire = _WireConnection(host, port, self.api_key, self.timeout, self._tls)
         return self._wire is not None
 
     def _request(self, method, path, body=None, content_type="application/json"):

@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include "server/net/tls_context.h"
 #include "server/wire/wire_client.h"
 
 namespace kvtier {
@@ -70,7 +71,8 @@ KvtierClient::KvtierClient(const std::string& host, int port, std::string api_ke
                         : std::make_unique<httplib::ClientImpl>(host, port)),
       api_key_(std::move(api_key)),
       host_(host),
-      tls_(tls.enabled) {
+      tls_(tls.enabled),
+      ca_cert_(tls.ca_cert) {
   if (tls.enabled) {
     if (!tls.ca_cert.empty()) http_->set_ca_cert_path(tls.ca_cert.c_str());
     http_->enable_server_certificate_verification(true);
@@ -143,14 +145,22 @@ Result<json> KvtierClient::prefetch(const std::string& ns, std::span<const uint3
 WireClient* KvtierClient::wire() {
   if (binary_checked_) return wire_.get();
   binary_checked_ = true;
-  // The binary port has no TLS: a client told to verify the server never leaves HTTPS.
-  if (!binary_allowed_ || tls_) return nullptr;
+  if (!binary_allowed_) return nullptr;
   auto res = send_with_retry([&] { return http_->Get("/healthz"); });
   if (!res || res->status != 200) return nullptr;
   json j = json::parse(res->body, nullptr, false);
-  if (j.is_object() && j.contains("binary_port") && j["binary_port"].is_number_integer()) {
-    wire_ = std::make_unique<WireClient>(host_, j["binary_port"].get<int>(), api_key_);
+  if (!j.is_object() || !j.contains("binary_port") || !j["binary_port"].is_number_integer()) return nullptr;
+  // The port speaks TLS exactly when HTTP does; a client that verifies the server never takes a
+  // clear-text port, and one that does not cannot talk to a TLS port.
+  const bool port_tls = j.contains("binary_tls") && j["binary_tls"].is_boolean() && j["binary_tls"].get<bool>();
+  if (port_tls != tls_) return nullptr;
+  std::shared_ptr<const TlsContext> context;
+  if (tls_) {
+    auto c = TlsContext::client(ca_cert_);
+    if (!c.ok()) return nullptr;  // HTTPS, with the same trust settings, reports the problem
+    context = std::move(c).value();
   }
+  wire_ = std::make_unique<WireClient>(host_, j["binary_port"].get<int>(), api_key_, std::move(context));
   return wire_.get();
 }
 

@@ -87,6 +87,7 @@ class KvtierClient {
   std::string api_key_;
   std::string host_;
   bool tls_ = false;
+  std::string ca_cert_;
   bool binary_allowed_ = true;
   bool binary_checked_ = false;
   std::unique_ptr<WireClient> wire_;

@@ -259,7 +259,10 @@ void HttpApi::add_routes() {
 
   s.Get("/healthz", timed("healthz", [this](const httplib::Request&, httplib::Response& res) {
           json body{{"status", "ok"}};
-          if (binary_port_ > 0) body["binary_port"] = binary_port_;
+          if (binary_port_ > 0) {
+            body["binary_port"] = binary_port_;
+            if (binary_tls_) body["binary_tls"] = true;
+          }
           send_json(res, 200, body);
         }));
   s.Get("/metrics", timed("metrics", [this](const httplib::Request&, httplib::Response& res) {

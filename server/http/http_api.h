@@ -62,7 +62,11 @@ class HttpApi {
 
   // Before run(): /healthz tells clients the binary protocol's port, and /metrics and /v1/stats
   // also report `source` (the binary server's counters).
-  void offer_binary_port(int port) { binary_port_ = port; }
+  // `/healthz` names the binary port, and whether it speaks TLS (it does exactly when HTTPS is on).
+  void offer_binary_port(int port, bool tls) {
+    binary_port_ = port;
+    binary_tls_ = tls;
+  }
   void add_metrics(std::function<void(MetricVisitor&)> source) { metric_sources_.push_back(std::move(source)); }
 
   // One connection, from accept (and TLS handshake) to close, on the calling thread; the caller
@@ -100,6 +104,7 @@ class HttpApi {
   std::unique_ptr<RequestServer> server_;
   ConnectionListener listener_;
   int binary_port_ = 0;  // 0: none offered
+  bool binary_tls_ = false;
   std::vector<std::function<void(MetricVisitor&)>> metric_sources_;
   std::map<std::string, std::unique_ptr<Histogram>> latency_;  // by route, fixed after add_routes
   mutable std::mutex counts_mu_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,13 +14,17 @@
 #include "base/status.h"
 #include "serialize/block_hash.h"
 #include "server/wire/wire_format.h"
+#include "server/wire/wire_stream.h"
 
 namespace kvtier {
+
+class TlsContext;
 
 // Not thread-safe; one per thread.
 class WireClient {
  public:
-  WireClient(std::string host, int port, std::string api_key = "");
+  // `tls` set: every connection is TLS, the server's certificate verified against it.
+  WireClient(std::string host, int port, std::string api_key = "", std::shared_ptr<const TlsContext> tls = nullptr);
   ~WireClient();
   WireClient(const WireClient&) = delete;
   WireClient& operator=(const WireClient&) = delete;
@@ -51,7 +56,9 @@ class WireClient {
   const std::string host_;
   const int port_;
   const std::string api_key_;
+  const std::shared_ptr<const TlsContext> tls_;
   int fd_ = -1;
+  std::unique_ptr<WireStream> stream_;  // set while fd_ is open
   bool ever_connected_ = false;
   std::chrono::seconds timeout_{60};
 };

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "server/http/request_json.h"
+#include "server/net/tls_context.h"
 #include "server/status_codes.h"
+#include "server/wire/wire_stream.h"
 #include "base/net/socket_io.h"
 
 namespace kvtier {
@@ -40,12 +42,15 @@ iovec piece(const void* p, size_t n) { return {const_cast<void*>(p), n}; }
 // connection, since those bytes cannot be told from the next request.
 class WireServer::Session {
  public:
-  Session(WireServer& server, int fd)
-      : s_(server), fd_(fd), authenticated_(!s_.options_.tenants || s_.options_.tenants->empty()) {}
+  Session(WireServer& server, int fd, std::unique_ptr<TlsChannel> tls)
+      : s_(server),
+        fd_(fd),
+        stream_(fd, std::move(tls)),
+        authenticated_(!s_.options_.tenants || s_.options_.tenants->empty()) {}
 
   void run() {
     while (!s_.listener_.stopping()) {
-      if (!net::wait_readable(fd_, s_.options_.idle_timeout)) {
+      if (!stream_.wait_readable(s_.options_.idle_timeout)) {
         s_.metrics_.idle_closed.inc();
         return;
       }
@@ -75,11 +80,11 @@ class WireServer::Session {
 
  private:
   void linger() {
-    if (refused_) net::linger(fd_);
+    if (refused_) stream_.linger();
   }
 
   Status recv(void* p, size_t n) {
-    Status st = net::recv_exact(fd_, p, n, deadline_);
+    Status st = stream_.recv_exact(p, n, deadline_);
     if (st.ok()) s_.metrics_.bytes_received.inc(n);
     return st;
   }
@@ -89,7 +94,7 @@ class WireServer::Session {
     for (const iovec& p : pieces) n += p.iov_len;
     // A reply may be a stream of gigabytes: each write (at most one 64 MiB slice) gets the whole
     // --request-timeout, so only a client that stops reading loses its connection.
-    Status st = net::send_all(fd_, pieces, Clock::now() + s_.options_.request_timeout);
+    Status st = stream_.send_all(pieces, Clock::now() + s_.options_.request_timeout);
     if (st.ok()) {
       s_.metrics_.bytes_sent.inc(n);
     } else if (net::is_deadline(st)) {
@@ -264,6 +269,7 @@ class WireServer::Session {
 
   WireServer& s_;
   const int fd_;
+  WireStream stream_;
   bool authenticated_;
   const Tenant* tenant_ = nullptr;
   Deadline deadline_{};
@@ -287,7 +293,10 @@ Result<int> WireServer::bind(const std::string& host, int port) { return listene
 
 void WireServer::run() {
   const Status st = listener_.run([this](int fd, const std::string&) { serve(fd); },
-                                  [](int fd, const std::string& message) {
+                                  [tls = options_.tls != nullptr](int fd, const std::string& message) {
+                                    // A TLS client could not read a clear-text refusal: it sees
+                                    // the connection close (and the refusal is counted).
+                                    if (tls) return;
                                     const std::string text = json_text(error_json("resource_exhausted", message));
                                     auto head = wire::encode(wire::ResponseHeader{503, text.size()});
                                     std::array<iovec, 2> pieces{piece(head.data(), head.size()),
@@ -299,7 +308,23 @@ void WireServer::run() {
 
 void WireServer::stop() { listener_.stop(); }
 
-void WireServer::serve(int fd) { Session(*this, fd).run(); }
+void WireServer::serve(int fd) {
+  if (!options_.tls) return Session(*this, fd, nullptr).run();
+  SSL* ssl = options_.tls->new_session(fd);
+  if (ssl == nullptr) {
+    metrics_.tls_handshake_failures.inc();
+    spdlog::error("wire: no TLS session for a connection: {}", tls_error_text("out of memory"));
+    return;
+  }
+  auto tls = std::make_unique<TlsChannel>(fd, ssl);
+  // The handshake gets what a request gets: a client that opens a connection and stalls loses it.
+  if (Status st = tls->accept(Clock::now() + options_.request_timeout); !st.ok()) {
+    metrics_.tls_handshake_failures.inc();
+    if (auto n = error_log_.admit()) spdlog::warn("wire: {} ({} similar suppressed)", st.message(), *n);
+    return;
+  }
+  Session(*this, fd, std::move(tls)).run();
+}
 
 void WireServer::count(Op op, int status) {
   OpStats& s = *ops_.at(op);
@@ -330,6 +355,9 @@ void WireServer::visit_metrics(MetricVisitor& v) const {
             m.idle_closed.value());
   v.counter("kvtier_wire_timeouts_total", "Connections closed: a request or reply outlasted --request-timeout", {},
             m.timeouts.value());
+  v.counter("kvtier_wire_tls_handshake_failures_total",
+            "Binary-port connections closed because their TLS handshake failed or stalled", {},
+            m.tls_handshake_failures.value());
   v.counter("kvtier_wire_protocol_errors_total", "Requests that were not binary-protocol frames", {},
             m.protocol_errors.value());
   v.counter("kvtier_wire_received_bytes_total", "Bytes of binary-protocol requests", {}, m.bytes_received.value());

@@ -1,4 +1,5 @@
-// WireServer: kvtierd's binary data plane (wire_format.h) on its own port. On the same accept
+// WireServer: kvtierd's binary data plane (wire_format.h) on its own port, in the clear or inside
+// TLS (with --tls-cert: the same frames, the same certificate as HTTPS). On the same accept
 // loop as HTTP (ConnectionListener: per-client connection caps, a thread per connection), it
 // closes a connection that sends nothing for --idle-timeout and bounds every request by a
 // deadline (a client that trickles a header or a body, or stops reading a response, loses its
@@ -22,6 +23,8 @@
 
 namespace kvtier {
 
+class TlsContext;
+
 struct WireServerOptions {
   std::shared_ptr<const TenantTable> tenants;  // null or empty: no auth
   int threads = 4096;                          // connections served at once
@@ -29,6 +32,8 @@ struct WireServerOptions {
   std::chrono::milliseconds idle_timeout{5000};     // between requests
   std::chrono::milliseconds request_timeout{30000};  // a whole request read, or a response written
   uint64_t max_body_bytes = 0;  // 0: a block document of the layout plus 16 MiB
+  // Set: every connection is TLS (the same certificate as HTTPS), the frames inside it.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 class WireServer {
@@ -55,6 +60,7 @@ class WireServer {
     Counter idle_closed;
     Counter timeouts;
     Counter protocol_errors;
+    Counter tls_handshake_failures;
     Counter bytes_received;
     Counter bytes_sent;
   };

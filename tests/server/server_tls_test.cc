@@ -56,11 +56,8 @@ TEST_F(ServerTlsTest, BlocksRoundTripOverHttpsAndOnlyATrustingClientGetsThem) {
   auto seen = c.lookup("m", tokens);
   ASSERT_TRUE(seen.ok());
   EXPECT_EQ((*seen)["matched_tokens"], 64);
-  // The binary protocol has no TLS: a TLS server offers no clear-text port beside HTTPS.
-  EXPECT_FALSE(c.binary_in_use());
-  const HttpReply health = c.raw("GET", "/healthz");
-  EXPECT_EQ(health.status, 200);
-  EXPECT_EQ(health.body.find("binary_port"), std::string::npos) << health.body;
+  // Blocks went over the binary port, inside TLS (server_wire_tls_test.cc has its own tests).
+  EXPECT_TRUE(c.binary_in_use());
 
   // Plain HTTP to the TLS port, and HTTPS without trusting this certificate: no answer at all.
   KvtierClient plain("127.0.0.1", server->port(), "tls-test-key-0123");

@@ -148,6 +148,9 @@ TEST(RemoteTier, AValueThatFailsItsChecksIsRefusedDeletedAndCounted) {
   BlockCodec codec;
   Bytes frame;
   ASSERT_TRUE(codec.encode(*good, frame).ok());
+  // Large enough to be received in place, its payload checksummed on arrival: the flipped byte
+  // must be caught by that checksum, not by a second reading.
+  ASSERT_GE(frame.size(), RespReaderOptions{}.large_string_bytes);
   frame[frame.size() / 2] ^= 0x20;
   Bytes other_frame;
   ASSERT_TRUE(codec.encode(*other, other_frame).ok());
