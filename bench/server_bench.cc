@@ -106,6 +106,8 @@ double socket_copy_gbps(size_t bytes_per_conn, int conns,
   for (int c = 0; c < conns; ++c) {
     threads.emplace_back([&] {  // reader
       const int fd = ::accept(lfd, nullptr, nullptr);
+      const int one = 1;  // as both doors and their clients: no Nagle delay on a record's tail
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       std::unique_ptr<TlsChannel> channel;
       if (tls.first) {
         channel = std::make_unique<TlsChannel>(fd, tls.first->new_session(fd));
@@ -118,12 +120,19 @@ double socket_copy_gbps(size_t bytes_per_conn, int conns,
         if (Status st = stream->recv_exact(buf.data(), n, deadline); !st.ok()) die(st);
         got += n;
       }
+      // The writer waits for this before it closes: a TLS 1.3 client that closes with the
+      // server's session tickets unread sends a reset, which can destroy bytes still in flight.
+      char done = 1;
+      iovec ack{&done, 1};
+      if (Status st = stream->send_all(std::span(&ack, 1), deadline); !st.ok()) die(st);
       stream.reset();  // its close_notify goes out before the socket closes
       ::close(fd);
     });
     threads.emplace_back([&] {  // writer
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       std::unique_ptr<TlsChannel> channel;
       if (tls.second) {
         channel = std::make_unique<TlsChannel>(fd, tls.second->new_client_session(fd, "127.0.0.1"));
@@ -136,6 +145,8 @@ double socket_copy_gbps(size_t bytes_per_conn, int conns,
         sent += piece.iov_len;
         if (Status st = stream->send_all(std::span(&piece, 1), deadline); !st.ok()) die(st);
       }
+      char done = 0;
+      if (Status st = stream->recv_exact(&done, 1, deadline); !st.ok()) die(st);
       stream.reset();
       ::close(fd);
     });

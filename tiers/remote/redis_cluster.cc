@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <map>
+#include <set>
 
 namespace kvtier {
 namespace {
@@ -69,6 +70,26 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::open(RedisClusterOptions opt
   for (const RedisEndpoint& seed : c->options_.address.seeds) c->node_index(seed);
   Status st = c->refresh(/*force=*/true);
   if (st.code() == StatusCode::kFailedPrecondition) return st;  // wrong credentials: say so at start
+  // Every master's connection now, not in the first batch: a restore should not wait for
+  // handshakes (remote_bench on the H100 host: a fresh host's first 16 blocks came at half the
+  // rate of the rest). One that fails is retried by the batch that needs it, as always.
+  if (st.ok()) {
+    std::set<int> masters;
+    {
+      std::shared_lock lock(c->map_mu_);
+      masters.insert(c->slots_.begin(), c->slots_.end());
+    }
+    for (int n : masters) {
+      if (n < 0) continue;
+      Node* node;
+      {
+        std::lock_guard l(c->nodes_mu_);
+        node = c->nodes_[n].get();
+      }
+      std::lock_guard l(node->mu);
+      (void)c->connect(*node);
+    }
+  }
   return c;
 }
 
