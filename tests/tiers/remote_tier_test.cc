@@ -148,8 +148,8 @@ TEST(RemoteTier, AValueThatFailsItsChecksIsRefusedDeletedAndCounted) {
   BlockCodec codec;
   Bytes frame;
   ASSERT_TRUE(codec.encode(*good, frame).ok());
-  // Large enough to be received in place, its payload checksummed on arrival: the flipped byte
-  // must be caught by that checksum, not by a second reading.
+  // Large enough to be received in place and adopted as the block's storage: the flipped byte
+  // must be caught before the buffer is adopted.
   ASSERT_GE(frame.size(), RespReaderOptions{}.large_string_bytes);
   frame[frame.size() / 2] ^= 0x20;
   Bytes other_frame;

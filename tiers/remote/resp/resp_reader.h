@@ -1,8 +1,7 @@
 // RespReader: an incremental parser of RESP2 replies for the remote tier's connections. Bytes go
 // where write_area() says: normally a buffer of the reader's own, but while a large bulk string
 // (a block value) is arriving, straight into the aligned buffer that reply will hand over — one
-// copy from the kernel, none after — checksummed as it lands so its decoder need not read it
-// again. Malformed input is an error, never a crash or an unbounded allocation.
+// copy from the kernel, none after — optionally checksummed as it lands. Malformed input is an error, never a crash or an unbounded allocation.
 // Not thread-safe: one per connection.
 #pragma once
 
@@ -24,7 +23,8 @@ struct RespReaderOptions {
   // Bulk strings of at least this many bytes are received into their own aligned buffer.
   size_t large_string_bytes = 16 << 10;
   // For those: checksum64 of the bytes after the first `checksum_after` (a frame's payload after
-  // its header), computed as they arrive. nullopt: none.
+  // its header), computed as they arrive. nullopt: none. It costs the reading thread the hash;
+  // the remote tier leaves it off, since its decoders hash in parallel (remote_tier.cc).
   std::optional<size_t> checksum_after;
   // Limits on what a peer may announce: a bulk string's length, an array's element count, the
   // depth of nested arrays, and a reply that is not one large string (held whole in the buffer).
