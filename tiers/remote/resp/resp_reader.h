@@ -1,7 +1,8 @@
 // RespReader: an incremental parser of RESP2 replies for the remote tier's connections. Bytes go
 // where write_area() says: normally a buffer of the reader's own, but while a large bulk string
 // (a block value) is arriving, straight into the aligned buffer that reply will hand over — one
-// copy from the kernel, none after — optionally checksummed as it lands. Malformed input is an error, never a crash or an unbounded allocation.
+// copy from the kernel, none after — optionally checksummed as it lands. Malformed input is an
+// error, never a crash or an unbounded allocation.
 // Not thread-safe: one per connection.
 #pragma once
 
