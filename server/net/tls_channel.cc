@@ -67,11 +67,11 @@ Status TlsChannel::handshake(bool as_server, net::Deadline deadline) {
 Status TlsChannel::accept(net::Deadline deadline) { return handshake(true, deadline); }
 Status TlsChannel::connect(net::Deadline deadline) { return handshake(false, deadline); }
 
-Status TlsChannel::recv_exact(void* data, size_t size, net::Deadline deadline) {
-  auto* p = static_cast<uint8_t*>(data);
+Status TlsChannel::transfer(bool reading, uint8_t* p, size_t size, net::Deadline deadline) {
+  const char* peer_side = reading ? "send" : "read";
   while (size > 0) {
     size_t n = 0;
-    const int r = SSL_read_ex(ssl_, p, size, &n);
+    const int r = reading ? SSL_read_ex(ssl_, p, size, &n) : SSL_write_ex(ssl_, p, size, &n);
     if (r == 1) {
       p += n;
       size -= n;
@@ -81,51 +81,29 @@ Status TlsChannel::recv_exact(void* data, size_t size, net::Deadline deadline) {
     if (e == SSL_ERROR_ZERO_RETURN) return unavailable("connection closed by the peer");
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (!net::wait_for(fd_, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
-        return unavailable("timed out waiting for the peer to send");
+        return unavailable(std::string("timed out waiting for the peer to ") + peer_side);
       }
       continue;
     }
     failed_ = true;
-    if (e == SSL_ERROR_SYSCALL) {
+    if (e == SSL_ERROR_SYSCALL) {  // a reset or an end of stream without close_notify
       ERR_clear_error();
       return unavailable("connection closed by the peer");
     }
-    return io_error("TLS read: " + tls_error_text("failed"));
+    return io_error(std::string(reading ? "TLS read: " : "TLS write: ") + tls_error_text("failed"));
   }
   return ok_status();
 }
 
-Status TlsChannel::write(const uint8_t* p, size_t size, net::Deadline deadline) {
-  while (size > 0) {
-    size_t n = 0;
-    const int r = SSL_write_ex(ssl_, p, size, &n);
-    if (r == 1) {
-      p += n;
-      size -= n;
-      continue;
-    }
-    const int e = SSL_get_error(ssl_, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (!net::wait_for(fd_, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
-        return unavailable("timed out waiting for the peer to read");
-      }
-      continue;
-    }
-    failed_ = true;
-    if (e == SSL_ERROR_SYSCALL) {
-      ERR_clear_error();
-      return unavailable("connection closed by the peer during send");
-    }
-    return io_error("TLS write: " + tls_error_text("failed"));
-  }
-  return ok_status();
+Status TlsChannel::recv_exact(void* data, size_t size, net::Deadline deadline) {
+  return transfer(true, static_cast<uint8_t*>(data), size, deadline);
 }
 
 Status TlsChannel::send_all(std::span<iovec> pieces, net::Deadline deadline) {
   std::vector<uint8_t> gathered;
   auto flush = [&]() -> Status {
     if (gathered.empty()) return ok_status();
-    Status st = write(gathered.data(), gathered.size(), deadline);
+    Status st = transfer(false, gathered.data(), gathered.size(), deadline);
     gathered.clear();
     return st;
   };
@@ -137,7 +115,7 @@ Status TlsChannel::send_all(std::span<iovec> pieces, net::Deadline deadline) {
       continue;
     }
     KVTIER_RETURN_IF_ERROR(flush());
-    KVTIER_RETURN_IF_ERROR(write(p, piece.iov_len, deadline));
+    KVTIER_RETURN_IF_ERROR(transfer(false, const_cast<uint8_t*>(p), piece.iov_len, deadline));
   }
   return flush();
 }

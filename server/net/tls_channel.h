@@ -39,8 +39,8 @@ class TlsChannel {
 
  private:
   Status handshake(bool as_server, net::Deadline deadline);
-  // Writes `size` bytes at `p` in full.
-  Status write(const uint8_t* p, size_t size, net::Deadline deadline);
+  // Reads into, or writes from, `size` bytes at `p` in full (SSL_write never writes to `p`).
+  Status transfer(bool reading, uint8_t* p, size_t size, net::Deadline deadline);
 
   const int fd_;
   SSL* ssl_;
