@@ -71,8 +71,8 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::open(RedisClusterOptions opt
   Status st = c->refresh(/*force=*/true);
   if (st.code() == StatusCode::kFailedPrecondition) return st;  // wrong credentials: say so at start
   // Every master's connection now, not in the first batch: a restore should not wait for
-  // handshakes (remote_bench on the H100 host: a fresh host's first 16 blocks came at half the
-  // rate of the rest). One that fails is retried by the batch that needs it, as always.
+  // handshakes (their effect alone was not measured). One that fails is retried by the batch
+  // that needs it, as always.
   if (st.ok()) {
     std::set<int> masters;
     {
