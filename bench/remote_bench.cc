@@ -34,12 +34,13 @@ double seconds(std::chrono::steady_clock::time_point t0) {
 }
 
 std::unique_ptr<CacheStack> open_stack(std::shared_ptr<const KvLayout> layout, const std::string& url,
-                                       uint64_t ram) {
+                                       uint64_t ram, size_t in_flight = RemoteTierOptions{}.values_in_flight_per_node) {
   CacheStackOptions o;
   o.layout = layout;
   o.ram.capacity_bytes = ram;
   RemoteTierOptions r;
   r.address = *RedisAddress::parse(url);
+  r.values_in_flight_per_node = in_flight;
   o.remote = r;
   auto s = CacheStack::open(std::move(o));
   if (!s.ok()) {
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--blocks", n_blocks, "Blocks in the prefix (2 MiB each)")->capture_default_str();
   app.add_option("--reps", reps, "Repetitions (medians are reported)")->capture_default_str();
   app.add_option("--masters", masters, "Redis Cluster masters (each with one replica)")->capture_default_str();
+  size_t in_flight = RemoteTierOptions{}.values_in_flight_per_node;
+  app.add_option("--in-flight", in_flight, "The tier's values in flight per node (RemoteTierOptions)")->capture_default_str();
+  bool restore_only = false;
+  app.add_flag("--restore-only", restore_only, "Only kvtier's restores, no references (to profile them)");
   CLI11_PARSE(app, argc, argv);
   keep_freed_block_memory();  // as kvtierd does
   init_logging("warn");
@@ -121,6 +126,7 @@ int main(int argc, char** argv) {
     // The raw references: GETs grouped by node, every node at once, `depth` in flight per node
     // (redis-benchmark -P depth), nothing checked.
     for (size_t depth : {size_t{1}, size_t{2}, size_t{4}, size_t{16}}) {
+      if (restore_only) break;
       std::vector<RedisCommand> cmds;
       for (const std::string& k : redis_keys) cmds.push_back({"GET", k});
       raw_bytes = 0;
@@ -135,6 +141,7 @@ int main(int argc, char** argv) {
     // passes above reuse two buffers that stay in the CPU's cache, a restore lands 128 MiB in
     // memory (on the H100 host that alone made the restore's first numbers look 0.6 of raw).
     for (size_t depth : {size_t{1}, size_t{2}}) {
+      if (restore_only) break;
       std::vector<RedisCommand> cmds;
       for (const std::string& k : redis_keys) cmds.push_back({"GET", k});
       std::vector<RedisReply> kept(cmds.size());
@@ -147,13 +154,13 @@ int main(int argc, char** argv) {
       if (depth == 1) kept_raw.push_back(took);
     }
     best_raw.push_back(round_best);
-    {  // the naive design: one GET (one round trip) per block
+    if (!restore_only) {  // the naive design: one GET (one round trip) per block
       const auto t0 = std::chrono::steady_clock::now();
       for (const std::string& k : redis_keys) (void)(*raw)->execute(std::vector<RedisCommand>{{"GET", k}});
       t["one GET per block"].push_back(seconds(t0));
     }
     {  // kvtier: host B, cold, restores the prefix
-      auto b = open_stack(layout, url, 2 * total + (64 << 20));
+      auto b = open_stack(layout, url, 2 * total + (64 << 20), in_flight);
       const auto t0 = std::chrono::steady_clock::now();
       const LookupResult found = b->cache().lookup(keys);
       PinnedBlocks got = b->cache().fetch(keys);
@@ -183,7 +190,8 @@ int main(int argc, char** argv) {
   report.set_meta("method", "median of " + std::to_string(reps) + " repetitions; GB/s of block data");
   for (const auto& [name, samples] : t) {
     const double s = median(samples);
-    report.add_row({name, fmt_double(total / s / 1e9), fmt_double(total / s / ceiling), fmt_double(s * 1e3, 1)});
+    report.add_row({name, fmt_double(total / s / 1e9), ceiling > 0 ? fmt_double(total / s / ceiling) : "-",
+                    fmt_double(s * 1e3, 1)});
   }
   report.add_note("the best raw reference: " + best);
   // Rounds alternate the references and kvtier, so a drifting host moves both sides of a pair.

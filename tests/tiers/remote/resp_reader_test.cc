@@ -99,6 +99,29 @@ TEST(RespReader, ALargeValueIsHandedOverAlignedWithoutACopyOfItsBytes) {
   }
 }
 
+TEST(RespReader, AValueWhoseHeaderArrivedIsReadIntoItsOwnBufferByTheNextRead) {
+  // A connection drains its socket with reads back to back, asking next() nothing in between.
+  const std::string v = value_of(1 << 20, 3);
+  const std::string bytes = bulk(v);
+  const size_t header = bytes.find('\n') + 1;
+  RespReader reader;
+  auto write = [&](size_t from, size_t n) {
+    std::span<uint8_t> area = reader.write_area();
+    EXPECT_GE(area.size(), n);
+    std::memcpy(area.data(), bytes.data() + from, n);
+    reader.wrote(n);
+    return area.size();
+  };
+  write(0, header + 1000);  // one read: the header and the value's first 1000 bytes
+  // The next read goes straight into the value's buffer, exactly as much as the value still lacks
+  // (not into the reader's own buffer, to be copied over later).
+  EXPECT_EQ(write(header + 1000, v.size() - 1000), v.size() - 1000);
+  write(header + v.size(), 2);  // its CRLF
+  auto r = reader.next();
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((*r)->str(), v);
+}
+
 TEST(RespReader, MalformedInputIsAnErrorAtEveryChunking) {
   const std::vector<std::string> bad = {
       "?what\r\n",                   // not a type byte

@@ -49,9 +49,17 @@ RespReader::~RespReader() = default;
 RespReader::RespReader(RespReader&&) noexcept = default;
 RespReader& RespReader::operator=(RespReader&&) noexcept = default;
 
-size_t RespReader::pending_bytes() const { return (end_ - begin_) + (large_active_ ? large_filled_ : 0); }
+size_t RespReader::pending_bytes() const {
+  size_t n = (end_ - begin_) + (large_active_ ? large_filled_ : 0);
+  for (const RedisReply& r : ready_) n += r.str().size();
+  return n;
+}
 
 std::span<uint8_t> RespReader::write_area() {
+  // Whatever is whole in the buffer is parsed first, so that the header of a large string that
+  // arrived with the last read switches the next reads into that string's own buffer (without
+  // this, a read loop that drains the socket received each value here and copied it over).
+  if (!advance().ok()) return {};  // next() reports the error
   if (large_active_ && large_filled_ < large_length_) {
     return {large_.data() + large_filled_, large_length_ - large_filled_};
   }
@@ -112,6 +120,14 @@ Result<std::optional<RedisReply>> RespReader::finish_large() {
 }
 
 Result<std::optional<RedisReply>> RespReader::next() {
+  if (Status st = advance(); !st.ok()) return st;
+  if (ready_.empty()) return std::optional<RedisReply>();
+  RedisReply r = std::move(ready_.front());
+  ready_.pop_front();
+  return std::optional<RedisReply>(std::move(r));
+}
+
+Result<std::optional<RedisReply>> RespReader::take_one() {
   if (large_active_) return finish_large();
   if (begin_ == end_) return std::optional<RedisReply>();
   // A top-level bulk string long enough goes to its own buffer once its header is here.
@@ -150,6 +166,19 @@ Result<std::optional<RedisReply>> RespReader::next() {
       return std::optional<RedisReply>();
   }
   return std::optional<RedisReply>();
+}
+
+Status RespReader::advance() {
+  while (error_.ok()) {
+    auto r = take_one();
+    if (!r.ok()) {
+      error_ = r.status();
+      break;
+    }
+    if (!*r) break;
+    ready_.push_back(std::move(**r));
+  }
+  return error_;
 }
 
 void RespReader::parse(size_t pos, int depth, Parse& out) const {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -42,8 +43,8 @@ class RespReader {
   RespReader(RespReader&&) noexcept;
   RespReader& operator=(RespReader&&) noexcept;
 
-  // Where the next bytes received should be written (never empty unless a limit was exceeded,
-  // which next() then reports).
+  // Where the next bytes received should be written (never empty unless the input was malformed
+  // or a limit was exceeded, which next() then reports).
   std::span<uint8_t> write_area();
   // `n` bytes were written at the start of the last write_area().
   void wrote(size_t n);
@@ -55,6 +56,11 @@ class RespReader {
 
  private:
   struct Parse;
+  // Parses every whole reply buffered into ready_ (entering a large string's own buffer when its
+  // header is here); the first malformed input is kept in error_ and returned from then on.
+  Status advance();
+  // The next whole reply in the buffer, nullopt when none is.
+  Result<std::optional<RedisReply>> take_one();
   // Parses the reply starting at buf_[pos] (nested `depth` arrays deep) into `out`.
   void parse(size_t pos, int depth, Parse& out) const;
   // Starts receiving a large bulk string of `length` bytes whose header ended at begin_.
@@ -70,6 +76,8 @@ class RespReader {
   AlignedBuffer large_;
   size_t large_length_ = 0, large_filled_ = 0;
   std::unique_ptr<Checksum64> checksum_;
+  std::deque<RedisReply> ready_;  // parsed, not yet returned by next()
+  Status error_;
 };
 
 }  // namespace kvtier
