@@ -162,7 +162,7 @@ std::vector<BlockRef> chain_blocks(const std::shared_ptr<const KvLayout>& layout
 std::pair<double, double> bench_restore_coalescing(const std::string& dir, const std::vector<BlockRef>& blocks,
                                                    std::shared_ptr<LayoutRegistry> layouts, size_t prefix_blocks,
                                                    int threads, uint64_t seed, SsdTierOptions o,
-                                                   uint64_t coalesce_bytes) {
+                                                   uint64_t coalesce_bytes, int rounds) {
   o.dir = dir;
   o.reset = true;
   o.capacity_bytes = std::max<uint64_t>((blocks.size() + 512) * (blocks[0]->data().size() + (64 << 10)),
@@ -180,7 +180,9 @@ std::pair<double, double> bench_restore_coalescing(const std::string& dir, const
   for (int on = 0; on < 2; ++on) {
     o.coalesce_read_bytes = on ? coalesce_bytes : 0;
     auto tier = std::move(SsdTier::open(o, layouts)).value();
-    gbps[on] = restore_bps(*tier, blocks, prefixes, threads);
+    std::vector<double> r;
+    for (int k = 0; k < rounds; ++k) r.push_back(restore_bps(*tier, blocks, prefixes, threads));
+    gbps[on] = median(r);
   }
   return {gbps[0], gbps[1]};
 }
@@ -316,6 +318,10 @@ int main(int argc, char** argv) {
   uint64_t coalesce_bytes = 4ull << 20;
   app.add_option("--coalesce-bytes", coalesce_bytes, "SsdTierOptions::coalesce_read_bytes of that table's 'on' column")
       ->capture_default_str();
+  int restore_rounds = 1;
+  app.add_option("--restore-rounds", restore_rounds,
+                 "Restores of the same spilled prefixes per repetition in that table (median); many: to profile them")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   keep_freed_block_memory();
   init_logging("warn");
@@ -436,7 +442,7 @@ int main(int argc, char** argv) {
     std::vector<double> off, on, shaped;
     for (int r = 0; r < reps; ++r) {
       auto [o0, o1] = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads, r, tuning,
-                                               coalesce_bytes);
+                                               coalesce_bytes, restore_rounds);
       off.push_back(o0);
       on.push_back(o1);
       fs::remove_all(dir + "/kvtier");
