@@ -353,11 +353,8 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
   for (size_t i = 0; i < where.size() && !any_io; ++i) {
     any_io = where[i] > 0 && tiers_[where[i]]->reads_wait_on_io();
   }
-  // A prefix that comes only from a shared (Redis) tier is read as one slice: that tier pipelines
-  // a whole batch over every node and decodes on helper threads as values arrive, while slices
-  // drain each node's pipeline at their ends and, holding the per-node connections, cannot
-  // overlap one another (remote_bench on the H100 host: the first 16-block slice ran at half the
-  // per-block rate of the raw GETs, and the next two waited on each other).
+  // A prefix only a shared (Redis) tier holds is one slice: slices drain each node's pipeline
+  // and cannot overlap (they hold the per-node connections); measured in docs/benchmarks.md.
   bool only_shared = any_io;
   for (size_t i = 0; i < where.size() && only_shared; ++i) only_shared = where[i] <= 0 || tiers_[where[i]]->remote();
   const uint64_t slice_bytes = only_shared ? UINT64_MAX : any_io ? 64ull << 20 : 256ull << 20;
