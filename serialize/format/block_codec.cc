@@ -62,14 +62,12 @@ Result<Block> BlockCodec::decode(std::span<const uint8_t> frame, const LayoutReg
 
 namespace kvtier {
 
-Result<Block> BlockCodec::decode_owned(AlignedBuffer buffer, size_t frame_length, const LayoutRegistry& layouts,
-                                       std::optional<uint64_t> payload_checksum) {
+Result<Block> BlockCodec::decode_owned(AlignedBuffer buffer, size_t frame_length, const LayoutRegistry& layouts) {
   const std::span<const uint8_t> frame(buffer.data(), std::min(frame_length, buffer.size()));
   FrameHeader h;
   KVTIER_ASSIGN_OR_RETURN(std::span<const uint8_t> payload, reader_.open_unverified(frame, h));
   if (h.codec != FrameCodec::kNone) return decode(frame, layouts);
-  const bool known = payload_checksum && h.frame_size() == frame.size();
-  if ((known ? *payload_checksum : checksum64(payload.data(), payload.size())) != h.payload_checksum) {
+  if (checksum64(payload.data(), payload.size()) != h.payload_checksum) {
     return corruption("frame: payload checksum mismatch");
   }
   return decode_block_document_adopting(std::move(buffer), kFrameHeaderSize, payload.size(), layouts);

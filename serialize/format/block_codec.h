@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -33,11 +32,7 @@ class BlockCodec {
   Result<Block> decode(std::span<const uint8_t> frame, const LayoutRegistry& layouts);
   // The same for a frame that starts `buffer` and is `frame_length` bytes long, which the block
   // may keep as its storage (uncompressed frames: verified, then adopted without a copy).
-  // `payload_checksum`, when given, is checksum64 of every byte of the buffer after the header,
-  // computed by whoever filled it (as the bytes arrived): it stands in for reading the payload
-  // again, and is used only when the frame fills exactly frame_length bytes.
-  Result<Block> decode_owned(AlignedBuffer buffer, size_t frame_length, const LayoutRegistry& layouts,
-                             std::optional<uint64_t> payload_checksum = std::nullopt);
+  Result<Block> decode_owned(AlignedBuffer buffer, size_t frame_length, const LayoutRegistry& layouts);
 
   FrameWriter& frame_writer() { return writer_; }
   FrameReader& frame_reader() { return reader_; }

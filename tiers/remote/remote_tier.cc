@@ -328,11 +328,10 @@ Result<BlockRef> RemoteTier::accept(const BlockRequest& req, Result<RedisReply> 
   const size_t length = r->str().size();
   metrics_.read_bytes.inc(length);
   thread_local BlockCodec codec;
-  const std::optional<uint64_t> payload_checksum = r->tail_checksum();
   AlignedBuffer value = r->take_buffer();
   auto block = value.empty()
                    ? codec.decode({reinterpret_cast<const uint8_t*>(r->str().data()), length}, *layouts_)
-                   : codec.decode_owned(std::move(value), length, *layouts_, payload_checksum);
+                   : codec.decode_owned(std::move(value), length, *layouts_);
   std::string why;
   if (!block.ok()) why = block.status().message();
   else if (block->hash() != req.hash) why = "it holds block " + block->hash().hex();

@@ -30,6 +30,13 @@ std::optional<long long> parse_integer(const uint8_t* p, size_t n) {
   return negative ? -v : v;
 }
 
+// A bulk string's length or an array's count: -1 (nil) or more; nullopt for anything else.
+std::optional<long long> parse_length(const uint8_t* p, size_t n) {
+  const auto v = parse_integer(p, n);
+  if (!v || *v < -1) return std::nullopt;
+  return v;
+}
+
 }  // namespace
 
 // The outcome of parsing one reply that lies whole in the buffer.
@@ -136,7 +143,7 @@ Result<std::optional<RedisReply>> RespReader::take_one() {
     const void* cr = std::memchr(start, '\r', end_ - begin_ - 1);
     if (cr != nullptr) {
       const size_t line = static_cast<const uint8_t*>(cr) - start;
-      const auto length = parse_integer(start, line);
+      const auto length = parse_length(start, line);
       if (length && *length >= 0 && static_cast<size_t>(*length) >= options_.large_string_bytes) {
         if (static_cast<size_t>(*length) > options_.max_string_bytes) {
           return corruption("redis: a bulk string of " + std::to_string(*length) + " bytes is over the limit of " +
@@ -211,8 +218,8 @@ void RespReader::parse(size_t pos, int depth, Parse& out) const {
       break;
     }
     case '$': {
-      const auto len = parse_integer(line, n);
-      if (!len || *len < -1) return fail("a bulk string length that is not one: '" + text.substr(0, 32) + "'");
+      const auto len = parse_length(line, n);
+      if (!len) return fail("a bulk string length that is not one: '" + text.substr(0, 32) + "'");
       if (*len == -1) {
         out.reply = RedisReply();
         break;
@@ -231,8 +238,8 @@ void RespReader::parse(size_t pos, int depth, Parse& out) const {
       return;
     }
     case '*': {
-      const auto count = parse_integer(line, n);
-      if (!count || *count < -1) return fail("an array length that is not one: '" + text.substr(0, 32) + "'");
+      const auto count = parse_length(line, n);
+      if (!count) return fail("an array length that is not one: '" + text.substr(0, 32) + "'");
       if (*count == -1) {
         out.reply = RedisReply();
         break;
