@@ -8,6 +8,7 @@
 // Blocks are Llama-3-8B's: 16 tokens x 32 layers x 8 KV heads x 128 x bf16 = 2 MiB. Each figure
 // is the median of --reps repetitions; ratios are against fio's median from the same run.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,6 +42,14 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// CPU seconds this process has used (all threads, user + system).
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
 }
 
 // fio's bandwidth in bytes/s for one job, or 0 when fio is missing or fails. `extra` adds options
@@ -157,9 +166,16 @@ std::vector<BlockRef> chain_blocks(const std::shared_ptr<const KvLayout>& layout
   return blocks;
 }
 
+struct CoalescedRestore {
+  double off_bps = 0, on_bps = 0;
+  // Coalescing on: the CPU time one prefix's restore costs (all threads) and the wall time a
+  // restoring thread spends per prefix. CPU far below wall: the restore waits on the disk.
+  double cpu_ms_per_prefix = 0, wall_ms_per_prefix = 0;
+};
+
 // Restore GB/s of whole prompts' prefixes (`prefix_blocks` blocks each, spilled together), read
-// with coalescing off and on: {off, on}.
-std::pair<double, double> bench_restore_coalescing(const std::string& dir, const std::vector<BlockRef>& blocks,
+// with coalescing off and on.
+CoalescedRestore bench_restore_coalescing(const std::string& dir, const std::vector<BlockRef>& blocks,
                                                    std::shared_ptr<LayoutRegistry> layouts, size_t prefix_blocks,
                                                    int threads, uint64_t seed, SsdTierOptions o,
                                                    uint64_t coalesce_bytes, int rounds) {
@@ -176,15 +192,22 @@ std::pair<double, double> bench_restore_coalescing(const std::string& dir, const
   }
   o.reset = false;
   const auto prefixes = random_prefixes(blocks.size(), prefix_blocks, seed);
-  double gbps[2] = {0, 0};
+  CoalescedRestore out;
   for (int on = 0; on < 2; ++on) {
     o.coalesce_read_bytes = on ? coalesce_bytes : 0;
     auto tier = std::move(SsdTier::open(o, layouts)).value();
     std::vector<double> r;
+    const double cpu0 = process_cpu_seconds();
+    const auto t0 = Clock::now();
     for (int k = 0; k < rounds; ++k) r.push_back(restore_bps(*tier, blocks, prefixes, threads));
-    gbps[on] = median(r);
+    const double restored = static_cast<double>(rounds) * static_cast<double>(prefixes.size());
+    if (on) {
+      out.cpu_ms_per_prefix = (process_cpu_seconds() - cpu0) * 1e3 / restored;
+      out.wall_ms_per_prefix = seconds_since(t0) * 1e3 * threads / restored;
+    }
+    (on ? out.on_bps : out.off_bps) = median(r);
   }
-  return {gbps[0], gbps[1]};
+  return out;
 }
 
 Throughput bench_file_per_block(const std::string& dir, const std::vector<BlockRef>& blocks,
@@ -421,7 +444,8 @@ int main(int argc, char** argv) {
   Report by_layout("ssd_bench: restore of " + std::to_string(restore_tokens) + "-token prefixes spilled together, by layout",
                    {"layout", "block", "blocks", "coalescing off GB/s",
                     "on (" + format_byte_size(coalesce_bytes) + ") GB/s", "off / fio read",
-                    "on / fio read", "fio, prefix-sized reads GB/s", "on / that, pairs"});
+                    "on / fio read", "fio, prefix-sized reads GB/s", "on / that, pairs",
+                    "CPU ms / prefix", "wall ms / prefix"});
   by_layout.set_meta("machine", machine_description());
   by_layout.set_meta("method", "median of " + std::to_string(reps) + " repetitions; fio read from the table above");
   for (const std::string& name : restore_layouts) {
@@ -439,12 +463,14 @@ int main(int argc, char** argv) {
     // run between kvtier's rounds so each pair shares the disk's mood.
     const uint64_t prefix_bytes = align_up(prefix_blocks * l->dense_block_bytes(), 4096);
     const uint64_t fio_bytes = std::max<uint64_t>(n * l->dense_block_bytes(), 64 * prefix_bytes);
-    std::vector<double> off, on, shaped;
+    std::vector<double> off, on, shaped, cpu_ms, wall_ms;
     for (int r = 0; r < reps; ++r) {
-      auto [o0, o1] = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads, r, tuning,
-                                               coalesce_bytes, restore_rounds);
-      off.push_back(o0);
-      on.push_back(o1);
+      const CoalescedRestore got = bench_restore_coalescing(dir + "/kvtier", chain, layouts, prefix_blocks, threads,
+                                                            r, tuning, coalesce_bytes, restore_rounds);
+      off.push_back(got.off_bps);
+      on.push_back(got.on_bps);
+      cpu_ms.push_back(got.cpu_ms_per_prefix);
+      wall_ms.push_back(got.wall_ms_per_prefix);
       fs::remove_all(dir + "/kvtier");
       run_fio(fio, dir + "/fio.dat", "write", fio_bytes);
       shaped.push_back(run_fio(fio, dir + "/fio.dat", "randread", fio_bytes,
@@ -455,7 +481,8 @@ int main(int argc, char** argv) {
     by_layout.add_row({name, format_byte_size(l->dense_block_bytes()), std::to_string(n), fmt_double(median(off) / 1e9),
                        fmt_double(median(on) / 1e9), fmt_double(fr ? median(off) / fr : 0),
                        fmt_double(fr ? median(on) / fr : 0), fmt_double(fs_read / 1e9),
-                       paired_rate_ratio(shaped, on).text()});
+                       paired_rate_ratio(shaped, on).text(), fmt_double(median(cpu_ms), 3),
+                       fmt_double(median(wall_ms), 3)});
   }
   by_layout.add_note("each prefix is one read_many of its blocks, verified and decoded; the prefix's blocks were "
                      "spilled in chain order, so they lie back to back on disk");
@@ -463,6 +490,9 @@ int main(int argc, char** argv) {
   by_layout.add_note("fio, prefix-sized reads: random O_DIRECT reads of one prefix's bytes, --threads of them in "
                      "flight (fio's --iodepth), the same shape of I/O the restore asks of the disk; 'pairs': "
                      "fio and kvtier alternate round by round, median [min-max] of the rounds' ratios");
+  by_layout.add_note("CPU ms / prefix: the process's CPU time (every thread, user + system) over the coalescing-on "
+                     "restores, per prefix; wall ms / prefix: what a restoring thread waits per prefix. CPU well "
+                     "below wall means the restore waits on the disk, not on its own work");
   if (!restore_layouts.empty()) {
     by_layout.print();
     by_layout.write_json(output_path("ssd_bench_restore.json"));
