@@ -69,6 +69,7 @@ struct Chunk {
   // free[0, zero_prefix) are known zero: trimming starts after them, so a chunk of thousands of
   // small slots is not rescanned on every release once the cache is at its limit.
   size_t zero_prefix = 0;
+  uint64_t touched = 0;  // the arena's tick when a slot was last taken or handed back
   bool has_room() const { return !free.empty(); }
 };
 
@@ -81,6 +82,7 @@ struct Arena {
   // whatever the limit, so they are not counted against it).
   size_t cached = 0;
   size_t limit = 512u << 20;
+  uint64_t tick = 0;  // counts acquires and releases: a chunk's `touched` is one of these
 
   Chunk* find(const void* p) {
     const auto a = reinterpret_cast<uintptr_t>(p);
@@ -120,11 +122,15 @@ struct Arena {
     return raw;
   }
 
-  // Drops the pages of free slots (or whole chunks) that nobody holds until `cached` is within
-  // the limit. `first` is tried first (the chunk just released into).
-  void trim(Chunk* first) {
+  // Drops the pages of free slots (or whole chunks) that nobody holds, the chunks touched longest
+  // ago first, until `cached` is 1/8 below the limit. Coldest first: trimming the chunk a release
+  // just went into (as this did) kept a restore's own size class churning — each slot it took
+  // back was zeroed and faulted in again, and each drop cost a TLB shootdown — while size classes
+  // nobody used any more (a finished spill's frames) kept their pages. The margin batches the
+  // work: a release just over the limit does not sort the chunks again.
+  void trim() {
+    const size_t target = limit - limit / 8;
     auto trim_chunk = [&](Chunk* c) {
-      if (c->holds > 0) return;
       if (c->used == 0) {
         cached -= c->cached_slots * c->slot;
         with_room[c->slot].erase(c);
@@ -135,8 +141,7 @@ struct Arena {
         chunks.erase(reinterpret_cast<uintptr_t>(c->base));
         return;
       }
-      if (c->cached_slots == 0) return;
-      for (size_t k = c->zero_prefix; k < c->free.size() && cached > limit; ++k) {
+      for (size_t k = c->zero_prefix; k < c->free.size() && cached > target; ++k) {
         const uint32_t s = c->free[k];
         if (!c->zero[s]) {
           ::madvise(c->base + s * c->slot, c->slot, MADV_DONTNEED);  // reads back as zero
@@ -147,10 +152,14 @@ struct Arena {
         if (k == c->zero_prefix) ++c->zero_prefix;
       }
     };
-    if (first != nullptr) trim_chunk(first);
-    for (auto it = chunks.begin(); cached > limit && it != chunks.end();) {
-      Chunk* c = (it++)->second.get();  // trim_chunk may erase c
-      trim_chunk(c);
+    std::vector<Chunk*> order;
+    for (const auto& [base, c] : chunks) {
+      if (c->holds == 0 && (c->used == 0 || c->cached_slots > 0)) order.push_back(c.get());
+    }
+    std::sort(order.begin(), order.end(), [](const Chunk* x, const Chunk* y) { return x->touched < y->touched; });
+    for (Chunk* c : order) {
+      if (cached <= target) break;
+      trim_chunk(c);  // may unmap and erase c, which `order` does not visit again
     }
   }
 };
@@ -188,6 +197,7 @@ void* large_buffer_acquire(size_t bytes, bool* fresh) {
       if (c->holds == 0) a.cached -= size;
     }
     c->zero[s] = false;
+    c->touched = ++a.tick;
     p = c->base + s * size;
   }
 #ifdef MADV_POPULATE_WRITE
@@ -210,14 +220,15 @@ void large_buffer_release(void* p, size_t bytes) {
   ++c->cached_slots;
   if (c->holds == 0) a.cached += size;
   a.last_freed[size] = c;
-  if (a.cached > a.limit) a.trim(c);
+  c->touched = ++a.tick;
+  if (a.cached > a.limit) a.trim();
 }
 
 void set_large_buffer_cache_limit(size_t bytes) {
   Arena& a = arena();
   std::lock_guard lock(a.mu);
   a.limit = bytes;
-  if (a.cached > a.limit) a.trim(nullptr);
+  if (a.cached > a.limit) a.trim();
 }
 
 size_t large_buffer_cached_bytes() {
@@ -245,7 +256,7 @@ void large_buffer_unhold_chunk(const void* base) {
   if (c == nullptr || c->holds == 0) return;
   if (--c->holds > 0) return;
   a.cached += c->cached_slots * c->slot;
-  if (a.cached > a.limit) a.trim(c);
+  if (a.cached > a.limit) a.trim();
 }
 
 namespace {

@@ -161,4 +161,32 @@ TEST(LargeBufferChunks, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
   set_large_buffer_cache_limit(512u << 20);
 }
 
+// Over the limit, the cache drops the pages of the size classes touched longest ago, not those of
+// the class a release just went into: a restore's blocks otherwise came back zeroed and faulted
+// in on every reuse while a finished spill's frames kept their pages.
+TEST(LargeBufferChunks, TheColdestSizeClassIsTrimmedFirst) {
+  const size_t cold = (1u << 20) + (320u << 10), hot = (1u << 20) + (448u << 10);  // classes no other test uses
+  set_large_buffer_cache_limit(8u << 20);
+  bool fresh = false;
+  std::vector<void*> bufs;
+  for (int i = 0; i < 5; ++i) bufs.push_back(large_buffer_acquire(cold, &fresh));
+  for (void* b : bufs) large_buffer_release(b, cold);  // 6.6 MiB kept: within the limit
+  void* cold_at = bufs.front();
+  ASSERT_NE(large_buffer_chunk(cold_at).base, nullptr);
+
+  auto* h1 = static_cast<uint8_t*>(large_buffer_acquire(hot, &fresh));
+  auto* h2 = static_cast<uint8_t*>(large_buffer_acquire(hot, &fresh));
+  std::memset(h1, 0x11, hot);
+  std::memset(h2, 0x22, hot);
+  large_buffer_release(h1, hot);
+  large_buffer_release(h2, hot);  // 9.5 MiB kept: over the limit
+  EXPECT_EQ(large_buffer_chunk(cold_at).base, nullptr) << "the cold class's empty chunk went first";
+  auto* again = static_cast<uint8_t*>(large_buffer_acquire(hot, &fresh));
+  EXPECT_EQ(again, h2);
+  EXPECT_FALSE(fresh) << "the hot class kept its pages";
+  EXPECT_EQ(again[hot / 2], 0x22);
+  large_buffer_release(again, hot);
+  set_large_buffer_cache_limit(512u << 20);
+}
+
 }  // namespace kvtier
