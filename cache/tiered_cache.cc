@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <deque>
-#include <system_error>
 
+#include "base/threads/worker_pool.h"
 #include "cache/fetch_loader.h"
 
 namespace kvtier {
@@ -420,7 +420,7 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
   constexpr size_t kLookahead = 2;
   struct Ahead {
     size_t a, b;
-    std::future<void> read;
+    WorkerPool::Task read;  // not valid when the slice was read on this thread
   };
   std::deque<Ahead> ahead;
   size_t next_a = b;
@@ -428,13 +428,13 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
     while (ahead.size() < kLookahead && next_a < where.size()) {
       const size_t sa = next_a, sb = slice_end(next_a, slice_blocks);
       next_a = sb;
-      std::future<void> f;
-      try {
-        if (any_io) f = std::async(std::launch::async, [&, sa, sb] { read_slice(sa, sb); });
-      } catch (const std::system_error&) {
+      WorkerPool::Task t;
+      if (any_io) {
+        t = WorkerPool::shared().submit([&, sa, sb] { read_slice(sa, sb); });
+      } else {
+        read_slice(sa, sb);  // from memory: read it here
       }
-      if (!f.valid()) read_slice(sa, sb);  // from memory, or no thread to be had: read it here
-      ahead.push_back({sa, sb, std::move(f)});
+      ahead.push_back({sa, sb, std::move(t)});
     }
   };
   size_t good = 0;
@@ -486,13 +486,13 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
       out.entries_.push_back(std::move(e));
     }
     if (broken || ahead.empty()) break;
-    if (ahead.front().read.valid()) ahead.front().read.wait();
+    ahead.front().read.join();
     a = ahead.front().a;
     b = ahead.front().b;
     ahead.pop_front();
   }
   for (Ahead& s : ahead) {
-    if (s.read.valid()) s.read.wait();  // read past a broken prefix: dropped
+    s.read.join();  // read past a broken prefix: dropped
   }
   // Pins taken past the point where the prefix broke are given back.
   for (size_t i = good; i < where.size(); ++i) {

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <optional>
 #include <set>
 #include <system_error>
 
 #include "base/byte_size.h"
 #include "base/metrics/metric_sum.h"
+#include "base/threads/worker_pool.h"
 
 namespace kvtier {
 
@@ -201,8 +201,9 @@ std::vector<Result<BlockRef>> StripedSsdTier::read_many(std::span<const BlockReq
   auto deliver = [&](size_t d, std::vector<Result<BlockRef>> got) {
     for (size_t k = 0; k < got.size(); ++k) out[at[d][k]] = std::move(got[k]);
   };
-  // The drives work at once: every directory but the first with work reads on its own thread.
-  std::vector<std::pair<size_t, std::future<std::vector<Result<BlockRef>>>>> others;
+  // The drives work at once: every directory but the first with work reads on a pool worker.
+  std::vector<std::vector<Result<BlockRef>>> got(dirs_.size());
+  std::vector<WorkerPool::Task> others;
   std::optional<size_t> mine;
   for (size_t d = 0; d < dirs_.size(); ++d) {
     if (asks[d].empty()) continue;
@@ -210,16 +211,11 @@ std::vector<Result<BlockRef>> StripedSsdTier::read_many(std::span<const BlockReq
       mine = d;
       continue;
     }
-    try {
-      others.emplace_back(d, std::async(std::launch::async, [this, d, &asks] {
-                            return dirs_[d].tier->read_many(asks[d]);
-                          }));
-    } catch (const std::system_error&) {  // no thread to be had: read it here, after all
-      deliver(d, dirs_[d].tier->read_many(asks[d]));
-    }
+    others.push_back(WorkerPool::shared().submit([this, d, &asks, &got] { got[d] = dirs_[d].tier->read_many(asks[d]); }));
   }
-  if (mine) deliver(*mine, dirs_[*mine].tier->read_many(asks[*mine]));
-  for (auto& [d, f] : others) deliver(d, f.get());
+  if (mine) got[*mine] = dirs_[*mine].tier->read_many(asks[*mine]);
+  for (WorkerPool::Task& t : others) t.join();
+  for (size_t d = 0; d < dirs_.size(); ++d) deliver(d, std::move(got[d]));
   return out;
 }
 

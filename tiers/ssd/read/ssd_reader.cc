@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <future>
-#include <system_error>
 #include <thread>
 
+#include "base/threads/worker_pool.h"
 #include "tiers/ssd/read/record_check.h"
 
 namespace kvtier {
@@ -139,18 +138,18 @@ std::vector<Result<BlockRef>> SsdReader::read(std::span<const BlockRequest> requ
                                          std::max(1u, std::thread::hardware_concurrency())});
   if (parts <= 1) return read_part(requests);
   const size_t per = (requests.size() + parts - 1) / parts;
-  std::vector<std::future<std::vector<Result<BlockRef>>>> others;
-  for (size_t at = per; at < requests.size(); at += per) {
-    const auto part = requests.subspan(at, std::min(per, requests.size() - at));
-    try {
-      others.push_back(std::async(std::launch::async, [this, part] { return read_part(part); }));
-    } catch (const std::system_error&) {
-      others.push_back(std::async(std::launch::deferred, [this, part] { return read_part(part); }));
-    }
+  std::vector<std::vector<Result<BlockRef>>> got(parts);
+  std::vector<WorkerPool::Task> others;
+  for (size_t k = 1; k < parts && k * per < requests.size(); ++k) {
+    const auto part = requests.subspan(k * per, std::min(per, requests.size() - k * per));
+    others.push_back(WorkerPool::shared().submit([this, part, &slot = got[k]] { slot = read_part(part); }));
   }
-  std::vector<Result<BlockRef>> out = read_part(requests.first(per));
-  for (auto& f : others) {
-    for (auto& r : f.get()) out.push_back(std::move(r));
+  got[0] = read_part(requests.first(per));
+  for (WorkerPool::Task& t : others) t.join();
+  std::vector<Result<BlockRef>> out = std::move(got[0]);
+  out.reserve(requests.size());
+  for (size_t k = 1; k < got.size(); ++k) {
+    for (auto& r : got[k]) out.push_back(std::move(r));
   }
   return out;
 }
