@@ -22,9 +22,28 @@ IoUringRing::~IoUringRing() {
 
 namespace {
 
-void prepare(io_uring_sqe* sqe, IoOp& op, size_t index) {
+// The pieces of a vectored read still to fill after `done` bytes (a short transfer resumes there).
+std::vector<iovec> pieces_after(const std::vector<iovec>& pieces, uint64_t done) {
+  std::vector<iovec> rest;
+  for (const iovec& v : pieces) {
+    if (done >= v.iov_len) {
+      done -= v.iov_len;
+      continue;
+    }
+    rest.push_back({static_cast<uint8_t*>(v.iov_base) + done, v.iov_len - done});
+    done = 0;
+  }
+  return rest;
+}
+
+void prepare(io_uring_sqe* sqe, IoOp& op, std::vector<iovec>& vectored, size_t index) {
   switch (op.kind) {
     case IoOp::Kind::kRead:
+      if (!op.pieces.empty()) {
+        vectored = op.done == 0 ? op.pieces : pieces_after(op.pieces, op.done);
+        io_uring_prep_readv(sqe, op.fd, vectored.data(), static_cast<unsigned>(vectored.size()), op.offset + op.done);
+        break;
+      }
       io_uring_prep_read(sqe, op.fd, op.buffer + op.done, static_cast<unsigned>(op.length - op.done),
                          op.offset + op.done);
       break;
@@ -44,6 +63,8 @@ void prepare(io_uring_sqe* sqe, IoOp& op, size_t index) {
 Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops, const std::function<void(size_t)>& on_done) {
   std::vector<size_t> finished;  // ops complete since on_done last ran
   std::deque<size_t> todo;
+  // The iovec arrays of vectored reads in flight: the kernel reads them until the op completes.
+  std::vector<std::vector<iovec>> vectored(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     ops[i].done = 0;
     ops[i].error = 0;
@@ -56,7 +77,7 @@ Status run_io_batch(IoUringRing& ring, std::span<IoOp> ops, const std::function<
     while (!todo.empty() && in_flight + queued < ring.depth()) {
       io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
       if (sqe == nullptr) break;
-      prepare(sqe, ops[todo.front()], todo.front());
+      prepare(sqe, ops[todo.front()], vectored[todo.front()], todo.front());
       todo.pop_front();
       ++queued;
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <functional>
@@ -40,6 +41,9 @@ struct IoOp {
   uint8_t* buffer = nullptr;  // aligned for O_DIRECT
   uint64_t length = 0;
   uint64_t offset = 0;
+  // A read into several buffers, in order (`buffer` unused; `length` their total): adjacent
+  // records read by one op, each into the buffer its block keeps. Each piece aligned for O_DIRECT.
+  std::vector<iovec> pieces;
   // Results: bytes transferred and the first error (0 = none; a positive errno otherwise).
   // A read that reaches end of file before `length` finishes with done < length, error 0.
   uint64_t done = 0;

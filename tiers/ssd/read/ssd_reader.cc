@@ -71,22 +71,23 @@ std::vector<SsdReader::ReadRun> SsdReader::plan_runs(const std::vector<Pending>&
 
 Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std::vector<ReadRun>& runs,
                            const std::function<void(Pending&)>& settle) {
-  std::vector<AlignedBuffer> run_buffers(runs.size());
+  // Every record is read straight into the buffer its block will keep; a run of several is one
+  // vectored read (a copy out of one run buffer was 11 % of a 16 KiB-block restore's CPU).
   std::vector<IoOp> ops;
   ops.reserve(runs.size());
-  for (size_t r = 0; r < runs.size(); ++r) {
-    ReadRun& run = runs[r];
-    Pending& first = pending[run.records.front()];
-    uint8_t* into;
-    if (run.records.size() == 1) {  // read straight into the buffer the block will keep
-      first.buffer = AlignedBuffer(run.length, kRecordAlign, /*zeroed=*/false);
-      into = first.buffer.data();
-    } else {
-      run_buffers[r] = AlignedBuffer(run.length, kRecordAlign, /*zeroed=*/false);
-      into = run_buffers[r].data();
-      state_.metrics.coalesced_reads.inc();
+  for (ReadRun& run : runs) {
+    IoOp op{IoOp::Kind::kRead, pending[run.records.front()].file->fd(), nullptr, run.length, run.offset};
+    for (size_t k : run.records) {
+      Pending& p = pending[k];
+      p.buffer = AlignedBuffer(padded_length(p.entry), kRecordAlign, /*zeroed=*/false);
+      if (run.records.size() == 1) {
+        op.buffer = p.buffer.data();
+      } else {
+        op.pieces.push_back({p.buffer.data(), p.buffer.size()});
+      }
     }
-    ops.push_back({IoOp::Kind::kRead, first.file->fd(), into, run.length, run.offset});
+    if (run.records.size() > 1) state_.metrics.coalesced_reads.inc();
+    ops.push_back(std::move(op));
   }
   state_.metrics.read_ops.inc(ops.size());
 
@@ -109,17 +110,13 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
       Pending& p = pending[k];
       const uint64_t at = p.entry.offset - run.offset, len = padded_length(p.entry);
       p.done = ops[r].done > at ? std::min(ops[r].done - at, len) : 0;
-      p.buffer = AlignedBuffer(len, kRecordAlign, /*zeroed=*/false);
-      std::memcpy(p.buffer.data(), run_buffers[r].data() + at, p.done);
       settle(p);
     }
-    run_buffers[r] = AlignedBuffer();
   }));
   if (retry.empty()) return ok_status();
   std::vector<IoOp> alone;
   for (size_t k : retry) {
-    Pending& p = pending[k];
-    p.buffer = AlignedBuffer(padded_length(p.entry), kRecordAlign, /*zeroed=*/false);
+    Pending& p = pending[k];  // its buffer, not settled, is still its own
     alone.push_back({IoOp::Kind::kRead, p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset});
   }
   state_.metrics.read_ops.inc(alone.size());
