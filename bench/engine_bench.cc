@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-kv-bytes", max_kv_bytes, "Skip decode shapes whose K+V exceed this");
   app.add_option("--copy-bytes", copy_bytes, "Size of the copy kernel's buffers");
   app.add_option("--reps", reps);
+  int rounds = 3;
+  app.add_option("--rounds", rounds, "Decode: each shape's dtypes measured in turns this many times (medians)")
+      ->capture_default_str();
   app.add_option("--prefill-tokens", prefill_tokens);
   bool host_timed = false;
   app.add_flag("--host-timed", host_timed, "Time the host's submit-and-wait, not the GPU's timestamps");
@@ -133,55 +136,82 @@ int main(int argc, char** argv) {
   report.set_meta("machine", machine_description());
   report.set_meta("copy kernel", fmt_double(copy_bps / 1e9, 1) + " GB/s (bytes read + written, " +
                                      format_byte_size(copy_bytes) + " buffers)");
-  report.set_meta("method", "median of " + std::to_string(reps) + " submissions of back-to-back launches, " + timing);
+  report.set_meta("method", "median over " + std::to_string(rounds) + " rounds (a shape's dtypes in turns, the order flipped each round) of the median of " + std::to_string(reps) + " submissions of back-to-back launches, " + timing);
   const uint32_t heads = 32, kv_heads = 8, dim = 128, block = 16;
   std::mt19937_64 rng(1);
-  for (const std::string& dname : dtypes) {
-    const DType dt = *parse_dtype(dname);
-    for (int batch : batches) {
-      for (int context : contexts) {
-        const uint64_t blocks_per_seq = (context + block - 1) / block;
-        const uint64_t blocks = blocks_per_seq * batch;
-        const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
-        if (2 * array_bytes > max_kv_bytes) {
-          report.add_row({dname, std::to_string(batch), std::to_string(context),
+  struct Timed {
+    double seconds = 0, same_bps = 0;  // same_bps 0: the copy of the same bytes failed
+  };
+  // One shape in one dtype: its own buffers, a scattered page table, timed launches, then the
+  // copy kernel over the same bytes right after.
+  auto measure = [&](DType dt, const std::string& dname, int batch, int context) -> Timed {
+    const uint64_t blocks_per_seq = (context + block - 1) / block;
+    const uint64_t blocks = blocks_per_seq * batch;
+    const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
+    auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+    auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
+    if (!k.ok() || !v.ok()) die(k.ok() ? v.status() : k.status());
+    // A realistic page table: every sequence's blocks scattered over the arrays.
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> lens(batch, context);
+    std::vector<float> q(static_cast<size_t>(batch) * heads * dim, 0.01f);
+    auto gt = upload_new<int32_t>(ctx, perm);
+    auto gl = upload_new<int32_t>(ctx, lens);
+    auto gq = upload_new<float>(ctx, q);
+    auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
+    if (!gt.ok() || !gl.ok() || !gq.ok() || !go.ok()) die(internal_error("upload failed"));
+    PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
+    DecodeBatch db{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks_per_seq),
+                   gl->address(), static_cast<uint32_t>(batch), static_cast<uint32_t>(context), heads};
+    AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
+    PagedAttentionDecode decode(ctx);
+    if (ctx.info().pipeline_stats && batch == batches.front() && context == contexts.front()) {
+      std::cout << "decode pipeline (" << dname << "): " << decode.pipeline_statistics(view, heads / kv_heads) << "\n";
+    }
+    const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
+    auto t = time_launches(ctx, timer.get(), per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
+    if (!t.ok()) die(t.status());
+    // The same bytes through the copy kernel, launched as often: what one launch of this size
+    // can reach on this GPU (a small launch cannot fill it, whatever it does).
+    auto same = copy_rate(ctx, timer.get(), array_bytes, per_submit, reps);
+    return {*t, same.ok() ? *same : 0.0};
+  };
+  // Shapes outermost, and each shape's dtypes in turns (the order flipping every round), medians
+  // over the rounds: the GPU's speed drifts over a run. On a freshly started H100 host, whichever
+  // dtype ran second in engine_bench's first process read at half speed (the copy of the same
+  // bytes slowed too), and a second process measured both alike — so F16 "ran 2x slower than
+  // BF16" only because it came second (swapping the order swapped the result).
+  for (int batch : batches) {
+    for (int context : contexts) {
+      std::vector<std::vector<Timed>> got(dtypes.size());
+      for (int round = 0; round < rounds; ++round) {
+        for (size_t n = 0; n < dtypes.size(); ++n) {
+          const size_t i = round % 2 == 0 ? n : dtypes.size() - 1 - n;
+          const DType dt = *parse_dtype(dtypes[i]);
+          const uint64_t array_bytes = uint64_t(context + block - 1) / block * batch * block * kv_heads * dim * dtype_size(dt);
+          if (2 * array_bytes > max_kv_bytes) continue;
+          got[i].push_back(measure(dt, dtypes[i], batch, context));
+        }
+      }
+      for (size_t i = 0; i < dtypes.size(); ++i) {
+        const DType dt = *parse_dtype(dtypes[i]);
+        const uint64_t array_bytes = uint64_t(context + block - 1) / block * batch * block * kv_heads * dim * dtype_size(dt);
+        if (got[i].empty()) {
+          report.add_row({dtypes[i], std::to_string(batch), std::to_string(context),
                           format_byte_size(2 * array_bytes), "skipped (--max-kv-bytes)", "", "", ""});
           continue;
         }
-        auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
-        auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
-        if (!k.ok() || !v.ok()) die(k.ok() ? v.status() : k.status());
-        // A realistic page table: every sequence's blocks scattered over the arrays.
-        std::vector<int32_t> perm(blocks);
-        std::iota(perm.begin(), perm.end(), 0);
-        std::shuffle(perm.begin(), perm.end(), rng);
-        std::vector<int32_t> lens(batch, context);
-        std::vector<float> q(static_cast<size_t>(batch) * heads * dim, 0.01f);
-        auto gt = upload_new<int32_t>(ctx, perm);
-        auto gl = upload_new<int32_t>(ctx, lens);
-        auto gq = upload_new<float>(ctx, q);
-        auto go = GpuBuffer::create(ctx, q.size() * 4, MemoryKind::kDevice);
-        if (!gt.ok() || !gl.ok() || !gq.ok() || !go.ok()) die(internal_error("upload failed"));
-        PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block,
-                         kv_heads, dim, dt};
-        DecodeBatch db{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks_per_seq),
-                       gl->address(), static_cast<uint32_t>(batch), static_cast<uint32_t>(context), heads};
-        AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
-        PagedAttentionDecode decode(ctx);
-        if (ctx.info().pipeline_stats && batch == batches.front() && context == contexts.front()) {
-          std::cout << "decode pipeline (" << dname << "): " << decode.pipeline_statistics(view, heads / kv_heads) << "\n";
+        std::vector<double> secs, vs_same;
+        for (const Timed& t : got[i]) {
+          secs.push_back(t.seconds);
+          if (t.same_bps > 0) vs_same.push_back(2.0 * array_bytes / t.seconds / t.same_bps);
         }
-        const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
-        auto t = time_launches(ctx, timer.get(), per_submit, reps, [&](CommandBatch& b) { return decode.record(b, db, view, o); });
-        if (!t.ok()) die(t.status());
-        const double bps = 2.0 * array_bytes / *t;
-        // The same bytes through the copy kernel, launched as often: what one launch of this size
-        // can reach on this GPU (a small launch cannot fill it, whatever it does).
-        auto same = copy_rate(ctx, timer.get(), array_bytes, per_submit, reps);
-        report.add_row({dname, std::to_string(batch), std::to_string(context),
-                        format_byte_size(2 * array_bytes), fmt_double(*t * 1e6, 1),
-                        fmt_double(bps / 1e9, 1), fmt_double(bps / copy_bps, 2),
-                        same.ok() ? fmt_double(bps / *same, 2) : "n/a (" + same.status().to_string() + ")"});
+        const double t = median(secs), bps = 2.0 * array_bytes / t;
+        report.add_row({dtypes[i], std::to_string(batch), std::to_string(context),
+                        format_byte_size(2 * array_bytes), fmt_double(t * 1e6, 1), fmt_double(bps / 1e9, 1),
+                        fmt_double(bps / copy_bps, 2), vs_same.empty() ? "n/a" : fmt_double(median(vs_same), 2)});
       }
     }
   }
