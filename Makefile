@@ -22,9 +22,11 @@ all: build
 deps:
 	@scripts/deps.sh
 
+# scripts/glslang.sh names a glslang that compiles the cooperative-matrix-2 kernels (built once
+# into ~/.cache/kvtier on Debian 12; found at once after that), or nothing.
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DKVTIER_SANITIZE=$(SANITIZE) >/dev/null
+	  -DKVTIER_SANITIZE=$(SANITIZE) -DKVTIER_GLSLANG_COOPMAT2="$$(scripts/glslang.sh)" >/dev/null
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)

@@ -408,9 +408,7 @@ int main(int argc, char** argv) {
     r.set_meta("hit_policy", hit_policy_name(policy));
     // The model takes the device's default path; the tensor-core and scalar runs give different
     // TTFTs, and KVTIER_VK_COOPMAT=0 runs write the same file.
-    r.set_meta("attention", PagedAttentionVarlen::default_path(*ctx) == PagedAttentionVarlen::Path::kCoopMat
-                                ? "tensor cores"
-                                : "scalar");
+    r.set_meta("attention", PagedAttentionVarlen::path_name(PagedAttentionVarlen::default_path(*ctx)));
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
   }

@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
   using Path = PagedAttentionVarlen::Path;
   std::vector<Path> paths{Path::kScalar};
   if (ctx.info().coopmat_f16) paths.push_back(Path::kCoopMat);
+  if (ctx.info().coopmat2) paths.push_back(Path::kCoopMat2);
   Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
                  {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);
@@ -268,11 +269,11 @@ int main(int argc, char** argv) {
         // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
         const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
         if (ctx.info().pipeline_stats && tokens == prefill_tokens.front()) {
-          std::cout << "varlen pipeline (" << dname << ", " << (path == Path::kCoopMat ? "coopmat" : "scalar")
+          std::cout << "varlen pipeline (" << dname << ", " << PagedAttentionVarlen::path_name(path)
                     << "): " << varlen.pipeline_statistics(view, heads) << "\n";
         }
         prefill.add_row({std::to_string(tokens), dname,
-                         varlen.path(view, heads) == Path::kCoopMat ? "coopmat f16" : "scalar f32",
+                         PagedAttentionVarlen::path_name(varlen.path(view, heads)),
                          fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0), fmt_double(flops / *t / 1e12, 2)});
       }
     }

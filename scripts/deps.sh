@@ -21,7 +21,12 @@ for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -eq 0 ]]; then
+  # A glslang for the cooperative-matrix-2 kernels: the distribution's when >= 15.1, else Debian
+  # 13's source built once into a cache (minutes, the first time only; see the script).
+  "$(dirname "$0")/glslang.sh" >/dev/null
+  exit 0
+fi
 
 echo "deps.sh: installing ${missing[*]}"
 sudo_cmd=()
@@ -29,4 +34,5 @@ sudo_cmd=()
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"$(dirname "$0")/glslang.sh" >/dev/null
 echo "deps.sh: done"

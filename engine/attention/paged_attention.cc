@@ -162,14 +162,35 @@ Status PagedAttentionDecode::record(CommandBatch& batch, const DecodeBatch& b,
   return ok_status();
 }
 
+const char* PagedAttentionVarlen::path_name(Path path) {
+  switch (path) {
+    case Path::kScalar: return "scalar f32";
+    case Path::kCoopMat: return "coopmat f16";
+    case Path::kCoopMat2: return "coopmat2 f16";
+  }
+  return "unknown";
+}
+
 PagedAttentionVarlen::Path PagedAttentionVarlen::default_path(const VulkanContext& ctx) {
+  if (ctx.info().prefer_coopmat2) return Path::kCoopMat2;
   return ctx.info().coopmat_mma_fragments ? Path::kCoopMat : Path::kScalar;
 }
 
 Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const PagedKvView& cache,
                                                                      uint32_t gqa) const {
   const DeviceInfo& info = ctx_.info();
-  if (preferred_ == Path::kCoopMat && info.coopmat_mma_fragments && cache.head_dim % 16 == 0) {
+  if (preferred_ == Path::kCoopMat2 && info.coopmat2 && cache.head_dim % 16 == 0 && cache.head_dim <= 128 &&
+      kCoopMat2Rows % gqa == 0) {
+    // Tiles of 64 rows (GQA heads x 64 / GQA tokens) against 64-key chunks: q is staged where the
+    // K chunk goes, so the rows must fit in it. 256 invocations: the accumulators of a 64 x 128
+    // output, its rescaling and the running merge state spread over 8 warps.
+    const uint64_t shared = 2ull * kCoopMat2Rows * (cache.head_dim + 8) * 2 + info.coopmat2_reserved_shared;
+    if (shared <= info.max_shared_memory && 256 <= info.max_workgroup_invocations) {
+      return Launch{Path::kCoopMat2, 256, kCoopMat2Rows / gqa, 0, 0, kCoopMat2Rows};
+    }
+  }
+  if ((preferred_ == Path::kCoopMat || preferred_ == Path::kCoopMat2) && info.coopmat_mma_fragments &&
+      cache.head_dim % 16 == 0) {
     // A subgroup per 16 rows of one query head, up to 8 subgroups sharing each K/V chunk (rows
     // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens, the
     // kernel before the softmax moved into registers): 8 subgroups 48/59 TFLOP/s, 4 subgroups
@@ -215,6 +236,12 @@ PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, 
 Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(const PagedKvView& cache,
                                                                               uint32_t gqa, const Launch& l,
                                                                               const AttentionOptions& o) {
+  if (l.path == Path::kCoopMat2) {
+    return ctx_.pipeline("paged_attention_varlen_cm2",
+                         {l.wg, cache.head_dim, cache.block_size, gqa, l.qt, kernel_dtype(cache.dtype), kSplitTokens,
+                          l.chunk},
+                         sizeof(VarlenParams));
+  }
   if (l.path == Path::kCoopMat) {
     // Without a softcap and with a positive scale, the kernel keeps raw dot products and folds the
     // scale into its exp2 (RAW_SCORES).

@@ -89,13 +89,18 @@ class PagedAttentionVarlen {
   // How splits map to workgroups. kAuto picks by the batch's size; the others exist so tests can
   // check that the choice changes no bit.
   enum class SplitPolicy { kAuto, kWalkSplits, kWorkgroupPerSplit };
-  // Which arithmetic: the scalar kernel (f32 FMAs, everywhere) or the cooperative-matrix one
-  // (tensor cores, f16 inputs, f32 accumulation; paged_attention_varlen_coopmat.comp). Each has its
-  // own bits and keeps the parity contract on its own, so a launcher settles on one from the device
-  // and the cache's shape alone — never from a batch.
-  enum class Path { kScalar, kCoopMat };
-  // The fastest path the device offers.
+  // Which arithmetic: the scalar kernel (f32 FMAs, everywhere), the cooperative-matrix one
+  // (tensor cores, f16 inputs, f32 accumulation; paged_attention_varlen_coopmat.comp) or the
+  // cooperative-matrix-2 one (the same inputs on workgroup-scope tiles;
+  // attention_cm2/paged_attention_varlen_cm2.comp). Each has its own bits and keeps the parity
+  // contract on its own, so a launcher settles on one from the device and the cache's shape alone
+  // — never from a batch.
+  enum class Path { kScalar, kCoopMat, kCoopMat2 };
+  // The fastest path the device offers (cooperative matrices on the H100; cooperative matrices 2
+  // only with KVTIER_VK_COOPMAT=2, while that kernel is the slower one).
   static Path default_path(const VulkanContext& ctx);
+  // "scalar f32", "coopmat f16", "coopmat2 f16": for reports and logs.
+  static const char* path_name(Path path);
 
   explicit PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy = SplitPolicy::kAuto)
       : PagedAttentionVarlen(ctx, policy, default_path(ctx)) {}
@@ -104,7 +109,8 @@ class PagedAttentionVarlen {
   Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
                 const AttentionOptions& options);
   // The path this launcher takes for a cache of this shape and this many query heads: the
-  // preferred one where the device and shape allow it, else the scalar one.
+  // preferred one where the device and shape allow it, else the next one down (cooperative
+  // matrix 2, then 1, then scalar).
   Path path(const PagedKvView& cache, uint32_t num_heads) const;
   // The compiled pipeline's statistics for this shape (empty unless captured).
   std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
@@ -115,6 +121,8 @@ class PagedAttentionVarlen {
   // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
   static constexpr uint32_t kMinWorkgroups = 256;
   static constexpr uint64_t kMaxPartialBytes = 256ull << 20;
+  // Rows (and keys per chunk) of the cooperative-matrix-2 kernel's tiles.
+  static constexpr uint32_t kCoopMat2Rows = 64;
 
  private:
   struct Launch {

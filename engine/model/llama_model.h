@@ -79,12 +79,12 @@ class LlamaModel {
     MatmulWeights wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path path)
-      : ctx_(ctx), tensor_cores_(path == PagedAttentionVarlen::Path::kCoopMat), matmul_(ctx), reshape_(ctx),
+      : ctx_(ctx), tensor_cores_(path != PagedAttentionVarlen::Path::kScalar), matmul_(ctx), reshape_(ctx),
         varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path) {}
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
 
   VulkanContext& ctx_;
-  bool tensor_cores_;  // matmuls on matmul_coopmat.comp where the device and shapes allow
+  bool tensor_cores_;  // matmuls on matmul_coopmat.comp where the device and shapes allow (either tensor-core path)
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;

@@ -1,5 +1,7 @@
 #include "engine/vulkan/vulkan_context.h"
 
+#include "engine/vulkan/coopmat2_support.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -106,7 +108,11 @@ bool has_f16_coopmat(VkInstance instance, VkPhysicalDevice physical) {
 Status VulkanContext::init() {
   VkApplicationInfo app{.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "kvtier";
-  app.apiVersion = VK_API_VERSION_1_2;
+  // 1.3 where the loader has it: the cooperative-matrix-2 kernels are SPIR-V 1.6. Everything else
+  // needs only 1.2.
+  uint32_t loader_version = VK_API_VERSION_1_0;
+  if (vkEnumerateInstanceVersion(&loader_version) != VK_SUCCESS) loader_version = VK_API_VERSION_1_0;
+  app.apiVersion = loader_version >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
   VkInstanceCreateInfo ici{.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ici.pApplicationInfo = &app;
   const std::vector<const char*> validation_layers = ValidationMessenger::layers(),
@@ -267,6 +273,18 @@ Status VulkanContext::init() {
     coopmat.cooperativeMatrix = VK_TRUE;
     info_.coopmat_f16 = true;
   }
+  // Optional: NVIDIA's cooperative matrix 2 (workgroup-scope tensor-core tiles) for prefill
+  // attention; KVTIER_VK_COOPMAT=0 or 1 keeps to the paths above.
+  Coopmat2Support coopmat2;
+  coopmat2.query(physical_, std::min(app.apiVersion, props.apiVersion),
+                 has_extension);
+  info_.coopmat2 = coopmat2.usable() && f12.shaderFloat16 && f12.vulkanMemoryModel;
+  info_.coopmat2_reserved_shared = coopmat2.reserved_shared_memory();
+  info_.prefer_coopmat2 = info_.coopmat2 && coopmat_env && std::strcmp(coopmat_env, "2") == 0;
+  if (!info_.coopmat2) {
+    spdlog::debug("vulkan: no cooperative matrix 2: {}",
+                  coopmat2.usable() ? "no shaderFloat16 or vulkanMemoryModel" : coopmat2.why_not());
+  }
   VkPhysicalDeviceVulkan12Features enable12{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   void** chain = &enable12.pNext;
   if (info_.pipeline_stats) {
@@ -275,8 +293,12 @@ Status VulkanContext::init() {
   }
   if (info_.coopmat_f16) {
     *chain = &coopmat;
-    enable12.shaderFloat16 = VK_TRUE;
+    chain = &coopmat.pNext;
   }
+  if (info_.coopmat2) coopmat2.enable(extensions, chain);
+  // The tensor-core kernels compute in f16 and declare the Vulkan memory model.
+  if (info_.coopmat_f16 || info_.coopmat2) enable12.shaderFloat16 = VK_TRUE;
+  enable12.vulkanMemoryModel = f12.vulkanMemoryModel;
   enable12.bufferDeviceAddress = VK_TRUE;
   enable12.timelineSemaphore = VK_TRUE;
   enable12.hostQueryReset = info_.timestamp_period_ns > 0 ? VK_TRUE : VK_FALSE;
@@ -310,7 +332,7 @@ Status VulkanContext::init() {
                info_.subgroup_size, info_.max_shared_memory / 1024,
                info_.transfer_lane_own_queue ? ", transfer lane on its own queue" : ", one queue for both lanes",
                info_.host_import_alignment ? ", host memory import" : "",
-               info_.coopmat_f16 ? ", cooperative matrices" : "");
+               info_.coopmat2 ? ", cooperative matrices 2" : info_.coopmat_f16 ? ", cooperative matrices" : "");
   return ok_status();
 }
 

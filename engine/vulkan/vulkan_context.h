@@ -63,6 +63,13 @@ struct DeviceInfo {
   // kernel assumes (kernels/common/mma_fragment.glsl; checked by a probe kernel at creation).
   // Attention takes the tensor-core path only then.
   bool coopmat_mma_fragments = false;
+  // NVIDIA's cooperative matrix 2 (workgroup-scope tiles, row reductions, per-element functions)
+  // and kernels compiled for it (KVTIER_VK_COOPMAT=0 or 1: not enabled).
+  bool coopmat2 = false;
+  uint32_t coopmat2_reserved_shared = 0;  // shared memory the driver keeps for those tiles
+  // KVTIER_VK_COOPMAT=2: prefill attention defaults to the coopmat2 kernel. It does not unasked:
+  // on the H100 it runs at 0.1-0.37 of the coopmat kernel (docs/benchmarks.md).
+  bool prefer_coopmat2 = false;
 };
 
 // Thread-safe: submissions are serialized by an internal mutex (the host's call, not the GPU's

@@ -21,6 +21,7 @@
 
 #include "engine/attention/paged_attention.h"
 #include "engine/reference/reference_attention.h"
+#include "kernels/spirv_registry.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/test_blocks.h"
 
@@ -158,7 +159,7 @@ using Path = PagedAttentionVarlen::Path;
 // over these shapes. The bound, 4e-3, is five times that and still far below what a wrong row,
 // mask or scale does (errors of order 1).
 float tolerance(Path path, const AttnCase& c) {
-  if (path == Path::kCoopMat) return 4e-3f;
+  if (path != Path::kScalar) return 4e-3f;  // both tensor-core paths take f16 inputs
   return c.softcap > 0 ? 1e-4f : 5e-5f;
 }
 
@@ -183,9 +184,9 @@ TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
   for (int len : c.lens) q_lens.push_back(std::min(len, 1 + len / 3));
   PagedProblem s(c, q_lens);
   const auto ref = s.reference(c);
-  for (Path path : testing::compute_paths()) {
+  for (Path path : testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads))) {
     expect_close(s.varlen(PagedAttentionVarlen::SplitPolicy::kAuto, path), ref, tolerance(path, c),
-                 path == Path::kScalar ? "varlen prefill" : "varlen prefill, cooperative matrices");
+                 (std::string("varlen prefill, ") + PagedAttentionVarlen::path_name(path)).c_str());
   }
 }
 
@@ -204,8 +205,8 @@ TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
     std::copy_n(full.q.begin() + (full.cu[s + 1] - 1) * row, row, last.q.begin() + s * row);
   }
   last.gq = to_gpu(last.q);
-  for (Path path : testing::compute_paths()) {
-    SCOPED_TRACE(path == Path::kScalar ? "scalar" : "cooperative matrices");
+  for (Path path : testing::compute_paths(full.view, static_cast<uint32_t>(full.num_heads))) {
+    SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
     const auto walk = full.varlen(Policy::kWalkSplits, path);
     const auto per_split = full.varlen(Policy::kWorkgroupPerSplit, path);
     EXPECT_EQ(std::memcmp(walk.data(), per_split.data(), walk.size() * 4), 0);
@@ -436,14 +437,20 @@ TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
 // records (the signature has no batch to look at), the scalar one where cooperative matrices are
 // missing or the shape does not suit them, and the device's fastest by default.
 TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
-  const bool coopmat = gpu().info().coopmat_mma_fragments;
-  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), coopmat ? Path::kCoopMat : Path::kScalar);
+  const bool coopmat = gpu().info().coopmat_mma_fragments, coopmat2 = gpu().info().coopmat2;
+  const Path below2 = coopmat ? Path::kCoopMat : Path::kScalar;  // what a device without coopmat2 takes
+  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), gpu().info().prefer_coopmat2 ? Path::kCoopMat2 : below2);
   PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
+  PagedAttentionVarlen preferring_coopmat2(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kCoopMat2);
+  EXPECT_EQ(preferring_coopmat2.path(view, 32), coopmat2 ? Path::kCoopMat2 : below2);
   PagedAttentionVarlen preferring_coopmat(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kCoopMat);
-  EXPECT_EQ(preferring_coopmat.path(view, 32), coopmat ? Path::kCoopMat : Path::kScalar);
+  EXPECT_EQ(preferring_coopmat.path(view, 32), below2);
   PagedAttentionVarlen scalar(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, Path::kScalar);
   EXPECT_EQ(scalar.path(view, 32), Path::kScalar);
+  view.head_dim = 256;  // past the coopmat2 kernel's tiles: the next path down
+  EXPECT_EQ(preferring_coopmat2.path(view, 32), below2);
   view.head_dim = 72;  // not a multiple of the 16-wide tiles
+  EXPECT_EQ(preferring_coopmat2.path(view, 32), Path::kScalar);
   EXPECT_EQ(preferring_coopmat.path(view, 32), Path::kScalar);
 }
 
@@ -460,7 +467,20 @@ TEST(AttentionPath, TensorCoreFragmentsProbedOnNvidia) {
   }
   if (info.name.find("NVIDIA") == std::string::npos) GTEST_SKIP() << "layout not known for " << info.name;
   EXPECT_TRUE(info.coopmat_mma_fragments);
-  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), Path::kCoopMat);
+  EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), info.prefer_coopmat2 ? Path::kCoopMat2 : Path::kCoopMat);
+}
+
+// A build with the cooperative-matrix-2 kernels takes that path on NVIDIA's driver (the H100's
+// has VK_NV_cooperative_matrix2): if detection or enabling failed, attention would quietly run the
+// older tensor-core kernel, so this says so where the figures come from.
+TEST(AttentionPath, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
+  if (spirv_for("paged_attention_varlen_cm2").empty()) GTEST_SKIP() << "built without a glslang >= 15.1";
+  const DeviceInfo& info = gpu().info();
+  if (info.name.find("NVIDIA") == std::string::npos) {
+    EXPECT_FALSE(info.coopmat2) << info.name;
+    GTEST_SKIP() << "no cooperative matrix 2 on " << info.name;
+  }
+  EXPECT_TRUE(info.coopmat2);
 }
 
 INSTANTIATE_TEST_SUITE_P(

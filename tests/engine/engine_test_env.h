@@ -62,11 +62,23 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
 }
 
 // The compute paths this device runs: the scalar one everywhere, cooperative matrices (tensor
-// cores) where the device has them — not lavapipe; the H100 through the device tool.
+// cores) and cooperative matrices 2 where the device has them — not lavapipe; the H100 through
+// the device tool.
 inline std::vector<PagedAttentionVarlen::Path> compute_paths() {
   std::vector<PagedAttentionVarlen::Path> paths{PagedAttentionVarlen::Path::kScalar};
   if (gpu().info().coopmat_mma_fragments) paths.push_back(PagedAttentionVarlen::Path::kCoopMat);
+  if (gpu().info().coopmat2) paths.push_back(PagedAttentionVarlen::Path::kCoopMat2);
   return paths;
+}
+
+// Those of them a cache of this shape can take (a launcher preferring another falls back).
+inline std::vector<PagedAttentionVarlen::Path> compute_paths(const PagedKvView& view, uint32_t num_heads) {
+  std::vector<PagedAttentionVarlen::Path> out;
+  for (auto path : compute_paths()) {
+    PagedAttentionVarlen launcher(gpu(), PagedAttentionVarlen::SplitPolicy::kAuto, path);
+    if (launcher.path(view, num_heads) == path) out.push_back(path);
+  }
+  return out;
 }
 
 }  // namespace kvtier::testing

@@ -82,7 +82,7 @@ nlohmann::json goldens() {
 // the greedy tokens equal the reference's in every case (checked exactly). The bound is twice
 // the worst measured; the tokens are the sharp check there.
 float logit_tolerance(DType kv, PagedAttentionVarlen::Path path) {
-  if (path == PagedAttentionVarlen::Path::kCoopMat) return 0.2f;
+  if (path != PagedAttentionVarlen::Path::kScalar) return 0.2f;  // both tensor-core paths: f16 inputs
   const float u = kv == DType::kBF16 ? 0x1p-8f : kv == DType::kF16 ? 0x1p-11f : 0.0f;
   return 2e-4f + 8 * u;
 }
