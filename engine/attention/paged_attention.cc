@@ -182,11 +182,15 @@ Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const Paged
   if (preferred_ == Path::kCoopMat2 && info.coopmat2 && cache.head_dim % 16 == 0 && cache.head_dim <= 128 &&
       kCoopMat2Rows % gqa == 0) {
     // Tiles of 64 rows (GQA heads x 64 / GQA tokens) against 64-key chunks: q is staged where the
-    // K chunk goes, so the rows must fit in it. 256 invocations: the accumulators of a 64 x 128
-    // output, its rescaling and the running merge state spread over 8 warps.
+    // K chunk goes, so the rows must fit in it. 256 invocations, no more than the driver allows
+    // workgroup-scope matrices (the H100's: 256 — 512 ran faster there, and computed wrong rows).
+    // Registers bound this kernel (H100, bf16, 4k / 16k tokens: 128 invocations 5.3 / 30.3
+    // TFLOP/s, 256 8.6 / 39.1).
+    const uint32_t wg = 256;
     const uint64_t shared = 2ull * kCoopMat2Rows * (cache.head_dim + 8) * 2 + info.coopmat2_reserved_shared;
-    if (shared <= info.max_shared_memory && 256 <= info.max_workgroup_invocations) {
-      return Launch{Path::kCoopMat2, 256, kCoopMat2Rows / gqa, 0, 0, kCoopMat2Rows};
+    if (shared <= info.max_shared_memory && wg <= info.max_workgroup_invocations &&
+        wg <= info.coopmat2_max_workgroup) {
+      return Launch{Path::kCoopMat2, wg, kCoopMat2Rows / gqa, 0, 0, kCoopMat2Rows};
     }
   }
   if ((preferred_ == Path::kCoopMat || preferred_ == Path::kCoopMat2) && info.coopmat_mma_fragments &&

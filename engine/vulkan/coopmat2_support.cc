@@ -47,6 +47,7 @@ void Coopmat2Support::query(VkPhysicalDevice physical, uint32_t device_api_versi
   p2.pNext = &props;
   vkGetPhysicalDeviceProperties2(physical, &p2);
   reserved_shared_ = props.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+  max_workgroup_ = props.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
   usable_ = true;
   why_not_.clear();
 }

@@ -22,6 +22,8 @@ class Coopmat2Support {
   const std::string& why_not() const { return why_not_; }
   // Shared memory the driver keeps for workgroup-scope matrices, out of the kernel's budget.
   uint32_t reserved_shared_memory() const { return reserved_shared_; }
+  // The most invocations a workgroup using workgroup-scope matrices may have (more: wrong results).
+  uint32_t max_workgroup_size() const { return max_workgroup_; }
   // When usable: the extensions to enable, and the feature structures chained after `*chain`
   // (which then points at the last one's pNext).
   void enable(std::vector<const char*>& extensions, void**& chain);
@@ -55,6 +57,7 @@ class Coopmat2Support {
   bool usable_ = false;
   std::string why_not_;
   uint32_t reserved_shared_ = 0;
+  uint32_t max_workgroup_ = 0;
   KhrFeatures khr_;
   Nv2Features nv2_;
 };

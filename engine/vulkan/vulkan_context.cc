@@ -280,6 +280,7 @@ Status VulkanContext::init() {
                  has_extension);
   info_.coopmat2 = coopmat2.usable() && f12.shaderFloat16 && f12.vulkanMemoryModel;
   info_.coopmat2_reserved_shared = coopmat2.reserved_shared_memory();
+  info_.coopmat2_max_workgroup = coopmat2.max_workgroup_size();
   info_.prefer_coopmat2 = info_.coopmat2 && coopmat_env && std::strcmp(coopmat_env, "2") == 0;
   if (!info_.coopmat2) {
     spdlog::debug("vulkan: no cooperative matrix 2: {}",

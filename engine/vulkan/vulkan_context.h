@@ -67,6 +67,7 @@ struct DeviceInfo {
   // and kernels compiled for it (KVTIER_VK_COOPMAT=0 or 1: not enabled).
   bool coopmat2 = false;
   uint32_t coopmat2_reserved_shared = 0;  // shared memory the driver keeps for those tiles
+  uint32_t coopmat2_max_workgroup = 0;    // the most invocations a workgroup with them may have
   // KVTIER_VK_COOPMAT=2: prefill attention defaults to the coopmat2 kernel. It does not unasked:
   // on the H100 it runs at 0.1-0.37 of the coopmat kernel (docs/benchmarks.md).
   bool prefer_coopmat2 = false;

@@ -481,6 +481,9 @@ TEST(AttentionPath, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
     GTEST_SKIP() << "no cooperative matrix 2 on " << info.name;
   }
   EXPECT_TRUE(info.coopmat2);
+  std::cout << "  cooperative matrix 2: workgroups of up to " << info.coopmat2_max_workgroup << " invocations, "
+            << info.coopmat2_reserved_shared << " bytes of shared memory reserved\n";
+  EXPECT_GE(info.coopmat2_max_workgroup, 256u) << "the kernel's workgroup";
 }
 
 INSTANTIATE_TEST_SUITE_P(
