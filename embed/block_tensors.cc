@@ -1,6 +1,7 @@
 #include "embed/block_tensors.h"
 
 #include <cstring>
+#include <utility>
 
 #include "serialize/affine_quant.h"
 
@@ -15,7 +16,28 @@ struct Expected {
   int64_t last = 0;
   DType dtype = DType::kBF16;
   bool packed_words = false;  // U32 or I32
+  // Dense K and V may be strided views (an engine's layout, e.g. FlashInfer's heads-before-tokens
+  // blocks): each (token, head) row contiguous, rows apart. Quantized parts must be row-major.
+  bool strided_rows = false;
 };
+
+// Elements from a block's first to its last element (the trailing three dimensions), or 0 when
+// its (token, head) rows are not each contiguous and apart: the last dimension dense, the token
+// and head strides positive, the smaller one no less than a row and the larger no less than
+// everything the smaller one spans.
+int64_t block_span(const TensorView& t, size_t ndim) {
+  const int64_t tokens = t.shape[ndim - 3], heads = t.shape[ndim - 2], row = t.shape[ndim - 1];
+  if (row > 1 && t.stride(ndim - 1) != 1) return 0;
+  int64_t a = tokens > 1 ? t.stride(ndim - 3) : row * heads, b = heads > 1 ? t.stride(ndim - 2) : row;
+  int64_t na = tokens, nb = heads;
+  if (a <= 0 || b <= 0) return 0;
+  if (a > b) {
+    std::swap(a, b);
+    std::swap(na, nb);
+  }
+  if (a < row || b < a * na) return 0;
+  return (tokens - 1) * (tokens > 1 ? t.stride(ndim - 3) : 0) + (heads - 1) * (heads > 1 ? t.stride(ndim - 2) : 0) + row;
+}
 
 std::string shape_text(const KvLayout& layout, int64_t last, BlockAddressing a) {
   return std::string("[") + (a == BlockAddressing::kPaged ? "num_blocks, " : "") +
@@ -43,14 +65,15 @@ Status check_view(const KvLayout& layout, const TensorView& t, const Expected& e
                             (e.packed_words ? std::string("U32 (or I32) packed words")
                                             : std::string(dtype_name(e.dtype)) + " as the layout holds"));
   }
-  if (!t.is_contiguous_from(ndim - 3)) {
+  const int64_t span = block_span(t, ndim);
+  if (!t.is_contiguous_from(ndim - 3) && (!e.strided_rows || span == 0)) {
     return invalid_argument(e.name + ": the last three dimensions of " + t.describe() +
-                            " are not contiguous (row-major); pass a contiguous tensor");
+                            (e.strided_rows ? " do not hold each (token, head) row contiguous and apart"
+                                            : " are not contiguous (row-major); pass a contiguous tensor"));
   }
-  const int64_t slab = static_cast<int64_t>(layout.block_size) * layout.num_kv_heads * e.last;
-  if (a == BlockAddressing::kPaged && t.shape[0] > 1 && t.stride(0) < slab) {
+  if (a == BlockAddressing::kPaged && t.shape[0] > 1 && t.stride(0) < span) {
     return invalid_argument(e.name + ": blocks of " + t.describe() + " overlap (stride " +
-                            std::to_string(t.stride(0)) + " < " + std::to_string(slab) + " elements)");
+                            std::to_string(t.stride(0)) + " < " + std::to_string(span) + " elements)");
   }
   if (t.data == nullptr && t.numel() > 0) return invalid_argument(e.name + ": null data pointer");
   if (access == TensorAccess::kWrite && t.read_only) {
@@ -70,7 +93,7 @@ Status check_kv(const KvLayout& layout, int l, KvPart p, const KvTensor& t, Bloc
   const std::string name = "layer " + std::to_string(l) + " " + part_name(p);
   const LayerSpec& spec = layout.layers[l];
   if (t.parts.size() == 1) {
-    return check_view(layout, t.parts[0], {name, layout.head_dim, spec.dtype}, a, access, blocks);
+    return check_view(layout, t.parts[0], {name, layout.head_dim, spec.dtype, false, true}, a, access, blocks);
   }
   if (t.parts.size() != 3) {
     return invalid_argument(name + ": expected a tensor or a (packed, scales, biases) triple, got " +
@@ -116,6 +139,26 @@ Ptr slab(const TensorView& t, int64_t index) {
   return static_cast<Ptr>(t.data) + elements * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
+// Calls fn(tensor bytes, offset in the block's row-major [tokens, heads, row] bytes, length) for
+// block `index` of dense `t`: once when `t` holds the block row-major, else once per row.
+template <typename Fn>
+void for_each_run(const TensorView& t, int64_t index, size_t bytes, Fn fn) {
+  const size_t nd = t.shape.size();
+  uint8_t* at = slab<uint8_t*>(t, index);
+  if (t.is_contiguous_from(nd - 3)) {
+    fn(at, size_t{0}, bytes);
+    return;
+  }
+  const int64_t tokens = t.shape[nd - 3], heads = t.shape[nd - 2];
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  const size_t row = static_cast<size_t>(t.shape[nd - 1] * es);
+  for (int64_t k = 0; k < tokens; ++k) {
+    for (int64_t h = 0; h < heads; ++h) {
+      fn(at + (k * t.stride(nd - 3) + h * t.stride(nd - 2)) * es, static_cast<size_t>(k * heads + h) * row, row);
+    }
+  }
+}
+
 }  // namespace
 
 Result<int64_t> check_layer_tensors(const KvLayout& layout, std::span<const LayerKv> layers,
@@ -152,7 +195,8 @@ void gather_block(std::span<const LayerKv> layers, int64_t index, Block& out) {
       const KvTensor& t = p == KvPart::kK ? layers[l].k : layers[l].v;
       if (!out.is_quantized(layer)) {
         std::span<uint8_t> dst = out.dense_part(layer, p);
-        std::memcpy(dst.data(), slab<const uint8_t*>(t.parts[0], index), dst.size());
+        for_each_run(t.parts[0], index, dst.size(),
+                     [&](const uint8_t* from, size_t at, size_t n) { std::memcpy(dst.data() + at, from, n); });
         continue;
       }
       QuantizedParts<uint8_t> q = out.quantized_part(layer, p);
@@ -171,8 +215,13 @@ Status scatter_block(const Block& block, std::span<const LayerKv> layers, int64_
       uint8_t* dst = slab<uint8_t*>(t, index);
       const size_t bytes = layout.dense_tensor_bytes(l);
       if (!block.is_quantized(l)) {
-        std::memcpy(dst, block.dense_part(l, p).data(), bytes);
+        const std::span<const uint8_t> src = block.dense_part(l, p);
+        for_each_run(t, index, bytes, [&](uint8_t* to, size_t at, size_t n) { std::memcpy(to, src.data() + at, n); });
         continue;
+      }
+      if (!t.is_contiguous_from(t.shape.size() - 3)) {
+        return invalid_argument("layer " + std::to_string(l) +
+                                ": a quantized block dequantizes only into a row-major tensor");
       }
       QuantizedParts<const uint8_t> q = block.quantized_part(l, p);
       // Parts start 16-byte aligned in the block's storage (serialize/block.cc).

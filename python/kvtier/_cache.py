@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _kvtier
+from ._kv_layouts import as_blocks
 
 Size = Union[int, str]
 Tokens = Any  # a sequence of ints, or a 1-D int32/int64/uint32 tensor or array
@@ -255,6 +256,8 @@ class Cache:
         *,
         extra_keys: Sequence[str] = (),
         dtype: Optional[str] = None,
+        kv_layout: str = "blocks",
+        page_size: Optional[int] = None,
     ) -> SaveReport:
         """Saves the full blocks of ``tokens`` from an engine's paged KV arrays.
 
@@ -262,7 +265,14 @@ class Cache:
         array per layer, [num_blocks, block_size, kv_heads, head_dim] (or a quantized triple of
         such arrays), or one array with a leading layer dimension. Blocks already cached are
         skipped without a copy. What a vLLM KV connector does when a request finishes.
+
+        kv_layout: the engine's own layout, read in place — "vllm" ([2, num_blocks, block_size,
+        kv_heads, head_dim] per layer, v_cache=None), "flashinfer-hnd" ([num_blocks, 2, kv_heads,
+        block_size, head_dim] per layer, v_cache=None), "sglang-tokens" (K and V pools [num_tokens,
+        kv_heads, head_dim], pages of ``page_size`` = block_size tokens). The blocks stored are the
+        same whatever the layout.
         """
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self.block_size, page_size)
         stored, already, refused = self._c.save_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
         return SaveReport(stored, already, refused)
@@ -278,6 +288,8 @@ class Cache:
         dtype: Optional[str] = None,
         first_block: int = 0,
         deadline: Optional[float] = None,
+        kv_layout: str = "blocks",
+        page_size: Optional[int] = None,
     ) -> "LoadedTokens":
         """Copies the cached prefix of ``tokens`` into the engine's free block ids; returns the
         number of tokens loaded (a multiple of block_size; 0 on a miss). Loads at most
@@ -289,8 +301,9 @@ class Cache:
         says what loading costs). With ``deadline`` (seconds from the call) slices not in by then
         are not waited for. The result says what arrived: ``first_block``, ``blocks`` (loaded
         from first_block on, in order), ``deadline_passed``, and ``resume_at`` (the token from
-        which the engine computes).
+        which the engine computes). kv_layout and page_size: as for save_blocks.
         """
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self.block_size, page_size)
         first, blocks, late = self._c.load_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype), int(first_block),
             -1.0 if deadline is None else max(0.0, float(deadline)))
