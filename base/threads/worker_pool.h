@@ -1,7 +1,7 @@
 // WorkerPool: a few long-lived threads that run the parts of one request in parallel (the SSD
 // reader's parts, a striped read's directories, a prefix's slices). Starting a thread per part
-// cost more than the part on the H200 host (16 vCPUs): each thread's exit returns its stack with madvise,
-// a TLB shootdown across all 16 vCPUs, 5 % of a small-block restore's CPU (perf).
+// cost more than the part on the H200 host: each thread's exit returns its stack with madvise, a
+// TLB shootdown across all 16 vCPUs, 5 % of a small-block restore's CPU (perf).
 #pragma once
 
 #include <condition_variable>
