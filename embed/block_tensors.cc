@@ -67,9 +67,9 @@ Status check_view(const KvLayout& layout, const TensorView& t, const Expected& e
   }
   const int64_t span = block_span(t, ndim);
   if (!t.is_contiguous_from(ndim - 3) && (!e.strided_rows || span == 0)) {
-    return invalid_argument(e.name + ": the last three dimensions of " + t.describe() +
-                            (e.strided_rows ? " do not hold each (token, head) row contiguous and apart"
-                                            : " are not contiguous (row-major); pass a contiguous tensor"));
+    return invalid_argument(e.name + ": the last three dimensions of " + t.describe() + " are not contiguous" +
+                            (e.strided_rows ? ": each (token, head) row must be contiguous and apart"
+                                            : " (row-major); pass a contiguous tensor"));
   }
   if (a == BlockAddressing::kPaged && t.shape[0] > 1 && t.stride(0) < span) {
     return invalid_argument(e.name + ": blocks of " + t.describe() + " overlap (stride " +
