@@ -95,11 +95,11 @@ TEST(WorkerPool, NestedPartsFromManyThreadsEachRunOnce) {
 
 // A pool stopped with tasks still queued: their joiners run them.
 TEST(WorkerPool, TasksQueuedWhenThePoolStopsAreRunByTheirJoiners) {
+  std::latch release(1);  // outlives the pool: a task it never started runs at its join, below
   std::vector<WorkerPool::Task> tasks;
   std::atomic<int> ran{0};
   {
     WorkerPool pool(1);
-    std::latch release(1);
     tasks.push_back(pool.submit([&] { release.wait(); ++ran; }));
     for (int i = 0; i < 4; ++i) tasks.push_back(pool.submit([&] { ++ran; }));
     release.count_down();
