@@ -35,6 +35,17 @@ done
 
 log() { echo "glslang.sh: $*" >&2; }
 mkdir -p "$cache"
+# A fetch or build that failed is not retried for a day (every `make` calls this script; offline,
+# apt would wait out its timeouts each time). KVTIER_GLSLANG_RETRY=1 retries now.
+failed="$cache/glslang-failed"
+if [[ -z "${KVTIER_GLSLANG_RETRY:-}" && -n "$(find "$failed" -mmin -1440 2>/dev/null)" ]]; then
+  exit 0
+fi
+give_up() {
+  log "$1; the coopmat2 kernels are left out (retried after a day, or with KVTIER_GLSLANG_RETRY=1)"
+  touch "$failed"
+  exit 0
+}
 work=$(mktemp -d "$cache/glslang-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -47,8 +58,7 @@ apt_opts=(-o Dir::Etc::SourceList="$work/apt/sources.list" -o Dir::Etc::SourcePa
 log "fetching Debian 13's glslang source (the machine's apt sources are not changed)"
 if ! apt-get "${apt_opts[@]}" update >&2 ||
    ! (cd "$work" && apt-get "${apt_opts[@]}" source --download-only glslang >&2); then
-  log "could not fetch the source; the coopmat2 kernels are left out"
-  exit 0
+  give_up "could not fetch the source"
 fi
 # Upstream as released: with Debian's patches applied, Debian 12's CMake (3.25) rejects the SPIRV
 # target's link rules (plain and keyword target_link_libraries mixed).
@@ -58,16 +68,15 @@ if ! cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -
        -DGLSLANG_TESTS=OFF -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' -DCMAKE_INSTALL_LIBDIR=lib \
        -DCMAKE_INSTALL_PREFIX="$work/install" >&2 ||
    ! cmake --build "$work/build" -j "$(nproc)" --target install >&2; then
-  log "the build failed; the coopmat2 kernels are left out"
-  exit 0
+  give_up "the build failed"
 fi
 v=$("$work/install/bin/glslangValidator" --version | sed -n 's/^Glslang Version: [0-9]*:\([0-9.]*\).*/\1/p')
 if ! version_ok "$work/install/bin/glslangValidator"; then
-  log "built glslang $v is older than 15.1; the coopmat2 kernels are left out"
-  exit 0
+  give_up "built glslang $v is older than 15.1"
 fi
 rm -rf "$cache/glslang-$v"
 mv "$work/install" "$cache/glslang-$v"
+rm -f "$failed"
 log "glslang $v is in $cache/glslang-$v"
 echo "$cache/glslang-$v/bin/glslangValidator"
 }
