@@ -114,6 +114,11 @@ def test_layout_mistakes_raise_value_error_and_store_nothing(tmp_path, gen):
             (dict(k_cache=pool_k, v_cache=None, kv_layout="sglang-tokens"), "K and V pools"),
             (dict(k_cache=k, v_cache=v, kv_layout="nhd"), "one of blocks"),
             (dict(k_cache=[w[..., ::2] for w in wide], v_cache=v), "contiguous and apart"),
+            # a token's rows and a head's rows on top of each other, and blocks that overlap
+            (dict(k_cache=[torch.as_strided(a, (4, 16, 2, 64), (2048, 64, 64, 1)) for a in k], v_cache=v),
+             "contiguous and apart"),
+            (dict(k_cache=[torch.as_strided(a, (4, 16, 2, 64), (1024, 128, 64, 1)) for a in k], v_cache=v),
+             "overlap"),
         ]
         for kwargs, message in cases:
             with pytest.raises(ValueError, match=message):
