@@ -1,5 +1,7 @@
 #include "base/threads/worker_pool.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -29,13 +31,14 @@ void WorkerPool::run_job(Job& job) {
 }
 
 WorkerPool::Task::~Task() {
-  if (job_) {
-    try {
-      join();
-    } catch (...) {
-      // A task whose owner never joined: its error has nobody to go to. Tasks that can fail
-      // report through what they capture; the destructor only waits.
-    }
+  if (!job_) return;
+  // A task whose owner never joined (it is unwinding, say): its error has nobody else to go to.
+  try {
+    join();
+  } catch (const std::exception& e) {
+    spdlog::error("worker pool: a task failed and its owner never joined it: {}", e.what());
+  } catch (...) {
+    spdlog::error("worker pool: a task failed (not a std::exception) and its owner never joined it");
   }
 }
 

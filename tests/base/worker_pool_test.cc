@@ -2,11 +2,14 @@
 #include <chrono>
 #include <latch>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "base/threads/worker_pool.h"
 
@@ -65,6 +68,21 @@ TEST(WorkerPool, JoinRethrowsWhatTheTaskThrew) {
     EXPECT_STREQ(e.what(), "part failed");
   }
   EXPECT_FALSE(t.valid());
+}
+
+// A task that failed where nobody joins it (its owner unwinding) is not lost silently: the
+// handle's destructor waits for it and logs the error once.
+TEST(WorkerPool, AnErrorNobodyCollectsIsLogged) {
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  {
+    WorkerPool pool(1);
+    auto t = pool.submit([] { throw std::runtime_error("disk gone"); });
+  }  // never joined
+  spdlog::set_default_logger(previous);
+  EXPECT_NE(log.str().find("its owner never joined it: disk gone"), std::string::npos) << log.str();
 }
 
 // Many requests at once, each split into parts that nest (a striped read's directories, each
