@@ -2,10 +2,11 @@
 
 namespace kvtier {
 
-void ReadTracker::mark(const BlockHash& h) {
+void ReadTracker::mark_all(std::span<const BlockHash> hashes) {
+  if (hashes.empty()) return;
   std::lock_guard lock(mu_);
-  if (read_.size() >= kMaxTracked) read_.clear();
-  read_.insert(h);
+  if (read_.size() + hashes.size() > kMaxTracked) read_.clear();
+  read_.insert(hashes.begin(), hashes.end());
 }
 
 bool ReadTracker::take(const BlockHash& h) {

@@ -202,6 +202,8 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
     });
     std::vector<ReadRun> runs = plan_runs(pending, order);
     thread_local BlockCodec codec;
+    std::vector<BlockHash> served;  // marked read together, after the batch
+    served.reserve(pending.size());
     // Each record is verified as soon as its bytes are in, while the rest are still being read.
     auto settle = [&](Pending& p) {
       p.settled = true;
@@ -224,11 +226,12 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
         quarantine(req.hash, p.entry, reason, check.why);
         return;
       }
-      state_.reads.mark(req.hash);
+      served.push_back(req.hash);
       out[p.request] = BlockRef(std::make_shared<const Block>(std::move(*check.block)));
     };
     auto lease_or = lease();
     Status ring_status = lease_or.ok() ? run_runs((*lease_or)->ring(), pending, runs, settle) : lease_or.status();
+    state_.reads.mark_all(served);
     for (Pending& p : pending) {
       // The ring failed, not the record: no quarantine.
       if (!p.settled) out[p.request] = ring_status.ok() ? internal_error("ssd tier: read not completed") : ring_status;
