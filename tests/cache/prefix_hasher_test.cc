@@ -1,5 +1,6 @@
 #include "cache/prefix_hasher.h"
 
+#include <cctype>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -95,6 +96,28 @@ TEST(PrefixHasher, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
   auto back = BlockHash::from_hex(h.hex());
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, h);
+}
+
+// Hashes come back from documents, URLs and Redis keys as hex: both cases parse to the same bytes,
+// and any other byte (every one of the 256, at the first and the last digit) is refused.
+TEST(BlockHashHex, BothCasesParseAndEveryOtherCharacterIsRefused) {
+  auto h = hasher().hash_prefix(iota_tokens(16), {})[0];
+  std::string hex = h.hex(), upper = hex;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  ASSERT_TRUE(BlockHash::from_hex(upper).ok());
+  EXPECT_EQ(*BlockHash::from_hex(upper), h);
+  const std::string digits = "0123456789abcdefABCDEF";
+  for (int c = 0; c < 256; ++c) {
+    if (digits.find(static_cast<char>(c)) != std::string::npos) continue;
+    for (size_t at : {size_t{0}, hex.size() - 1}) {
+      std::string bad = hex;
+      bad[at] = static_cast<char>(c);
+      auto r = BlockHash::from_hex(bad);
+      EXPECT_FALSE(r.ok()) << "byte " << c << " at " << at;
+      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_FALSE(BlockHash::from_hex(hex.substr(1)).ok());
 }
 
 TEST(PrefixHasher, IdentityOfAKeyVerifiesAndAForgeryDoesNot) {
