@@ -1,5 +1,6 @@
 #include "embed/block_tensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -22,21 +23,24 @@ struct Expected {
 };
 
 // Elements from a block's first to its last element (the trailing three dimensions), or 0 when
-// its (token, head) rows are not each contiguous and apart: the last dimension dense, the token
-// and head strides positive, the smaller one no less than a row and the larger no less than
-// everything the smaller one spans.
+// its (token, head) rows are not each contiguous and apart: the last dimension dense, and the
+// token and head dimensions (those of extent > 1), smaller stride first, each stepping past all
+// that the one before it spans.
 int64_t block_span(const TensorView& t, size_t ndim) {
-  const int64_t tokens = t.shape[ndim - 3], heads = t.shape[ndim - 2], row = t.shape[ndim - 1];
+  const int64_t row = t.shape[ndim - 1];
   if (row > 1 && t.stride(ndim - 1) != 1) return 0;
-  int64_t a = tokens > 1 ? t.stride(ndim - 3) : row * heads, b = heads > 1 ? t.stride(ndim - 2) : row;
-  int64_t na = tokens, nb = heads;
-  if (a <= 0 || b <= 0) return 0;
-  if (a > b) {
-    std::swap(a, b);
-    std::swap(na, nb);
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent)
+  for (size_t d : {ndim - 3, ndim - 2}) {
+    if (t.shape[d] > 1) dims.emplace_back(t.stride(d), t.shape[d]);
   }
-  if (a < row || b < a * na) return 0;
-  return (tokens - 1) * (tokens > 1 ? t.stride(ndim - 3) : 0) + (heads - 1) * (heads > 1 ? t.stride(ndim - 2) : 0) + row;
+  std::sort(dims.begin(), dims.end());
+  int64_t covered = row, span = row;
+  for (const auto& [stride, extent] : dims) {
+    if (stride < covered) return 0;
+    covered = stride * extent;
+    span += (extent - 1) * stride;
+  }
+  return span;
 }
 
 std::string shape_text(const KvLayout& layout, int64_t last, BlockAddressing a) {
@@ -65,8 +69,12 @@ Status check_view(const KvLayout& layout, const TensorView& t, const Expected& e
                             (e.packed_words ? std::string("U32 (or I32) packed words")
                                             : std::string(dtype_name(e.dtype)) + " as the layout holds"));
   }
-  const int64_t span = block_span(t, ndim);
-  if (!t.is_contiguous_from(ndim - 3) && (!e.strided_rows || span == 0)) {
+  // A row-major block spans exactly its elements (dimensions of extent 1 may report any stride,
+  // which must not shrink the span the overlap check below uses).
+  const bool row_major = t.is_contiguous_from(ndim - 3);
+  const int64_t span = row_major ? static_cast<int64_t>(layout.block_size) * layout.num_kv_heads * e.last
+                                 : block_span(t, ndim);
+  if (!row_major && (!e.strided_rows || span == 0)) {
     return invalid_argument(e.name + ": the last three dimensions of " + t.describe() + " are not contiguous" +
                             (e.strided_rows ? ": each (token, head) row must be contiguous and apart"
                                             : " (row-major); pass a contiguous tensor"));

@@ -94,6 +94,21 @@ def test_numpy_arrays_in_the_token_pool_and_hnd_layouts(tmp_path, gen):
         assert same_bits(got_k[[2, 0, 1]], k[layer]) and same_bits(got_v[[2, 0, 1]], v[layer])
 
 
+def test_overlapping_blocks_are_refused_with_one_kv_head_too(tmp_path, gen):
+    # With one KV head the head dimension has extent 1 and may report any stride: the blocks'
+    # overlap is still measured (it once was skipped for such views).
+    layout = small_layout("BF16", heads=1)
+    k, v = paged_arrays(layout, 4, gen)
+    tokens = tokens_for(7, 32)
+    with open_cache(layout, tmp_path) as c:
+        for head_stride in (64, 1):
+            overlapping = [torch.as_strided(a, (4, 16, 1, 64), (64, 64, head_stride, 1)) for a in k]
+            with pytest.raises(ValueError, match="overlap"):
+                c.save_blocks(tokens, [0, 1], overlapping, v)
+        assert c.lookup(tokens).matched_tokens == 0
+        assert c.save_blocks(tokens, [0, 1], k, v).stored == 2
+
+
 def test_layout_mistakes_raise_value_error_and_store_nothing(tmp_path, gen):
     layout = small_layout("BF16")
     k, v = paged_arrays(layout, 4, gen)
