@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   };
   // One shape in one dtype: its own buffers, a scattered page table, timed launches, then the
   // copy kernel over the same bytes right after.
-  auto measure = [&](DType dt, const std::string& dname, int batch, int context) -> Timed {
+  auto measure = [&](DType dt, const std::string& dname, int batch, int context, bool first_round) -> Timed {
     const uint64_t blocks_per_seq = (context + block - 1) / block;
     const uint64_t blocks = blocks_per_seq * batch;
     const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
                    gl->address(), static_cast<uint32_t>(batch), static_cast<uint32_t>(context), heads};
     AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
     PagedAttentionDecode decode(ctx);
-    if (ctx.info().pipeline_stats && batch == batches.front() && context == contexts.front()) {
+    if (ctx.info().pipeline_stats && first_round && batch == batches.front() && context == contexts.front()) {
       std::cout << "decode pipeline (" << dname << "): " << decode.pipeline_statistics(view, heads / kv_heads) << "\n";
     }
     const int per_submit = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / (2 * array_bytes), 3, 200));
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
           const DType dt = *parse_dtype(dtypes[i]);
           const uint64_t array_bytes = uint64_t(context + block - 1) / block * batch * block * kv_heads * dim * dtype_size(dt);
           if (2 * array_bytes > max_kv_bytes) continue;
-          got[i].push_back(measure(dt, dtypes[i], batch, context));
+          got[i].push_back(measure(dt, dtypes[i], batch, context, round == 0));
         }
       }
       for (size_t i = 0; i < dtypes.size(); ++i) {
