@@ -1,7 +1,9 @@
 // WorkerPool: a few long-lived threads that run the parts of one request in parallel (the SSD
 // reader's parts, a striped read's directories, a prefix's slices). Starting a thread per part
 // cost more than the part on the H200 host: each thread's exit returns its stack with madvise, a
-// TLB shootdown across all 16 vCPUs, 5 % of a small-block restore's CPU (perf).
+// TLB shootdown across all 16 vCPUs, 5 % of a small-block restore's CPU (perf). For work that
+// runs to its end on its own, not for tasks that wait on their submitter: those would park
+// workers that other requests' parts need.
 #pragma once
 
 #include <condition_variable>

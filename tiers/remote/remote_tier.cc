@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "base/memory/bytes.h"
-#include "base/threads/worker_pool.h"
 #include "serialize/format/block_codec.h"
 
 namespace kvtier {
@@ -384,9 +383,11 @@ std::vector<Result<BlockRef>> RemoteTier::read_many(std::span<const BlockRequest
       corrupt[i] = bad;
     }
   };
-  // Two decoders: verifying and copying a 2 MiB value takes about as long as reading it. On pool
-  // workers; one that no worker has started by the end of the reading runs on this thread.
-  WorkerPool::Task decoders[] = {WorkerPool::shared().submit(decode), WorkerPool::shared().submit(decode)};
+  // Two decoders: verifying and copying a 2 MiB value takes about as long as reading it. Threads
+  // of their own, not WorkerPool tasks: they wait on the reading for the whole fetch, and parked
+  // on the pool they would hold workers other requests' parts need (a thread costs little beside
+  // a fetch of 2 MiB values).
+  std::thread decoders[] = {std::thread(decode), std::thread(decode)};
   cluster_->execute(cmds, options_.values_in_flight_per_node, [&](size_t i, Result<RedisReply> r) {
     std::lock_guard lock(mu);
     arrived.emplace_back(i, std::move(r));
@@ -397,7 +398,7 @@ std::vector<Result<BlockRef>> RemoteTier::read_many(std::span<const BlockRequest
     reading_done = true;
     cv.notify_all();
   }
-  for (WorkerPool::Task& d : decoders) d.join();
+  for (std::thread& d : decoders) d.join();
   metrics_.read_seconds.observe(seconds_since(t0));
   std::vector<RedisCommand> dels;
   for (size_t i = 0; i < requests.size(); ++i) {
