@@ -6,6 +6,12 @@ paged arrays and the cache, against references measured in the same run:
 
     PYTHONPATH=build/python python3 bench/python_embed_bench.py --build build
 
+With --device cuda (a CUDA GPU and torch built for it) the engine's KV lives on the GPU in each of
+the engines' layouts (kv_layout=), and the references are torch's own pinned copies of the same
+bytes across the bus, interleaved with kvtier's round by round: load_blocks from a RAM hit against
+a pinned host-to-device copy, save_blocks against a pinned device-to-host copy, load_blocks from
+an SSD hit against ssd_bench's restore read on the same disk.
+
 Prints a table of medians and writes python_embed_bench.json to $KVTIER_BENCH_OUT (default
 bench-results/).
 """
@@ -180,16 +186,125 @@ def ssd_bench_read(build, blocks, workdir):
     raise RuntimeError("ssd_bench printed no kvtier row")
 
 
+CUDA_LAYOUTS = ("blocks", "vllm", "flashinfer-hnd", "sglang-tokens")
+
+
+def engine_cache(layout, blocks, fill):
+    """Llama-3-8B's KV for `blocks` blocks on the GPU in `layout` (kvtier's kv_layout names)."""
+    shape = {"blocks": (blocks, 16, 8, 128), "vllm": (2, blocks, 16, 8, 128),
+             "flashinfer-hnd": (blocks, 2, 8, 16, 128), "sglang-tokens": (blocks * 16, 8, 128)}[layout]
+    make = (lambda: torch.randn(shape, device="cuda").to(torch.bfloat16)) if fill else \
+        (lambda: torch.zeros(shape, dtype=torch.bfloat16, device="cuda"))
+    k = [make() for _ in range(32)]
+    v = None if layout in ("vllm", "flashinfer-hnd") else [make() for _ in range(32)]
+    return k, v
+
+
+def cuda_timed(fn):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t, out
+
+
+def bench_cuda(blocks, reps, workdir):
+    """Per layout: save_blocks from and load_blocks into the GPU, RAM and SSD hits, each round
+    beside torch's pinned copies of the same bytes. As in bench_in_process, the RAM rounds are
+    measured in steady state (the RAM tier full and evicting, its memory page-locked once); the
+    first rounds, which pay for new pages and their registration with the driver, are reported
+    apart."""
+    nbytes = blocks * 32 * 2 * 16 * 8 * 128 * 2
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    h2d = lambda: dev.copy_(host, non_blocking=True)
+    d2h = lambda: host.copy_(dev, non_blocking=True)
+    ids = list(range(blocks))
+    warmup = 6
+    times = {}
+    for layout in CUDA_LAYOUTS:
+        k, v = engine_cache(layout, blocks, fill=True)
+        dk, dv = engine_cache(layout, blocks, fill=False)
+        t = {"h2d": [], "d2h": [], "save": [], "save_cold": [], "load_ram": []}
+        with kvtier.Cache(LAYOUT, ram=f"{4 * blocks * 2}M") as c:
+            for rep in range(warmup + reps):
+                tokens = prompt(300 + rep, blocks)
+                s_ref, _ = cuda_timed(d2h)
+                s, report = cuda_timed(lambda: c.save_blocks(tokens, ids, k, v, kv_layout=layout))
+                assert report.stored == blocks, report
+                s_h2d, _ = cuda_timed(h2d)
+                s_load, n = cuda_timed(lambda: c.load_blocks(tokens, ids, dk, dv, kv_layout=layout))
+                assert n == 16 * blocks
+                if rep < 2:
+                    t["save_cold"].append(s)
+                if rep >= warmup:
+                    t["d2h"].append(s_ref); t["save"].append(s); t["h2d"].append(s_h2d); t["load_ram"].append(s_load)
+            assert all(torch.equal(a, b) for a, b in zip(dk + (dv or []), k + (v or [])))
+            stats = c.stats()
+        t["unpinned"] = sum(x["value"] for x in stats.get("kvtier_embedded_cuda_unpinned_copies_total", []))
+        # Written with RAM for all of it, closed (everything goes to the SSD), reopened with RAM
+        # for two prefixes: every load below reads the SSD.
+        ssd = os.path.join(workdir, f"cuda-{layout}")
+        opts = dict(ssd_dir=ssd, ssd_capacity=f"{(reps + 4) * blocks * 2 + 1024}M")
+        with kvtier.Cache(LAYOUT, ram=f"{(reps + 1) * blocks * 2 + 64}M", **opts) as c:
+            for rep in range(reps + 1):
+                c.save_blocks(prompt(400 + rep, blocks), ids, k, v, kv_layout=layout)
+        t["load_ssd"] = []
+        with kvtier.Cache(LAYOUT, ram=f"{2 * blocks * 2 + 64}M", **opts) as c:
+            for rep in range(reps + 1):
+                tokens = prompt(400 + rep, blocks)
+                assert {b.tier for b in c.lookup(tokens).blocks} == {"ssd"}
+                s, n = cuda_timed(lambda: c.load_blocks(tokens, ids, dk, dv, kv_layout=layout))
+                assert n == 16 * blocks
+                if rep > 0:
+                    t["load_ssd"].append(s)
+            assert all(torch.equal(a, b) for a, b in zip(dk + (dv or []), k + (v or [])))
+        shutil.rmtree(ssd)
+        times[layout] = t
+    return nbytes, times
+
+
+def main_cuda(a, workdir):
+    nbytes, times = bench_cuda(a.blocks, a.reps, workdir)
+    ssd_read, _ = ssd_bench_read(a.build, a.blocks, workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    rows = []
+    for layout, t in times.items():
+        r = {name: median_rate(s, nbytes) for name, s in t.items() if isinstance(s, list)}
+        # Ratios per round (reference and subject measured back to back), then their median.
+        load_ratio = statistics.median(h / l for h, l in zip(t["h2d"], t["load_ram"]))
+        save_ratio = statistics.median(d / s for d, s in zip(t["d2h"], t["save"]))
+        rows.append([layout, r["load_ram"], r["h2d"], load_ratio, r["save"], r["d2h"], save_ratio,
+                     r["save_cold"], r["load_ssd"], r["load_ssd"] / ssd_read, t["unpinned"]])
+    title = (f"python_embed_bench --device cuda: {a.blocks} Llama-3-8B bf16 blocks ({nbytes / 2**20:.0f} MiB) per "
+             f"operation, median of {a.reps}; ssd_bench restore read {ssd_read:.2f} GB/s")
+    cols = ["kv_layout", "load RAM GB/s", "pinned H2D", "load/H2D", "save GB/s", "pinned D2H", "save/D2H",
+            "save cold GB/s", "load SSD GB/s", "SSD/ssd_bench", "unpinned copies"]
+    print(title)
+    print(" ".join(f"{c:>14}" for c in cols))
+    for row in rows:
+        print(" ".join(f"{x:>14}" if isinstance(x, str) else f"{x:14.2f}" for x in row))
+    out_dir = os.environ.get("KVTIER_BENCH_OUT", "bench-results")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "python_embed_bench_cuda.json"), "w") as f:
+        json.dump({"title": title, "machine": f"{platform.node()} {torch.cuda.get_device_name()}",
+                   "columns": cols, "rows": rows, "samples_s": times, "bytes": nbytes}, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description="import kvtier vs a plain copy, HTTP and ssd_bench")
     p.add_argument("--build", default="build")
     p.add_argument("--blocks", type=int, default=64, help="blocks per operation (2 MiB each)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dir", default=None, help="scratch directory on the disk to measure (default: ./python-bench-data)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the engine's KV lives (cuda: the GPU, in each kv_layout)")
     a = p.parse_args()
     workdir = a.dir or os.path.abspath("python-bench-data")
     os.makedirs(workdir, exist_ok=True)
     kvtier.set_log_level("warn")
+    if a.device == "cuda":
+        return main_cuda(a, workdir)
     nbytes, times = bench_in_process(a.blocks, a.reps, workdir)
     times.update(bench_ssd(a.blocks, a.reps, workdir))
     times.update(bench_http(a.build, a.blocks, a.reps, workdir))

@@ -1,4 +1,6 @@
 #include "embed/embedded_cache.h"
+#include "embed/embedded_cache_impl.h"
+#include "embed/cuda/cuda_host_pinning.h"
 
 #include <algorithm>
 #include <deque>
@@ -16,57 +18,6 @@
 #include "engine/vulkan/vulkan_context.h"
 
 namespace kvtier {
-
-struct EmbeddedCacheMetrics {
-  Counter rejected_calls;  // bad input: shape, dtype, token count, block ids, ...
-  Counter stored_blocks;
-  Counter already_cached;
-  Counter refused_blocks;  // the cache would not take them (no room, collision)
-  Counter loaded_blocks;
-  Counter fetched_blocks;
-  Counter bytes_in;
-  Counter bytes_out;
-};
-
-// Shared by the cache and every FetchedBlocks it handed out, so pins can be given back (and views
-// stay valid) after the EmbeddedCache itself is gone. Members are destroyed bottom-up: the stack
-// before the Vulkan device it uses.
-struct EmbeddedCache::Impl {
-  std::unique_ptr<VulkanContext> vulkan;
-  std::unique_ptr<CacheStack> stack;
-  std::optional<PrefixHasher> hasher;
-  EmbeddedCacheMetrics metrics;
-  LogThrottle reject_log;
-
-  TieredCache& cache() { return stack->cache(); }
-  const KvLayout& layout() const { return stack->layout(); }
-
-  Status reject(Status st);
-  // The host bytes of a fetched entry: device-tier blocks are copied down, quantized ones expanded.
-  Result<BlockRef> host_block(const PinnedBlocks::Entry& e);
-  Result<StoreResult> store(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
-                            std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
-  Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
-  Result<LoadReport> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys,
-                                 const LoadOptions& options);
-  // Loads blocks [options.first_block, end) of `keys` slice by slice, handing each to
-  // put(block, index in the prompt); stops at the first block not cached, not intact, or not in
-  // by the deadline.
-  Result<LoadReport> load_range(std::span<const BlockKey> keys, size_t end, const LoadOptions& options,
-                                const std::function<Status(const Block&, size_t)>& put);
-  // The identity of the block `tokens` after `parent`, in this cache's namespace.
-  BlockIdentity identity(const BlockHash& parent, std::span<const uint32_t> tokens,
-                         std::span<const std::string> extra_keys) const;
-  // Inserts `block` unless the cache holds it; counts the outcome.
-  Result<InsertOutcome> publish(Block block);
-  bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
-  // Counts a load of `loaded` blocks.
-  void count_load(size_t loaded);
-  // Block ids must address blocks of the paged arrays.
-  Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
-};
 
 struct FetchedBlocks::State {
   std::shared_ptr<EmbeddedCache::Impl> impl;  // declared first: outlives the pins below
@@ -88,13 +39,6 @@ void FetchedBlocks::release_pins() {
 }
 
 namespace {
-
-Status check_extra_keys(std::span<const std::string> extra_keys) {
-  for (const std::string& k : extra_keys) {
-    if (k.size() > 256) return invalid_argument("an extra key is longer than 256 bytes");
-  }
-  return ok_status();
-}
 
 Result<KvLayout> layout_from(const std::string& text) {
   if (!text.empty() && text.front() == '{') return KvLayout::from_json_text(text);
@@ -154,8 +98,6 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
   return c;
 }
 
-Status closed_status() { return failed_precondition("the cache is closed"); }
-
 // load_blocks reads a long prefix in slices of about this many bytes (a whole number of blocks):
 // large enough for the SSD reader to batch, small enough that the copy of one slice overlaps the
 // read of the next.
@@ -163,6 +105,15 @@ constexpr uint64_t kLoadSliceBytes = 32ull << 20;
 constexpr size_t kLoadSlicesInFlight = 2;
 
 }  // namespace
+
+Status check_extra_keys(std::span<const std::string> extra_keys) {
+  for (const std::string& k : extra_keys) {
+    if (k.size() > 256) return invalid_argument("an extra key is longer than 256 bytes");
+  }
+  return ok_status();
+}
+
+Status closed_status() { return failed_precondition("the cache is closed"); }
 
 Status EmbeddedCache::Impl::reject(Status st) {
   metrics.rejected_calls.inc();
@@ -290,12 +241,13 @@ Result<LoadReport> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> to
       return reject(st);
     }
   }
-  return load_range(keys, end, options, [&](const Block& b, size_t i) { return scatter_block(b, paged, block_ids[i]); });
+  return load_range(keys, end, options,
+                    [&](const BlockRef& b, size_t i) { return scatter_block(*b, paged, block_ids[i]); });
 }
 
 Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> keys, size_t end,
                                                    const LoadOptions& options,
-                                                   const std::function<Status(const Block&, size_t)>& put) {
+                                                   const std::function<Status(const BlockRef&, size_t)>& put) {
   LoadReport report;
   report.first_block = options.first_block;
   if (options.first_block >= end) return report;
@@ -333,7 +285,7 @@ Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> key
         count_load(report.loaded_blocks);
         return report;
       }
-      if (Status st = put(**b, options.first_block + report.loaded_blocks); !st.ok()) {
+      if (Status st = put(*b, options.first_block + report.loaded_blocks); !st.ok()) {
         count_load(report.loaded_blocks);  // those before it did reach the engine
         return st;
       }
@@ -481,10 +433,10 @@ Result<LoadReport> EmbeddedCache::load_prefix_bytes(std::span<const uint32_t> to
   }
   const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
   const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
-  return impl_->load_range(keys, end, options, [&](const Block& b, size_t i) {
+  return impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
     const std::vector<LayerKv> views =
         dense_block_views(layout(), dst.data() + (i - options.first_block) * bb, /*read_only=*/false);
-    return scatter_block(b, views, 0);
+    return scatter_block(*b, views, 0);
   });
 }
 
@@ -557,6 +509,20 @@ void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_embedded_fetched_blocks_total", "Blocks handed out as views", {}, m.fetched_blocks.value());
   v.counter("kvtier_embedded_bytes_in_total", "KV bytes copied in from the engine", {}, m.bytes_in.value());
   v.counter("kvtier_embedded_bytes_out_total", "KV bytes copied out to the engine", {}, m.bytes_out.value());
+  {
+    std::lock_guard lock(impl_->device_mu);
+    const cuda::DeviceTransferMetrics* d = impl_->device ? &impl_->device->metrics() : nullptr;
+    const char* help = "KV bytes moved by DMA between kvtier's host memory and an engine's CUDA memory";
+    v.counter("kvtier_embedded_cuda_bytes_total", help, {{"direction", "to_device"}},
+              d ? d->bytes_to_device.value() : 0);
+    v.counter("kvtier_embedded_cuda_bytes_total", help, {{"direction", "from_device"}},
+              d ? d->bytes_from_device.value() : 0);
+    v.counter("kvtier_embedded_cuda_unpinned_copies_total",
+              "CUDA copies of host bytes that were not page-locked (bounce-buffered by the driver)", {},
+              d ? d->unpinned_copies.value() : 0);
+    v.gauge("kvtier_embedded_cuda_pinned_bytes", "Host memory page-locked for CUDA copies (process-wide)", {},
+            static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
+  }
   impl_->cache().visit_metrics(v);
 }
 
@@ -589,6 +555,7 @@ size_t EmbeddedCache::close() {
     lost += p.left;
     spdlog::info("close: wrote {} blocks that only RAM held to the SSD; {} left unwritten", p.written, p.left);
   }
+  impl_->close_device();
   const size_t dropped = stack.close();
   if (dropped > 0) spdlog::warn("close: {} queued blocks could not be written in time and are lost", dropped);
   return lost + dropped;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "embed/block_tensors.h"
 #include "embed/tensor_view.h"
 #include "serialize/block_hash.h"
 #include "serialize/kv_layout.h"
@@ -117,6 +119,27 @@ class FetchedBlocks {
   std::vector<FetchedBlock> blocks_;
 };
 
+// A CUDA engine's side of a transfer (embed/cuda/). Blocks cross the bus by DMA between kvtier's
+// host memory (page-locked where it lies) and dense staging buffers in the engine's device memory,
+// on the engine's stream; the engine moves them between staging and its own layout with its own
+// kernels (the Python module does it with torch), ordered on the same stream.
+struct DeviceStaging {
+  int device = 0;       // CUDA ordinal
+  uint64_t stream = 0;  // a CUstream (cudaStream_t); 0 is the legacy default stream
+  // Device addresses of staging buffers, each `slot_blocks` dense blocks one after another
+  // (block_bytes() each). A save reads its blocks from slots[0]; a load fills them in turn, as a
+  // ring.
+  std::vector<uint64_t> slots;
+  size_t slot_blocks = 0;
+};
+// The engine's half of a device transfer, called once per staging slot. A load calls it after the
+// copies that fill `slot` with blocks [first, first + count) of the prompt were enqueued: the
+// engine enqueues its scatter out of the slot behind them. A save calls it before enqueueing the
+// copies out of `slot` of blocks [first, first + count) of its list: the engine enqueues its
+// gather into the slot ahead of them. Either way the engine orders its own work on the slot
+// against kvtier's stream, so the ring never comes back to a slot still in use.
+using DeviceSlotHook = std::function<Status(size_t slot, size_t first, size_t count)>;
+
 // Thread-safe: every method may be called from several threads at once. close() waits for calls
 // in flight; afterwards every call fails with kFailedPrecondition ("the cache is closed").
 class EmbeddedCache {
@@ -176,6 +199,35 @@ class EmbeddedCache {
   // must equal them. False on a miss.
   Result<bool> load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,
                                 std::span<uint8_t> dst);
+
+  // CUDA engines. Checks an engine's paged K/V (CUDA views: shapes and strides only, the bytes
+  // are not touched) as save_blocks (kRead) or load_blocks (kWrite) would, and that `block_ids`
+  // address its blocks; returns the number of blocks. Counted as a rejected call when it fails.
+  Result<int64_t> check_paged_layers(std::span<const LayerKv> paged, TensorAccess access,
+                                     std::span<const int64_t> block_ids);
+  // The block-id half of that check, for an engine whose tensors were checked before.
+  Status check_block_ids(std::span<const int64_t> block_ids, int64_t num_blocks);
+  // The indices (< max_blocks) of the full blocks of `tokens` the cache does not
+  // hold: what a save has to stage.
+  Result<std::vector<size_t>> missing_blocks(std::span<const uint32_t> tokens,
+                                             std::span<const std::string> extra_keys, size_t max_blocks);
+  // Saves blocks `indices` of `tokens`, staged by the engine through the ring `from` (a slot at a
+  // time, `stage` called before each slot's copies; without `stage` they are all in slots[0]
+  // already): copies them down on `from.stream`, waits for the copies, then publishes them.
+  // unavailable() without a CUDA driver.
+  Result<SaveReport> save_device_blocks(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                                        std::span<const size_t> indices, const DeviceStaging& from,
+                                        const DeviceSlotHook& stage = {});
+  // store() for one block staged at `from.slots[0]`.
+  Result<StoreResult> store_device_block(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
+                                         std::span<const std::string> extra_keys, const DeviceStaging& from);
+  // Loads blocks [options.first_block, first_block + max_blocks) of the cached prefix into the
+  // staging ring `to`, calling `filled` as each slot's copies are enqueued (and for the last,
+  // partial one). Returns when everything is enqueued, not copied: the host blocks are kept alive
+  // until the copies retire, and the engine's stream order does the rest.
+  Result<LoadReport> load_device_blocks(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                                        const LoadOptions& options, size_t max_blocks, const DeviceStaging& to,
+                                        const DeviceSlotHook& filled);
 
   // Every metric (this door's, the cache's, every tier's) as JSON ({"name": [{labels, value}]})
   // and as Prometheus text.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _kvtier
+from ._cuda import CudaMover, is_cuda
 from ._kv_layouts import as_blocks
 
 Size = Union[int, str]
@@ -43,8 +44,10 @@ def _words_are_bf16(dtype: Optional[str]) -> bool:
 class LoadedTokens(int):
     """What load_blocks brought: an int (the tokens loaded), and where they are."""
 
-    def __new__(cls, tokens: int, first_block: int, blocks: int, deadline_passed: bool, block_size: int):
+    def __new__(cls, tokens: int, first_block: int, blocks: int, deadline_passed: bool, block_size: int,
+                event: Any = None):
         self = super().__new__(cls, tokens)
+        self.event = event  # CUDA loads: a torch.cuda.Event recorded after the last copy
         self.first_block = first_block
         self.blocks = blocks
         self.deadline_passed = deadline_passed
@@ -195,6 +198,12 @@ class Cache:
         self._layout = json.loads(self._c.layout_json)
         self._namespace = namespace
         self._closed = False
+        self._cuda: Optional[CudaMover] = None
+
+    def _mover(self) -> CudaMover:
+        if self._cuda is None:
+            self._cuda = CudaMover(self._c, self._layout)
+        return self._cuda
 
     @property
     def layout(self) -> Dict[str, Any]:
@@ -244,6 +253,8 @@ class Cache:
         keeps quantized. dtype="bf16": uint16 arrays hold bf16 words (numpy has no bf16).
         Raises ValueError (nothing stored) for a wrong shape, dtype, layout or token count.
         """
+        if is_cuda(layers):
+            return self._mover().store(tokens, parent, layers, list(extra_keys))
         hash_, _ = self._c.store(tokens, parent, layers, list(extra_keys), _words_are_bf16(dtype))
         return hash_
 
@@ -258,6 +269,7 @@ class Cache:
         dtype: Optional[str] = None,
         kv_layout: str = "blocks",
         page_size: Optional[int] = None,
+        stream: Any = None,
     ) -> SaveReport:
         """Saves the full blocks of ``tokens`` from an engine's paged KV arrays.
 
@@ -269,10 +281,18 @@ class Cache:
         kv_layout: the engine's own layout, read in place — "vllm" ([2, num_blocks, block_size,
         kv_heads, head_dim] per layer, v_cache=None), "flashinfer-hnd" ([num_blocks, 2, kv_heads,
         block_size, head_dim] per layer, v_cache=None), "sglang-tokens" (K and V pools [num_tokens,
-        kv_heads, head_dim], pages of ``page_size`` = block_size tokens). The blocks stored are the
-        same whatever the layout.
+        kv_heads, head_dim], pages of ``page_size`` = block_size tokens), "mla" (one latent
+        [num_blocks, block_size, width] per layer, v_cache=None, for a layout with one KV head and
+        head_dim = width / 2). The blocks stored are the same whatever the layout.
+
+        CUDA tensors: the blocks are read after the work already queued on ``stream`` (default:
+        torch's current stream), so a kernel still writing them is waited for on the GPU; the
+        call returns once they are in host memory and cached.
         """
-        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self.block_size, page_size)
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
+        if is_cuda(k_cache):
+            stored, already, refused = self._mover().save(tokens, block_ids, k_cache, v_cache, list(extra_keys), stream)
+            return SaveReport(stored, already, refused)
         stored, already, refused = self._c.save_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
         return SaveReport(stored, already, refused)
@@ -290,6 +310,8 @@ class Cache:
         deadline: Optional[float] = None,
         kv_layout: str = "blocks",
         page_size: Optional[int] = None,
+        stream: Any = None,
+        wait: bool = True,
     ) -> "LoadedTokens":
         """Copies the cached prefix of ``tokens`` into the engine's free block ids; returns the
         number of tokens loaded (a multiple of block_size; 0 on a miss). Loads at most
@@ -302,8 +324,19 @@ class Cache:
         are not waited for. The result says what arrived: ``first_block``, ``blocks`` (loaded
         from first_block on, in order), ``deadline_passed``, and ``resume_at`` (the token from
         which the engine computes). kv_layout and page_size: as for save_blocks.
+
+        CUDA tensors: the copies start after the work already queued on ``stream`` (default:
+        torch's current stream), so a kernel still reading the target blocks is not overwritten;
+        the call returns once the copies are queued. The result's ``event`` is recorded after the
+        last one; with ``wait=True`` ``stream`` waits on it (on the GPU), with ``wait=False`` the
+        engine waits on it itself before reading the loaded blocks.
         """
-        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self.block_size, page_size)
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
+        if is_cuda(k_cache):
+            first, blocks, late, event = self._mover().load(
+                tokens, block_ids, k_cache, v_cache, list(extra_keys), int(first_block),
+                -1.0 if deadline is None else max(0.0, float(deadline)), stream, bool(wait))
+            return LoadedTokens(blocks * self.block_size, first, blocks, late, self.block_size, event)
         first, blocks, late = self._c.load_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype), int(first_block),
             -1.0 if deadline is None else max(0.0, float(deadline)))
@@ -327,6 +360,8 @@ class Cache:
         """Writes what only RAM holds to the SSD, drains the writer and closes the cache; returns
         the number of blocks that could not be written in time. Idempotent."""
         self._closed = True
+        if self._cuda is not None:
+            self._cuda.close()
         return self._c.close()
 
     def __enter__(self) -> "Cache":

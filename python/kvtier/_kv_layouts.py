@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-KV_LAYOUTS = ("blocks", "vllm", "flashinfer-hnd", "sglang-tokens")
+KV_LAYOUTS = ("blocks", "vllm", "flashinfer-hnd", "sglang-tokens", "mla")
 
 
 def _is_layer_list(x: Any) -> bool:
@@ -50,7 +50,7 @@ def _per_layer(x: Any, per_tensor_ndim: int, what: str) -> Tuple[List[Any], bool
     return [x[i] for i in range(x.shape[0])], False
 
 
-def as_blocks(kv_layout: str, k_cache: Any, v_cache: Any, block_size: int,
+def as_blocks(kv_layout: str, k_cache: Any, v_cache: Any, layout: dict,
               page_size: Optional[int]) -> Tuple[Any, Any]:
     """(K, V) in kvtier's layout, as views of the engine's tensors in `kv_layout`:
       "blocks"          K and V per layer [num_blocks, block_size, kv_heads, head_dim]
@@ -61,7 +61,12 @@ def as_blocks(kv_layout: str, k_cache: Any, v_cache: Any, block_size: int,
       "sglang-tokens"   K and V per layer [num_tokens, kv_heads, head_dim], pages of page_size
                         tokens (SGLang's token pool); block id b is page b; page_size must be
                         the layout's block_size
+      "mla"             one latent tensor per layer [num_blocks, block_size, width] (DeepSeek's
+                        MLA: kv_lora_rank + rope_dim); v_cache is None. Its layout has one KV head
+                        and head_dim = width / 2: the latent's first half is stored as K, the
+                        second as V, so the stored blocks are the latent's bytes in order
     Each may also be one tensor with a leading layer dimension. ValueError for anything else."""
+    block_size = layout["block_size"]
     if kv_layout == "blocks":
         return k_cache, v_cache
     if kv_layout in ("vllm", "flashinfer-hnd"):
@@ -100,4 +105,18 @@ def as_blocks(kv_layout: str, k_cache: Any, v_cache: Any, block_size: int,
                 views.append(_reshaped_view(t, (tokens // page, page, heads, dim), f"{what}[{i}]"))
             out.append(views)
         return out[0], out[1]
+    if kv_layout == "mla":
+        if v_cache is not None:
+            raise ValueError("kv_layout='mla' holds one latent tensor per layer: pass it as k_cache and v_cache=None")
+        heads, half = layout["num_kv_heads"], layout["head_dim"]
+        if heads != 1:
+            raise ValueError(f"kv_layout='mla' needs a layout with one KV head and head_dim = latent width / 2; "
+                             f"this one has {heads} heads")
+        layers, _ = _per_layer(k_cache, 3, "k_cache")
+        for i, t in enumerate(layers):
+            if t.shape[2] != 2 * half:
+                raise ValueError(f"k_cache[{i}]: latent width {t.shape[2]}, the layout's head_dim {half} "
+                                 f"stores widths of {2 * half}")
+        # [num_blocks, block_size, width] -> halves [num_blocks, block_size, 1, width / 2]
+        return [t[:, :, None, :half] for t in layers], [t[:, :, None, half:] for t in layers]
     raise ValueError(f"kv_layout {kv_layout!r}: one of {', '.join(KV_LAYOUTS)}")

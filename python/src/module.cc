@@ -164,13 +164,75 @@ class PyCache {
                         const std::vector<std::string>& extra, bool bf16_words, size_t first_block,
                         double deadline_seconds) {
     PagedCall c(tokens, ids, k, v, bf16_words);
-    LoadOptions o{first_block, std::nullopt};
-    if (deadline_seconds >= 0) {
-      o.deadline = std::chrono::steady_clock::now() +
-                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline_seconds));
-    }
+    const LoadOptions o = load_options(first_block, deadline_seconds);
     LoadReport r = call([&] { return cache_->load_blocks(c.tokens, c.block_ids, c.paged, extra, o); });
     return py::make_tuple(r.first_block, r.loaded_blocks, r.deadline_passed);
+  }
+
+  // CUDA engines (kvtier/_cuda.py drives these). (num_blocks, CUDA ordinal or -1) of paged K/V.
+  py::tuple check_paged(py::handle k, py::handle v, py::handle ids, bool write, bool bf16_words) {
+    PagedCall c(py::list(), ids, k, v, bf16_words, /*allow_cuda=*/true);
+    const int device = c.ks.cuda_device();
+    if (c.vs.cuda_device() != device) throw py::value_error("k_cache and v_cache are on different devices");
+    const int64_t n = call([&] {
+      return cache_->check_paged_layers(c.paged, write ? TensorAccess::kWrite : TensorAccess::kRead, c.block_ids);
+    });
+    return py::make_tuple(n, device);
+  }
+
+  std::vector<size_t> missing_blocks(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    return call([&] { return cache_->missing_blocks(t, extra, max_blocks); });
+  }
+
+  void check_block_ids(py::handle ids, int64_t num_blocks) {
+    const std::vector<int64_t> block_ids = import_ids(ids);
+    const Status st = cache_->check_block_ids(block_ids, num_blocks);
+    if (!st.ok()) raise(st);
+  }
+
+  // `stage(slot, first, count)` runs with the GIL before each slot's copies are queued; an
+  // exception in it ends the save (nothing published) and is raised here.
+  py::tuple save_device_blocks(py::handle tokens, const std::vector<std::string>& extra,
+                               const std::vector<size_t>& indices, int device, uint64_t stream,
+                               const std::vector<uint64_t>& slots, size_t slot_blocks, py::function stage) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const DeviceStaging from{device, stream, slots, slot_blocks};
+    PythonHook hook(stage);
+    Result<SaveReport> r = [&] {
+      py::gil_scoped_release nogil;
+      return cache_->save_device_blocks(t, extra, indices, from, hook.as_hook());
+    }();
+    hook.rethrow();
+    const SaveReport report = value_or_raise(std::move(r));
+    return py::make_tuple(report.stored, report.already_cached, report.refused);
+  }
+
+  py::tuple store_device_block(py::handle tokens, const py::object& parent, const std::vector<std::string>& extra,
+                               int device, uint64_t stream, uint64_t src) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const std::optional<BlockHash> p = parse_parent(parent);
+    const DeviceStaging from{device, stream, {src}, 1};
+    StoreResult r = call([&] { return cache_->store_device_block(t, p, extra, from); });
+    return py::make_tuple(r.hash.hex(), r.inserted);
+  }
+
+  // `filled(slot, first, count)` runs with the GIL as each staging slot's copies are queued; an
+  // exception in it ends the load and is raised here.
+  py::tuple load_device_blocks(py::handle tokens, const std::vector<std::string>& extra, size_t first_block,
+                               double deadline_seconds, size_t max_blocks, int device, uint64_t stream,
+                               const std::vector<uint64_t>& slots, size_t slot_blocks, py::function filled) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const LoadOptions o = load_options(first_block, deadline_seconds);
+    const DeviceStaging to{device, stream, slots, slot_blocks};
+    PythonHook hook(filled);
+    Result<LoadReport> r = [&] {
+      py::gil_scoped_release nogil;
+      return cache_->load_device_blocks(t, extra, o, max_blocks, to, hook.as_hook());
+    }();
+    hook.rethrow();
+    const LoadReport report = value_or_raise(std::move(r));
+    return py::make_tuple(report.first_block, report.loaded_blocks, report.deadline_passed);
   }
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
@@ -187,13 +249,48 @@ class PyCache {
   }
 
  private:
+  // A Python function as a DeviceSlotHook, called from a thread without the GIL; what it raises
+  // is kept and raised again by the caller, GIL held, once the call into the cache is over.
+  class PythonHook {
+   public:
+    explicit PythonHook(py::function f) : f_(std::move(f)) {}
+    DeviceSlotHook as_hook() {
+      return [this](size_t slot, size_t first, size_t count) -> Status {
+        py::gil_scoped_acquire gil;
+        try {
+          f_(slot, first, count);
+        } catch (py::error_already_set& e) {
+          raised_.emplace(std::move(e));
+          return internal_error("the engine's side of the transfer failed");
+        }
+        return ok_status();
+      };
+    }
+    void rethrow() {
+      if (raised_) throw std::move(*raised_);
+    }
+
+   private:
+    py::function f_;
+    std::optional<py::error_already_set> raised_;
+  };
+
+  static LoadOptions load_options(size_t first_block, double deadline_seconds) {
+    LoadOptions o{first_block, std::nullopt};
+    if (deadline_seconds >= 0) {
+      o.deadline = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline_seconds));
+    }
+    return o;
+  }
+
   // The arguments of save_blocks and load_blocks, imported (the tensors' owners kept alive).
   struct PagedCall {
-    PagedCall(py::handle t, py::handle ids, py::handle k, py::handle v, bool bf16_words)
+    PagedCall(py::handle t, py::handle ids, py::handle k, py::handle v, bool bf16_words, bool allow_cuda = false)
         : tokens(import_tokens(t, "tokens")),
           block_ids(import_ids(ids)),
-          ks(import_layers(k, {bf16_words}, "k_cache")),
-          vs(import_layers(v, {bf16_words}, "v_cache")) {
+          ks(import_layers(k, {bf16_words, allow_cuda}, "k_cache")),
+          vs(import_layers(v, {bf16_words, allow_cuda}, "v_cache")) {
       if (ks.layers.size() != vs.layers.size()) {
         throw py::value_error("k_cache has " + std::to_string(ks.layers.size()) + " layers, v_cache " +
                               std::to_string(vs.layers.size()));
@@ -282,6 +379,12 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("save_blocks", &PyCache::save_blocks)
       .def("load_blocks", &PyCache::load_blocks)
       .def("fetch", &PyCache::fetch)
+      .def("check_paged", &PyCache::check_paged)
+      .def("missing_blocks", &PyCache::missing_blocks)
+      .def("check_block_ids", &PyCache::check_block_ids)
+      .def("save_device_blocks", &PyCache::save_device_blocks)
+      .def("store_device_block", &PyCache::store_device_block)
+      .def("load_device_blocks", &PyCache::load_device_blocks)
       .def("stats_json", &PyCache::stats_json)
       .def("metrics_text", &PyCache::metrics_text)
       .def("close", &PyCache::close);

@@ -91,14 +91,25 @@ ImportedTensor from_buffer(py::handle obj, const std::string& what, ElementType*
   return t;
 }
 
-ImportedTensor from_dlpack(py::handle obj, const std::string& what, ElementType* type) {
+// DLPack's device of `obj`, when it says (`__dlpack_device__`).
+std::optional<std::pair<int, int>> dlpack_device(py::handle obj) {
+  if (!py::hasattr(obj, "__dlpack_device__")) return std::nullopt;
+  auto d = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+  return d;
+}
+
+ImportedTensor from_dlpack(py::handle obj, const std::string& what, ElementType* type, const ImportHints& hints) {
   ImportedTensor t;
+  const auto device = dlpack_device(obj);
+  const bool cuda = device && device->first == kDLCUDA;
   try {
-    t.capsule = obj.attr("__dlpack__")();
+    // A CUDA tensor is only looked at (its bytes move on the caller's stream, ordered by the CUDA
+    // path): stream=-1 asks the producer not to synchronize anything for this export.
+    t.capsule = cuda ? obj.attr("__dlpack__")(py::arg("stream") = -1) : obj.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
     // numpy will not export a read-only array through DLPack (0.6 cannot say "read-only"); the
     // buffer protocol can, and kvtier only reads from it.
-    if (e.matches(PyExc_BufferError) && PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj, what, type);
+    if (!cuda && e.matches(PyExc_BufferError) && PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj, what, type);
     throw;
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(t.capsule.ptr(), "dltensor"));
@@ -106,9 +117,12 @@ ImportedTensor from_dlpack(py::handle obj, const std::string& what, ElementType*
   // We never rename the capsule: the producer's capsule destructor frees the tensor when the
   // capsule goes, as the DLPack protocol has it for a consumer that only borrowed.
   const DLTensor& dl = managed->dl_tensor;
-  if (dl.device.device_type != kDLCPU && dl.device.device_type != kDLCUDAHost) {
+  if (dl.device.device_type == kDLCUDA && hints.allow_cuda) {
+    t.cuda_device = dl.device.device_id;
+  } else if (dl.device.device_type != kDLCPU && dl.device.device_type != kDLCUDAHost) {
     value_error(what + ": the tensor is on device type " + std::to_string(dl.device.device_type) +
-                "; kvtier exchanges host memory (pass tensor.cpu(), or pinned host memory)");
+                "; kvtier exchanges host memory and CUDA tensors (torch's, through save_blocks, "
+                "load_blocks and store)");
   }
   *type = dlpack_type(dl.dtype);
   t.view.data = static_cast<uint8_t*>(dl.data) + dl.byte_offset;
@@ -119,8 +133,9 @@ ImportedTensor from_dlpack(py::handle obj, const std::string& what, ElementType*
 
 bool is_tensor(py::handle obj) { return py::hasattr(obj, "__dlpack__") || PyObject_CheckBuffer(obj.ptr()); }
 
-ImportedTensor import_raw(py::handle obj, const std::string& what, ElementType* type) {
-  if (py::hasattr(obj, "__dlpack__")) return from_dlpack(obj, what, type);
+ImportedTensor import_raw(py::handle obj, const std::string& what, ElementType* type,
+                          const ImportHints& hints = {}) {
+  if (py::hasattr(obj, "__dlpack__")) return from_dlpack(obj, what, type, hints);
   if (PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj, what, type);
   value_error(what + ": " + std::string(py::str(py::type::of(obj).attr("__name__"))) +
               " is not a tensor (no __dlpack__, no buffer protocol)");
@@ -151,9 +166,22 @@ KvTensor import_kv(py::handle obj, const ImportHints& hints, const std::string& 
 
 ImportedTensor import_tensor(py::handle obj, const ImportHints& hints, const std::string& what) {
   ElementType type;
-  ImportedTensor t = import_raw(obj, what, &type);
+  ImportedTensor t = import_raw(obj, what, &type, hints);
   t.view.dtype = resolve(type, hints, what);
   return t;
+}
+
+int ImportedLayers::cuda_device() const {
+  if (keep.empty()) return -1;
+  const int first = keep.front().cuda_device;
+  for (const ImportedTensor& t : keep) {
+    if (t.cuda_device != first) {
+      throw py::value_error("the KV tensors are on different devices (CUDA " + std::to_string(first) + " and " +
+                            (t.cuda_device < 0 ? std::string("the host") : "CUDA " + std::to_string(t.cuda_device)) +
+                            "): pass them all on one GPU");
+    }
+  }
+  return first;
 }
 
 ImportedLayers import_layers(py::handle obj, const ImportHints& hints, const std::string& what) {

@@ -19,6 +19,7 @@ namespace kvtier::python {
 // GIL held.
 struct ImportedTensor {
   TensorView view;
+  int cuda_device = -1;  // the CUDA ordinal of a device tensor (ImportHints::allow_cuda); -1: host
   pybind11::object capsule;
   std::shared_ptr<pybind11::buffer_info> buffer;
 };
@@ -26,6 +27,9 @@ struct ImportedTensor {
 // How 16-bit unsigned words (numpy uint16) are to be read: only as bf16, and only when asked.
 struct ImportHints {
   bool u16_is_bf16 = false;
+  // Accept CUDA tensors: their views point into device memory, to be checked for shape and
+  // layout, never read (the CUDA path moves the bytes).
+  bool allow_cuda = false;
 };
 
 // Raises ValueError naming `what` for a tensor kvtier cannot read (not on the host, an unknown
@@ -37,6 +41,8 @@ ImportedTensor import_tensor(pybind11::handle obj, const ImportHints& hints, con
 struct ImportedLayers {
   std::vector<KvTensor> layers;
   std::vector<ImportedTensor> keep;  // owners of every view above
+  // The CUDA ordinal every tensor is on, -1 when all are on the host; ValueError for a mix.
+  int cuda_device() const;
 };
 ImportedLayers import_layers(pybind11::handle obj, const ImportHints& hints, const std::string& what);
 

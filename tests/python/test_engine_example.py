@@ -41,6 +41,25 @@ def test_answers_from_restored_kv_equal_answers_from_scratch_from_ram_and_ssd(tm
                 assert torch.equal(bits(got), bits(want))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_a_cuda_engine_in_vllms_layout_answers_bit_exact_from_restored_kv(tmp_path, dtype):
+    reference = PagedEngine(dtype=dtype, device="cuda", kv_layout="vllm")
+    first_turn = prompt(4, 150)
+    second_turn = first_turn + prompt(5, 70)
+    block = reference.layout()
+    for ram, tier in (("64M", "ram"), ("128K", "ssd")):
+        with kvtier.Cache(block, ram=ram, ssd_dir=str(tmp_path / f"ssd-{tier}"), ssd_capacity="64M",
+                          ssd_segment_size="4M", namespace="engine") as cache:
+            assert PagedEngine(cache, dtype=dtype, device="cuda", kv_layout="vllm").answer(first_turn)[1] == 0
+            assert tier in {b.tier for b in cache.lookup(first_turn).blocks}
+            for turn in (first_turn, second_turn):
+                got, loaded = PagedEngine(cache, dtype=dtype, device="cuda", kv_layout="vllm").answer(turn)
+                assert loaded >= 144
+                want, _ = reference.answer(turn)
+                assert torch.equal(bits(got.cpu()), bits(want.cpu()))
+
+
 def test_restored_kv_decides_the_answer(tmp_path):
     # The control: KV stored by an engine with other weights under the same namespace changes the
     # answer, so the equality above is not an accident of an unused cache.

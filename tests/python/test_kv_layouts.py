@@ -1,5 +1,5 @@
-"""kv_layout=: engines' own paged layouts (vLLM's, FlashInfer's HND, SGLang's token pool) read and
-written in place. The stored blocks are the same whatever layout saved them, so every layout
+"""kv_layout=: engines' own paged layouts (vLLM's, FlashInfer's HND, SGLang's token pool, MLA's
+latent) read and written in place. The stored blocks are the same whatever layout saved them, so every layout
 restores, bit for bit, what every other saved."""
 import numpy as np
 import pytest
@@ -8,6 +8,8 @@ import torch
 from conftest import open_cache, paged_arrays, same_bits, small_layout, tokens_for
 
 LAYOUTS = ["blocks", "vllm", "flashinfer-hnd", "sglang-tokens"]
+# MLA's latent is one tensor per layer; its layout has one KV head (latent = K then V halves).
+ONE_HEAD_LAYOUTS = LAYOUTS + ["mla"]
 
 
 def to_layout(name, k, v):
@@ -19,6 +21,8 @@ def to_layout(name, k, v):
         return [torch.stack([a, b]) for a, b in zip(k, v)], None
     if name == "flashinfer-hnd":
         return [torch.stack([a.transpose(1, 2), b.transpose(1, 2)], dim=1).contiguous() for a, b in zip(k, v)], None
+    if name == "mla":
+        return [torch.cat([a[:, :, 0], b[:, :, 0]], dim=2) for a, b in zip(k, v)], None
     assert name == "sglang-tokens"
     return ([a.reshape(-1, a.shape[2], a.shape[3]).clone() for a in k],
             [b.reshape(-1, b.shape[2], b.shape[3]).clone() for b in v])
@@ -32,6 +36,9 @@ def from_layout(name, k, v, block_size):
         return [t[0] for t in k], [t[1] for t in k]
     if name == "flashinfer-hnd":
         return [t[:, 0].transpose(1, 2) for t in k], [t[:, 1].transpose(1, 2) for t in k]
+    if name == "mla":
+        half = k[0].shape[2] // 2
+        return [t[:, :, None, :half] for t in k], [t[:, :, None, half:] for t in k]
     return ([t.view(-1, block_size, t.shape[1], t.shape[2]) for t in k],
             [t.view(-1, block_size, t.shape[1], t.shape[2]) for t in v])
 
@@ -58,9 +65,49 @@ def test_every_layout_restores_what_every_layout_saved(tmp_path, gen, save_as, l
                 assert torch.count_nonzero(got[untouched].contiguous().view(torch.int16)) == 0
 
 
-@pytest.mark.parametrize("name", ["vllm", "flashinfer-hnd", "sglang-tokens"])
+@pytest.mark.parametrize("load_as", ONE_HEAD_LAYOUTS)
+@pytest.mark.parametrize("save_as", ONE_HEAD_LAYOUTS)
+def test_mla_latent_and_every_layout_restore_each_other(tmp_path, gen, save_as, load_as):
+    # DeepSeek's latent is 512 + 64 = 576 wide; 144 keeps the test small with the same split rule
+    # (halves of 72, a multiple of 8).
+    layout = small_layout("BF16", heads=1, head_dim=72)
+    k, v = paged_arrays(layout, 5, gen)
+    tokens = tokens_for(13, 16 * 2 + 3)
+    src_k, src_v = to_layout(save_as, k, v)
+    dst_k, dst_v = to_layout(load_as, *paged_arrays(layout, 5))
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, [3, 0], src_k, src_v, kv_layout=save_as).stored == 2
+        assert c.load_blocks(tokens, [1, 4], dst_k, dst_v, kv_layout=load_as) == 32
+    got_k, got_v = from_layout(load_as, dst_k, dst_v, 16)
+    for layer in range(layout["num_layers"]):
+        for want, got in ((k[layer], got_k[layer]), (v[layer], got_v[layer])):
+            assert same_bits(want[3], got[1]) and same_bits(want[0], got[4])
+            for untouched in (0, 2, 3):
+                assert torch.count_nonzero(got[untouched].contiguous().view(torch.int16)) == 0
+
+
+def test_mla_mistakes_raise_value_error_and_store_nothing(tmp_path, gen):
+    tokens = tokens_for(14, 32)
+    one_head = small_layout("BF16", heads=1, head_dim=72)
+    k, v = paged_arrays(one_head, 2, gen)
+    latent, _ = to_layout("mla", k, v)
+    with open_cache(one_head, tmp_path / "one") as c:
+        with pytest.raises(ValueError, match="v_cache=None"):
+            c.save_blocks(tokens, [0, 1], latent, latent, kv_layout="mla")
+        with pytest.raises(ValueError, match="latent width 72"):
+            c.save_blocks(tokens, [0, 1], [t[..., :72] for t in latent], None, kv_layout="mla")
+        with pytest.raises(ValueError, match="3 per layer"):
+            c.save_blocks(tokens, [0, 1], k, None, kv_layout="mla")
+        assert c.lookup(tokens).matched_tokens == 0
+    two_heads = small_layout("BF16", heads=2, head_dim=72)
+    with open_cache(two_heads, tmp_path / "two") as c:
+        with pytest.raises(ValueError, match="one KV head"):
+            c.save_blocks(tokens, [0, 1], latent, None, kv_layout="mla")
+
+
+@pytest.mark.parametrize("name", ["vllm", "flashinfer-hnd", "sglang-tokens", "mla"])
 def test_one_tensor_with_a_leading_layer_dimension_in_each_layout(tmp_path, gen, name):
-    layout = small_layout("F32")
+    layout = small_layout("F32", heads=1 if name == "mla" else 2)
     k, v = paged_arrays(layout, 4, gen)
     per_k, per_v = to_layout(name, k, v)
     stacked_k = torch.stack(per_k)

@@ -1,0 +1,82 @@
+// EmbeddedCache's insides, shared by its source files (embedded_cache.cc for host tensors,
+// embedded_cache_cuda.cc for CUDA engines). Not part of the public API.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "base/log.h"
+#include "base/metrics/metrics.h"
+#include "cache/cache_stack.h"
+#include "cache/prefix_hasher.h"
+#include "embed/cuda/device_transfers.h"
+#include "embed/embedded_cache.h"
+#include "engine/vulkan/vulkan_context.h"
+
+namespace kvtier {
+
+// Extra keys are at most 256 bytes each.
+Status check_extra_keys(std::span<const std::string> extra_keys);
+Status closed_status();
+
+struct EmbeddedCacheMetrics {
+  Counter rejected_calls;  // bad input: shape, dtype, token count, block ids, ...
+  Counter stored_blocks;
+  Counter already_cached;
+  Counter refused_blocks;  // the cache would not take them (no room, collision)
+  Counter loaded_blocks;
+  Counter fetched_blocks;
+  Counter bytes_in;
+  Counter bytes_out;
+};
+
+// Shared by the cache and every FetchedBlocks it handed out, so pins can be given back (and views
+// stay valid) after the EmbeddedCache itself is gone. Members are destroyed bottom-up: the stack
+// before the Vulkan device it uses.
+struct EmbeddedCache::Impl {
+  std::unique_ptr<VulkanContext> vulkan;
+  std::unique_ptr<CacheStack> stack;
+  std::optional<PrefixHasher> hasher;
+  EmbeddedCacheMetrics metrics;
+  LogThrottle reject_log;
+
+  TieredCache& cache() { return stack->cache(); }
+  const KvLayout& layout() const { return stack->layout(); }
+
+  Status reject(Status st);
+  // The host bytes of a fetched entry: device-tier blocks are copied down, quantized ones expanded.
+  Result<BlockRef> host_block(const PinnedBlocks::Entry& e);
+  Result<StoreResult> store(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
+                            std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
+  Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  Result<LoadReport> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys,
+                                 const LoadOptions& options);
+  // Loads blocks [options.first_block, end) of `keys` slice by slice, handing each to
+  // put(block, index in the prompt); stops at the first block not cached, not intact, or not in
+  // by the deadline.
+  Result<LoadReport> load_range(std::span<const BlockKey> keys, size_t end, const LoadOptions& options,
+                                const std::function<Status(const BlockRef&, size_t)>& put);
+  // The identity of the block `tokens` after `parent`, in this cache's namespace.
+  BlockIdentity identity(const BlockHash& parent, std::span<const uint32_t> tokens,
+                         std::span<const std::string> extra_keys) const;
+  // Inserts `block` unless the cache holds it; counts the outcome.
+  Result<InsertOutcome> publish(Block block);
+  bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
+  // Counts a load of `loaded` blocks.
+  void count_load(size_t loaded);
+  // Block ids must address blocks of the paged arrays.
+  Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
+
+  // CUDA engines (embedded_cache_cuda.cc): the driver is loaded when the first CUDA transfer comes.
+  Result<cuda::DeviceTransfers*> device_transfers();
+  // Waits for uploads in flight and lets the host chunks be unregistered (close()).
+  void close_device();
+  std::mutex device_mu;  // guards device
+  std::unique_ptr<cuda::DeviceTransfers> device;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,318 @@
+"""CUDA engines: their KV tensors in and out of kvtier without a host copy of their own.
+
+Each block crosses the bus once, by DMA, between kvtier's host memory (page-locked where it lies,
+on first use) and a staging ring in device memory (two slots of dense blocks, kept per device for
+the cache's life); torch moves it between the ring and the engine's layout on the GPU, on a second
+stream, so one slot's copies overlap the other's scatter or gather. Ordering is by streams and
+events, never by host waits on the engine's work:
+  save  the gather waits for the caller's stream, so it never reads KV a kernel is still
+        writing; the call returns once the blocks are down and published.
+  load  the copies wait for the caller's stream, so they never overwrite blocks a kernel is
+        still reading; the call returns once everything is enqueued, with an event recorded
+        after the last scatter, which the caller's stream waits on (wait=True) or the engine
+        waits on itself.
+Copies of many small tensors are bound by the host's time to launch kernels, not by the GPU, so
+the engine's per-layer views are merged into as few strided views as their memory allows and the
+plan (checks, merged views, views of the ring) is kept per set of engine tensors.
+torch is imported only when a CUDA tensor arrives."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+# Bytes of one staging slot (whole blocks): a transfer of more goes round the two-slot ring. The
+# GPU memory kvtier keeps per device is twice this.
+SLOT_BYTES = 64 << 20
+# The stream contract. Only tests turn it off, to show that their races are real.
+ORDER_AFTER_CALLER = True
+_DLPACK_CUDA = 2
+_PLANS_KEPT = 16
+
+
+def first_tensor(x: Any) -> Any:
+    while isinstance(x, (list, tuple)):
+        if not x:
+            return None
+        x = x[0]
+    return x
+
+
+def is_cuda(x: Any) -> bool:
+    """True when `x` (a tensor, or a list of them, or of (k, v) pairs) holds CUDA tensors."""
+    t = first_tensor(x)
+    device = getattr(t, "__dlpack_device__", None)
+    return device is not None and device()[0] == _DLPACK_CUDA
+
+
+def _allocation(t: Any) -> int:
+    """Where the memory `t` views was allocated (older torch has no untyped_storage)."""
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return storage.data_ptr()
+
+
+def _per_layer(x: Any) -> List[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else list(x.unbind(0))
+
+
+class _Device:
+    """One device's streams, ring and the events that say when each slot is free again."""
+
+    def __init__(self, torch: Any, device: int, slot_blocks: int, block_bytes: int) -> None:
+        self.index = device
+        self.copy = torch.cuda.Stream(device=device)  # kvtier's DMA
+        self.side = torch.cuda.Stream(device=device)  # the scatter and gather kernels
+        self.ring = torch.empty((2, slot_blocks, block_bytes), dtype=torch.uint8, device=f"cuda:{device}")
+        self.slots = [self.ring[0].data_ptr(), self.ring[1].data_ptr()]
+        self.free: List[Optional[Any]] = [None, None]  # event after the last work on each slot
+        self.lock = threading.Lock()  # one transfer at a time uses the ring
+
+
+class _Plan:
+    """What a set of engine tensors needs, worked out once: their block count and device, their
+    merged views, and for each merged view its parts in each slot of the ring."""
+
+    def __init__(self, num_blocks: int, device: int, runs: List[Tuple[Any, List[int]]], staged: List[List[Any]]):
+        self.num_blocks = num_blocks
+        self.device = device
+        self.runs = runs
+        self.staged = staged  # [slot][run] -> [parts, slot_blocks, block_size, heads, dim]
+
+
+class CudaMover:
+    """One Cache's CUDA transfers. Thread-safe: transfers on one device take turns on its ring."""
+
+    def __init__(self, c: Any, layout: Dict[str, Any]) -> None:
+        import torch
+
+        self._torch = torch
+        self._c = c
+        self._bs = layout["block_size"]
+        self._heads = layout["num_kv_heads"]
+        self._dim = layout["head_dim"]
+        dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+        # Where each layer's K and V lie in a dense block (layer 0 K, layer 0 V, layer 1 K, ...):
+        # (byte offset, dtype, element size).
+        self._parts: List[Tuple[int, Any, int]] = []
+        offset = 0
+        for spec in layout["layers"]:
+            dtype = dtypes[spec["dtype"]]
+            size = torch.empty((), dtype=dtype).element_size()
+            for _ in range(2):
+                self._parts.append((offset, dtype, size))
+                offset += self._bs * self._heads * self._dim * size
+        self.block_bytes = offset
+        self.slot_blocks = max(1, SLOT_BYTES // offset)
+        self._devices: Dict[int, _Device] = {}
+        self._plans: Dict[Any, _Plan] = {}
+        self._lock = threading.Lock()  # guards _devices and _plans
+
+    def close(self) -> None:
+        """Waits for this cache's streams and gives the rings back to torch's allocator."""
+        with self._lock:
+            for d in self._devices.values():
+                with d.lock:
+                    d.copy.synchronize()
+                    d.side.synchronize()
+            self._devices.clear()
+            self._plans.clear()
+
+    def _device(self, index: int) -> _Device:
+        with self._lock:
+            if index not in self._devices:
+                self._devices[index] = _Device(self._torch, index, self.slot_blocks, self.block_bytes)
+            return self._devices[index]
+
+    def _caller(self, stream: Any, device: int) -> Any:
+        return self._torch.cuda.current_stream(device) if stream is None else stream
+
+    def _ids_on(self, ids: Sequence[int], device: int) -> Any:
+        # Through pinned memory with non_blocking: a pageable copy would make the host wait for
+        # every stream the current one waits on, the engine's included.
+        host = self._torch.tensor(list(ids), dtype=self._torch.int64)
+        return host.pin_memory().to(device=f"cuda:{device}", non_blocking=True)
+
+    def _plan(self, parts: List[Any], k: List[Any], v: List[Any], write: bool) -> _Plan:
+        key = (write, tuple((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index) for t in parts))
+        with self._lock:
+            plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        num_blocks, device = self._c.check_paged(k, v, [], write, False)
+        runs = [(self._wide(view), idx) for view, idx in self._runs(parts)]
+        d = self._device(device)
+        staged = [[self._wide(self._staged(d.ring[slot], self.slot_blocks, idx)) for _, idx in runs]
+                  for slot in range(2)]
+        plan = _Plan(num_blocks, device, runs, staged)
+        with self._lock:
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return plan
+
+    @staticmethod
+    def _engine_parts(k: List[Any], v: List[Any]) -> List[Any]:
+        return [t for pair in zip(k, v) for t in pair]
+
+    def _runs(self, engine: List[Any]) -> List[Tuple[Any, List[int]]]:
+        """The engine's per-layer K and V views (layer 0 K, layer 0 V, ...), merged into as few
+        strided views as their memory allows: (view [n, num_blocks, block_size, heads, dim], the
+        n block parts it covers). One tensor with a leading layer dimension is one view; vLLM's
+        and FlashInfer's per-layer tensors are one per layer (K and V are slices of it); separate
+        K and V tensors per layer stay two. Each view is one gather or scatter kernel."""
+        n = len(engine)
+        levels = [[list(range(n))], [list(range(0, n, 2)), list(range(1, n, 2))]]
+        for level in levels:
+            merged = [self._merge(engine, idx) for idx in level]
+            if all(m is not None for m in merged):
+                return list(zip(merged, level))
+        runs = []
+        for first in range(0, n, 2):
+            pair = [first, first + 1]
+            m = self._merge(engine, pair)
+            runs += [(m, pair)] if m is not None else [(self._merge(engine, [i]), [i]) for i in pair]
+        return runs
+
+    def _merge(self, engine: List[Any], idx: List[int]) -> Optional[Any]:
+        """One strided view over engine[i] for i in idx, or None when they are not evenly spaced
+        in one allocation (or their staged parts are not)."""
+        ts = [engine[i] for i in idx]
+        t0 = ts[0]
+        if len(ts) == 1:
+            return t0.unsqueeze(0)
+        same = all(t.dtype == t0.dtype and t.shape == t0.shape and t.stride() == t0.stride() and
+                   _allocation(t) == _allocation(t0) for t in ts)
+        if not same:
+            return None
+        gaps = {b.data_ptr() - a.data_ptr() for a, b in zip(ts, ts[1:])}
+        staged = {self._parts[j][0] - self._parts[i][0] for i, j in zip(idx, idx[1:])}
+        size = t0.element_size()
+        if len(gaps) != 1 or len(staged) != 1 or next(iter(gaps)) % size or 0 in gaps:
+            return None
+        return self._torch.as_strided(t0, (len(ts),) + tuple(t0.shape), (next(iter(gaps)) // size,) + t0.stride(),
+                                      t0.storage_offset())
+
+    def _wide(self, view: Any) -> Any:
+        """`view` as 8-byte words when its rows allow (every layout's do: head_dim is a multiple of
+        8): the same bytes in a quarter of the elements, and the gather and scatter kernels, which
+        are bound by elements, not bytes, run that much faster. Bits move unchanged."""
+        if (view.shape[-1] * view.element_size()) % 8:
+            return view
+        try:
+            return view.view(self._torch.int64)
+        except RuntimeError:  # a stride or offset not a whole number of words
+            return view
+
+    def _staged(self, slot: Any, count: int, idx: List[int]) -> Any:
+        """Parts idx of the first `count` blocks staged in `slot` ([blocks, block_bytes] bytes), as
+        [len(idx), count, block_size, heads, dim] (evenly spaced: _merge checked)."""
+        offset, dtype, size = self._parts[idx[0]]
+        step = (self._parts[idx[1]][0] - offset) // size if len(idx) > 1 else 0
+        words = slot.view(dtype)
+        return self._torch.as_strided(
+            words, (len(idx), count, self._bs, self._heads, self._dim),
+            (step, self.block_bytes // size, self._heads * self._dim, self._dim, 1),
+            words.storage_offset() + offset // size)
+
+    def save(self, tokens: Any, block_ids: Sequence[int], k_cache: Any, v_cache: Any, extra: List[str],
+             stream: Any) -> Tuple[int, int, int]:
+        torch = self._torch
+        k, v = _per_layer(k_cache), _per_layer(v_cache)
+        ids = [int(i) for i in block_ids]
+        used = ids[:min(len(ids), len(tokens) // self._bs)]
+        plan = self._plan(self._engine_parts(k, v), k, v, False)
+        self._c.check_block_ids(used, plan.num_blocks)
+        missing = self._c.missing_blocks(tokens, extra, len(used))
+        if not missing:
+            return 0, len(used), 0
+        d = self._device(plan.device)
+        with d.lock:
+            if ORDER_AFTER_CALLER:
+                d.side.wait_stream(self._caller(stream, plan.device))  # the engine's writes come first
+            with torch.cuda.stream(d.side):
+                ids_dev = self._ids_on([used[i] for i in missing], plan.device)
+
+            def stage(slot: int, first: int, count: int) -> None:
+                if d.free[slot] is not None:
+                    d.side.wait_event(d.free[slot])  # the slot's previous copies are done
+                with torch.cuda.stream(d.side):
+                    idx = ids_dev[first:first + count]
+                    for (view, _), dst in zip(plan.runs, plan.staged[slot]):
+                        # Straight into the ring's strided parts: one kernel, no temporary.
+                        torch.index_select(view, 1, idx, out=dst if count == self.slot_blocks else dst[:, :count])
+                staged = torch.cuda.Event()
+                staged.record(d.side)
+                d.copy.wait_event(staged)
+                # Everything queued on the copy stream so far reads the other slot: when it is
+                # done, that slot is free.
+                freed = torch.cuda.Event()
+                freed.record(d.copy)
+                d.free[1 - slot] = freed
+
+            s, al, r = self._c.save_device_blocks(tokens, extra, missing, plan.device, d.copy.cuda_stream,
+                                                  d.slots, self.slot_blocks, stage)
+            d.free = [None, None]  # the call waited for the copy stream: nothing is in flight
+        return s, al + len(used) - len(missing), r
+
+    def store(self, tokens: Any, parent: Any, layers: Sequence[Tuple[Any, Any]], extra: List[str]) -> str:
+        if any(isinstance(t, (list, tuple)) for pair in layers for t in pair):
+            raise ValueError("quantized layers are taken from host tensors only, not CUDA ones")
+        torch = self._torch
+        k = [pair[0].unsqueeze(0) for pair in layers]
+        v = [pair[1].unsqueeze(0) for pair in layers]
+        _, device = self._c.check_paged(k, v, [0], False, False)
+        copy = torch.cuda.Stream(device=device)
+        if ORDER_AFTER_CALLER:
+            copy.wait_stream(self._caller(None, device))
+        with torch.cuda.stream(copy):
+            staging = torch.empty((1, self.block_bytes), dtype=torch.uint8, device=f"cuda:{device}")
+            for i, src in enumerate(self._engine_parts(k, v)):
+                self._staged(staging, 1, [i])[0].copy_(src)
+        hash_, _ = self._c.store_device_block(tokens, parent, extra, device, copy.cuda_stream, staging.data_ptr())
+        return hash_
+
+    def load(self, tokens: Any, block_ids: Sequence[int], k_cache: Any, v_cache: Any, extra: List[str],
+             first_block: int, deadline: float, stream: Any, wait: bool) -> Tuple[int, int, bool, Any]:
+        torch = self._torch
+        k, v = _per_layer(k_cache), _per_layer(v_cache)
+        ids = [int(i) for i in block_ids]
+        end = min(len(ids), len(tokens) // self._bs)
+        used = ids[first_block:end] if first_block < end else []
+        plan = self._plan(self._engine_parts(k, v), k, v, True)
+        self._c.check_block_ids(used, plan.num_blocks)
+        caller = self._caller(stream, plan.device)
+        d = self._device(plan.device)
+        with d.lock:
+            if ORDER_AFTER_CALLER:
+                d.copy.wait_stream(caller)  # kernels still reading the target blocks come first
+            for free in d.free:  # the ring's previous users are done with it
+                if free is not None:
+                    d.copy.wait_event(free)
+            ids_dev: List[Any] = []  # sent with the first scatter: the copies start sooner
+
+            def filled(slot: int, first: int, count: int) -> None:
+                arrived = torch.cuda.Event()
+                arrived.record(d.copy)
+                d.side.wait_event(arrived)
+                with torch.cuda.stream(d.side):
+                    if not ids_dev:
+                        ids_dev.append(self._ids_on(used, plan.device))
+                    idx = ids_dev[0][first - first_block:first - first_block + count]
+                    for (view, _), src in zip(plan.runs, plan.staged[slot]):
+                        view.index_copy_(1, idx, src if count == self.slot_blocks else src[:, :count])
+                done = torch.cuda.Event()
+                done.record(d.side)
+                # The next copies go into the other slot: not before its previous scatter is done.
+                other = d.free[1 - slot]
+                if other is not None:
+                    d.copy.wait_event(other)
+                d.free[slot] = done
+
+            first, blocks, late = self._c.load_device_blocks(
+                tokens, extra, first_block, deadline, max(0, end - first_block), plan.device, d.copy.cuda_stream,
+                d.slots, self.slot_blocks, filled)
+            event = torch.cuda.Event()
+            d.side.wait_stream(d.copy)  # a load of nothing still orders after the caller's work
+            event.record(d.side)
+        if wait:
+            caller.wait_event(event)
+        return first, blocks, late, event

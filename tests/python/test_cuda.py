@@ -1,0 +1,231 @@
+"""CUDA engines: save_blocks, load_blocks and store with torch CUDA tensors, in every kv_layout,
+from RAM and from the SSD, bit-exact; and the stream contract that keeps a save from reading KV a
+kernel is still writing and a load from overwriting KV a kernel is still reading. Each race test
+also runs with kvtier's ordering switched off and checks that the race is then seen, so it can fail.
+Runs where torch has a CUDA device (the H100 host); skipped elsewhere, but for the staging views'
+test, which is plain torch on CPU tensors."""
+import pytest
+import torch
+
+from conftest import counter, open_cache, paged_arrays, same_bits, small_layout, tokens_for
+from test_kv_layouts import ONE_HEAD_LAYOUTS, from_layout, to_layout
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# Long enough that kvtier's copies, if they did not wait, would finish first: ~50 ms on an H100.
+SLEEP_CYCLES = 100_000_000
+
+
+def cuda(ts):
+    return None if ts is None else [t.cuda() for t in ts]
+
+
+def cpu(ts):
+    return None if ts is None else [t.cpu() for t in ts]
+
+
+@pytest.mark.parametrize("name", ONE_HEAD_LAYOUTS)
+@pytest.mark.parametrize("stacked", [False, True])
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_staging_views_scatter_and_gather_every_part_of_every_layout(tmp_path, gen, name, stacked, wide):
+    # The CUDA path's device-side half, run on CPU tensors (it is plain torch): the engine's
+    # views, merged into as few strided views as their memory allows, scatter staged blocks into
+    # exactly the right places and gather them back.
+    from kvtier._cuda import CudaMover
+    from kvtier._kv_layouts import as_blocks
+    layout = small_layout("BF16", num_layers=3, heads=1, head_dim=72)
+    k, v = paged_arrays(layout, 5, gen)
+    with open_cache(layout, ssd=False) as c:
+        mover = CudaMover(c._c, c.layout)
+        ek, ev = to_layout(name, *paged_arrays(layout, 5))
+        if stacked:
+            ek, ev = torch.stack(ek), None if ev is None else torch.stack(ev)
+        bk, bv = as_blocks(name, ek, ev, c.layout, None)
+        parts = mover._engine_parts(list(bk), list(bv))
+        runs = mover._runs(parts)
+        if wide:  # as the CUDA path moves them: 8-byte words
+            runs = [(mover._wide(view), idx) for view, idx in runs]
+            assert all(view.dtype == torch.int64 for view, _ in runs)
+        assert sorted(i for _, idx in runs for i in idx) == list(range(6))
+        if stacked or name in ("vllm", "flashinfer-hnd", "mla"):
+            assert len(runs) <= 3  # merged: one per layer at most
+        staging = torch.zeros((4, mover.block_bytes), dtype=torch.uint8)
+        ids = torch.tensor([3, 0])
+        for layer in range(3):  # blocks 1 and 4 of the source, staged in slots 0 and 1
+            for part, src in ((0, k[layer]), (1, v[layer])):
+                offset, _, size = mover._parts[2 * layer + part]
+                nbytes = 16 * 72 * size
+                for slot, b in ((0, 1), (1, 4)):
+                    staging[slot, offset:offset + nbytes] = src[b].contiguous().view(-1).view(torch.uint8)
+        def staged(buffer, idx):
+            view = mover._staged(buffer, 2, idx)
+            return mover._wide(view) if wide else view
+        for view, idx in runs:
+            view.index_copy_(1, ids, staged(staging, idx))
+        got_k, got_v = from_layout(name, list(ek), None if ev is None else list(ev), 16)
+        for layer in range(3):
+            for want, got in ((k[layer], got_k[layer]), (v[layer], got_v[layer])):
+                assert same_bits(got[3], want[1]) and same_bits(got[0], want[4])
+                assert torch.count_nonzero(got[[1, 2, 4]].contiguous().view(torch.int16)) == 0
+        back = torch.zeros_like(staging)
+        for view, idx in runs:
+            out = staged(back, idx)
+            torch.index_select(view, 1, ids, out=out)  # as the CUDA save gathers: in place
+            assert out.data_ptr() == staged(back, idx).data_ptr()
+        assert torch.equal(back, staging)
+
+
+@needs_cuda
+@pytest.mark.parametrize("tier", ["ram", "ssd"])
+@pytest.mark.parametrize("load_as", ONE_HEAD_LAYOUTS)
+@pytest.mark.parametrize("save_as", ONE_HEAD_LAYOUTS)
+def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_as, load_as, tier):
+    # One KV head for MLA's latent; blocks of 36 KiB, so they lie in the page-locked chunks.
+    layout = small_layout("BF16", num_layers=4, heads=1, head_dim=144)
+    k, v = paged_arrays(layout, 6, gen)
+    tokens = tokens_for(21, 16 * 3 + 7)
+    src_k, src_v = to_layout(save_as, k, v)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, [4, 1, 3], cuda(src_k), cuda(src_v), kv_layout=save_as).stored == 3
+    with open_cache(layout, tmp_path) as c:
+        if tier == "ram":  # reopened: the SSD holds them; a first load promotes them to RAM
+            assert c.load_blocks(tokens, [0, 5, 2], *paged_arrays(layout, 6)) == 48
+        assert {b.tier for b in c.lookup(tokens).blocks} == {tier}
+        dst_k, dst_v = to_layout(load_as, *paged_arrays(layout, 6))
+        dst_k, dst_v = cuda(dst_k), cuda(dst_v)
+        loaded = c.load_blocks(tokens, [0, 5, 2], dst_k, dst_v, kv_layout=load_as)
+        assert loaded == 48 and loaded.event is not None
+        torch.cuda.synchronize()
+        assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
+    got_k, got_v = from_layout(load_as, cpu(dst_k), cpu(dst_v), 16)
+    for layer in range(layout["num_layers"]):
+        for want, got in ((k[layer], got_k[layer]), (v[layer], got_v[layer])):
+            for src, dst in ((4, 0), (1, 5), (3, 2)):
+                assert same_bits(want[src], got[dst]), (layer, src, dst)
+            for untouched in (1, 3, 4):
+                assert torch.count_nonzero(got[untouched].contiguous().view(torch.int16)) == 0
+
+
+@needs_cuda
+def test_host_and_cuda_engines_restore_each_other_and_store_takes_cuda_blocks(tmp_path, gen):
+    layout = small_layout("F16")
+    k, v = paged_arrays(layout, 4, gen)
+    tokens = tokens_for(22, 64)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens[:32], [2, 0], k, v).stored == 2  # from host tensors
+        assert c.save_blocks(tokens, [2, 0, 1, 3], cuda(k), cuda(v)).stored == 2  # two already cached
+        dk, dv = cuda(paged_arrays(layout, 4)[0]), cuda(paged_arrays(layout, 4)[1])
+        assert c.load_blocks(tokens, [0, 1, 2, 3], dk, dv) == 64
+        hk, hv = paged_arrays(layout, 4)
+        assert c.load_blocks(tokens, [0, 1, 2, 3], hk, hv) == 64  # a host engine reads what CUDA saved
+        for layer in range(2):
+            for want, got, host in ((k[layer], dk[layer].cpu(), hk[layer]), (v[layer], dv[layer].cpu(), hv[layer])):
+                assert same_bits(want[[2, 0, 1, 3]], got) and same_bits(want[[2, 0, 1, 3]], host)
+        # store(): one block of CUDA tensors; fetch hands back its bytes.
+        other = tokens_for(23, 16)
+        layers = [(k[l][1].cuda(), v[l][1].cuda()) for l in range(2)]
+        h = c.store(other, None, layers)
+        assert c.store(other, None, layers) == h  # already cached: nothing copied
+        with c.fetch(other) as f:
+            assert f[0].hash == h
+            for l in range(2):
+                assert same_bits(torch.from_dlpack(f[0].layers[l][0]), k[l][1])
+                assert same_bits(torch.from_dlpack(f[0].layers[l][1]), v[l][1])
+        s = c.stats()
+        assert counter(s, "kvtier_embedded_cuda_bytes_total", direction="to_device") > 0
+        assert counter(s, "kvtier_embedded_cuda_bytes_total", direction="from_device") > 0
+        assert counter(s, "kvtier_embedded_cuda_pinned_bytes") > 0
+
+
+@needs_cuda
+def test_a_partial_load_from_a_block_on_and_a_load_larger_than_the_staging_ring(tmp_path, gen, monkeypatch):
+    import kvtier._cuda as kc
+    monkeypatch.setattr(kc, "SLOT_BYTES", 1)  # one block per slot: the ring wraps many times
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 9, gen)
+    tokens = tokens_for(24, 16 * 9)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, list(range(9)), cuda(k), cuda(v)).stored == 9
+        dk, dv = cuda(paged_arrays(layout, 9)[0]), cuda(paged_arrays(layout, 9)[1])
+        ids = [8, 7, 6, 5, 4, 3, 2, 1, 0]
+        loaded = c.load_blocks(tokens, ids, dk, dv, first_block=2)
+        assert (loaded.first_block, loaded.blocks) == (2, 7)
+        torch.cuda.synchronize()
+    for layer in range(2):
+        got = dk[layer].cpu()
+        for i in range(2, 9):
+            assert same_bits(got[ids[i]], k[layer][i])
+        assert torch.count_nonzero(got[[8, 7]].view(torch.int16)) == 0  # before first_block: not written
+
+
+@needs_cuda
+def test_cuda_mistakes_raise_value_error_and_store_nothing(tmp_path, gen):
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 2, gen)
+    tokens = tokens_for(25, 32)
+    with open_cache(layout, tmp_path) as c:
+        for kk, vv, message in (
+            (cuda([t.float() for t in k]), cuda(v), "dtype"),
+            (cuda(k), v, "different devices"),
+            (cuda([t[:, :8] for t in k]), cuda(v), "shape|block"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                c.save_blocks(tokens, [0, 1], kk, vv)
+        with pytest.raises(ValueError, match="outside"):
+            c.save_blocks(tokens, [0, 7], cuda(k), cuda(v))
+        assert c.lookup(tokens).matched_tokens == 0
+        assert counter(c.stats(), "kvtier_embedded_rejected_calls_total") >= 3
+
+
+@needs_cuda
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_save_never_reads_kv_a_kernel_is_still_writing(tmp_path, gen, ordered, monkeypatch):
+    import kvtier._cuda as kc
+    if not ordered:
+        monkeypatch.setattr(kc, "ORDER_AFTER_CALLER", False)
+    layout = small_layout("BF16")
+    old_k, old_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
+    new_k, new_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
+    tokens = tokens_for(26, 32)
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with open_cache(layout, tmp_path) as c:
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            for dst, src in zip(old_k + old_v, new_k + new_v):
+                dst.copy_(src)  # the engine's kernel writing the blocks, still queued
+        assert c.save_blocks(tokens, [0, 1], old_k, old_v, stream=s).stored == 2
+        hk, hv = paged_arrays(layout, 2)
+        c.load_blocks(tokens, [0, 1], hk, hv)
+    saved_new = all(same_bits(h, n.cpu()) for h, n in zip(hk + hv, new_k + new_v))
+    assert saved_new == ordered  # unordered, the save read the stale bytes: the test can fail
+
+
+@needs_cuda
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_load_never_overwrites_kv_a_kernel_is_still_reading(tmp_path, gen, ordered, monkeypatch):
+    import kvtier._cuda as kc
+    if not ordered:
+        monkeypatch.setattr(kc, "ORDER_AFTER_CALLER", False)
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 2, gen)
+    tokens = tokens_for(27, 32)
+    engine_k, engine_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
+    before = [t.clone() for t in engine_k]
+    seen = [torch.empty_like(t) for t in engine_k]
+    s = torch.cuda.Stream()
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, [0, 1], k, v).stored == 2
+        torch.cuda.synchronize()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            for dst, src in zip(seen, engine_k):
+                dst.copy_(src)  # the engine's kernel reading the blocks, still queued
+        loaded = c.load_blocks(tokens, [0, 1], engine_k, engine_v, stream=s, wait=False)
+        s.wait_event(loaded.event)  # what the engine does before reading the loaded blocks
+        with torch.cuda.stream(s):
+            after = [t.clone() for t in engine_k]
+        torch.cuda.synchronize()
+    assert all(same_bits(a.cpu(), want) for a, want in zip(after, k))  # the loaded blocks, once waited for
+    read_old = all(same_bits(x, b) for x, b in zip(seen, before))
+    assert read_old == ordered  # unordered, the kernel read the new bytes: the test can fail
