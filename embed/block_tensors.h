@@ -20,7 +20,6 @@ namespace kvtier {
 // paged array [num_blocks, block_size, kv_heads, head_dim] indexed by block id.
 enum class BlockAddressing { kOneBlock, kPaged };
 
-enum class TensorAccess { kRead, kWrite };
 
 // Checks every layer's K and V against `layout`: the right number of layers; dense parts in the
 // layer's dtype; quantized triples only for a layer the layout keeps quantized, with its bits and

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "base/status.h"
-#include "embed/block_tensors.h"
 #include "embed/tensor_view.h"
 #include "serialize/block_hash.h"
 #include "serialize/kv_layout.h"

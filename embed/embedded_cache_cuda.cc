@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "embed/block_tensors.h"
 #include "embed/embedded_cache.h"
 #include "embed/embedded_cache_impl.h"
 

@@ -41,4 +41,7 @@ struct LayerKv {
   KvTensor v;
 };
 
+// Whether kvtier reads an engine's tensors (store, save) or writes them (load).
+enum class TensorAccess { kRead, kWrite };
+
 }  // namespace kvtier

@@ -18,6 +18,7 @@ torch is imported only when a CUDA tensor arrives."""
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # Bytes of one staging slot (whole blocks): a transfer of more goes round the two-slot ring. The
@@ -25,8 +26,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 SLOT_BYTES = 64 << 20
 # The stream contract. Only tests turn it off, to show that their races are real.
 ORDER_AFTER_CALLER = True
+# Full slots move through CUDA graphs (tests compare with and without).
+USE_GRAPHS = True
 _DLPACK_CUDA = 2
 _PLANS_KEPT = 16
+
+
+def _torch() -> Any:
+    import torch
+    return torch
 
 
 def first_tensor(x: Any) -> Any:
@@ -76,6 +84,21 @@ class _Plan:
         self.device = device
         self.runs = runs
         self.staged = staged  # [slot][run] -> [parts, slot_blocks, block_size, heads, dim]
+        # A full slot's scatter (load) or gather (save) as a CUDA graph, captured on first use:
+        # one launch instead of one per merged view. The block ids come from `ids`, one buffer
+        # per slot. None: capture failed, the kernels are launched one by one.
+        self.graphs: Dict[Tuple[str, int], Optional[Any]] = {}
+        self.ids: List[Any] = []
+
+    def moves(self, kind: str, slot: int, idx: Any, count: int, full: int) -> None:
+        """Enqueues the kernels of `kind` ("scatter" out of the slot into the engine's blocks
+        idx, "gather" the other way) for the slot's first `count` blocks, on the current stream."""
+        for (view, _), staged in zip(self.runs, self.staged[slot]):
+            staged = staged if count == full else staged[:, :count]
+            if kind == "scatter":
+                view.index_copy_(1, idx, staged)
+            else:  # straight into the ring's strided parts: one kernel, no temporary
+                _torch().index_select(view, 1, idx, out=staged)
 
 
 class CudaMover:
@@ -213,6 +236,42 @@ class CudaMover:
             (step, self.block_bytes // size, self._heads * self._dim, self._dim, 1),
             words.storage_offset() + offset // size)
 
+    def _move(self, plan: _Plan, kind: str, slot: int, idx: Any, count: int) -> None:
+        """plan.moves(...) on the current stream, through the slot's CUDA graph when the slot is
+        full (the graph reads the ids from its buffer, refreshed first on the same stream)."""
+        if count == self.slot_blocks and USE_GRAPHS:
+            graph = self._graph(plan, kind, slot)
+            if graph is not None:
+                plan.ids[slot].copy_(idx)
+                graph.replay()
+                return
+        plan.moves(kind, slot, idx, count, self.slot_blocks)
+
+    def _graph(self, plan: _Plan, kind: str, slot: int) -> Optional[Any]:
+        key = (kind, slot)
+        if key in plan.graphs:
+            return plan.graphs[key]
+        torch = self._torch
+        if not plan.ids:
+            plan.ids = [torch.zeros(self.slot_blocks, dtype=torch.int64, device=f"cuda:{plan.device}")
+                        for _ in range(2)]
+        graph = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream(device=plan.device)
+        # Captured, not run: nothing moves until a replay. Thread-local capture mode, so an
+        # engine's other threads may keep using CUDA meanwhile.
+        try:
+            with torch.cuda.stream(capture):
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    plan.moves(kind, slot, plan.ids[slot], self.slot_blocks, self.slot_blocks)
+                finally:
+                    graph.capture_end()
+        except RuntimeError as e:  # capture refused (an old driver, an op that syncs)
+            warnings.warn(f"kvtier: CUDA graph capture failed, launching kernels one by one: {e}")
+            graph = None
+        plan.graphs[key] = graph
+        return graph
+
     def save(self, tokens: Any, block_ids: Sequence[int], k_cache: Any, v_cache: Any, extra: List[str],
              stream: Any) -> Tuple[int, int, int]:
         torch = self._torch
@@ -235,10 +294,7 @@ class CudaMover:
                 if d.free[slot] is not None:
                     d.side.wait_event(d.free[slot])  # the slot's previous copies are done
                 with torch.cuda.stream(d.side):
-                    idx = ids_dev[first:first + count]
-                    for (view, _), dst in zip(plan.runs, plan.staged[slot]):
-                        # Straight into the ring's strided parts: one kernel, no temporary.
-                        torch.index_select(view, 1, idx, out=dst if count == self.slot_blocks else dst[:, :count])
+                    self._move(plan, "gather", slot, ids_dev[first:first + count], count)
                 staged = torch.cuda.Event()
                 staged.record(d.side)
                 d.copy.wait_event(staged)
@@ -296,9 +352,7 @@ class CudaMover:
                 with torch.cuda.stream(d.side):
                     if not ids_dev:
                         ids_dev.append(self._ids_on(used, plan.device))
-                    idx = ids_dev[0][first - first_block:first - first_block + count]
-                    for (view, _), src in zip(plan.runs, plan.staged[slot]):
-                        view.index_copy_(1, idx, src if count == self.slot_blocks else src[:, :count])
+                    self._move(plan, "scatter", slot, ids_dev[0][first - first_block:first - first_block + count], count)
                 done = torch.cuda.Event()
                 done.record(d.side)
                 # The next copies go into the other slot: not before its previous scatter is done.

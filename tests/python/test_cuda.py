@@ -138,14 +138,22 @@ def test_host_and_cuda_engines_restore_each_other_and_store_takes_cuda_blocks(tm
 
 
 @needs_cuda
-def test_a_partial_load_from_a_block_on_and_a_load_larger_than_the_staging_ring(tmp_path, gen, monkeypatch):
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_partial_load_from_a_block_on_and_a_load_larger_than_the_staging_ring(tmp_path, gen, monkeypatch, graphs):
     import kvtier._cuda as kc
     monkeypatch.setattr(kc, "SLOT_BYTES", 1)  # one block per slot: the ring wraps many times
+    monkeypatch.setattr(kc, "USE_GRAPHS", graphs)  # every slot is full: the graphs' path
     layout = small_layout("BF16")
     k, v = paged_arrays(layout, 9, gen)
     tokens = tokens_for(24, 16 * 9)
     with open_cache(layout, tmp_path) as c:
         assert c.save_blocks(tokens, list(range(9)), cuda(k), cuda(v)).stored == 9
+        other = tokens_for(28, 16 * 9)  # a save round the ring too: gathers slot by slot
+        assert c.save_blocks(other, list(range(8, -1, -1)), cuda(k), cuda(v)).stored == 9
+        hk, hv = paged_arrays(layout, 9)
+        assert c.load_blocks(other, list(range(9)), hk, hv) == 144
+        for layer in range(2):
+            assert same_bits(hk[layer], k[layer].flip(0)) and same_bits(hv[layer], v[layer].flip(0))
         dk, dv = cuda(paged_arrays(layout, 9)[0]), cuda(paged_arrays(layout, 9)[1])
         ids = [8, 7, 6, 5, 4, 3, 2, 1, 0]
         loaded = c.load_blocks(tokens, ids, dk, dv, first_block=2)
