@@ -520,6 +520,9 @@ void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
     v.counter("kvtier_embedded_cuda_unpinned_copies_total",
               "CUDA copies of host bytes that were not page-locked (bounce-buffered by the driver)", {},
               d ? d->unpinned_copies.value() : 0);
+    v.counter("kvtier_embedded_cuda_failures_total",
+              "CUDA transfers that failed (no driver, a driver error), other than bad input", {},
+              impl_->metrics.cuda_failures.value());
     v.gauge("kvtier_embedded_cuda_pinned_bytes", "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
   }

@@ -89,142 +89,148 @@ Result<SaveReport> EmbeddedCache::save_device_blocks(std::span<const uint32_t> t
                                                      std::span<const std::string> extra_keys,
                                                      std::span<const size_t> indices, const DeviceStaging& from,
                                                      const DeviceSlotHook& stage) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = check_staging(from, indices.size(), /*ring=*/static_cast<bool>(stage)); !st.ok()) {
-    return impl_->reject(st);
-  }
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
-  for (size_t j = 0; j < indices.size(); ++j) {
-    if (indices[j] >= keys.size()) {
-      return impl_->reject(invalid_argument("block " + std::to_string(indices[j]) + " is past the prompt's " +
-                                            std::to_string(keys.size()) + " full blocks"));
+  return impl_->device_outcome([&]() -> Result<SaveReport> {
+    auto lock = enter();
+    if (closed_) return closed_status();
+    if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+    if (Status st = check_staging(from, indices.size(), /*ring=*/static_cast<bool>(stage)); !st.ok()) {
+      return impl_->reject(st);
     }
-  }
-  KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
-  KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(from.device));
-  const size_t bb = block_bytes();
-  SaveReport report;
-  auto publish = [&](std::vector<Block>& blocks) {
-    for (Block& b : blocks) {
-      auto outcome = impl_->publish(std::move(b));
-      if (!outcome.ok()) ++report.refused;
-      else if (*outcome == InsertOutcome::kInserted) ++report.stored;
-      else ++report.already_cached;
+    const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+    for (size_t j = 0; j < indices.size(); ++j) {
+      if (indices[j] >= keys.size()) {
+        return impl_->reject(invalid_argument("block " + std::to_string(indices[j]) + " is past the prompt's " +
+                                              std::to_string(keys.size()) + " full blocks"));
+      }
     }
-    blocks.clear();
-  };
-  // A slot's blocks are published once their copies have run, while the next slot's copies run:
-  // nothing is published before every byte of it is down (a reader must never see a block
-  // half-copied), and the inserts hide behind the bus.
-  struct SlotCopies {
-    std::vector<Block> blocks;
-    std::optional<cuda::DeviceTransfers::Mark> done;
-  };
-  SlotCopies previous, current;
-  cuda::CopyRun run(*d, stream_of(from), /*to_device=*/false);
-  for (size_t first = 0; first < indices.size(); first += from.slot_blocks) {
-    const size_t count = std::min(from.slot_blocks, indices.size() - first);
-    const size_t slot = (first / from.slot_blocks) % from.slots.size();
-    if (stage) KVTIER_RETURN_IF_ERROR(stage(slot, first, count));
-    for (size_t j = first; j < first + count; ++j) {
-      const size_t i = indices[j];
-      BlockIdentity id =
-          impl_->identity(i == 0 ? impl_->hasher->root() : keys[i - 1].hash, keys[i].tokens, extra_keys);
-      current.blocks.push_back(Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id)));
-      // Enqueued behind the engine's gather into the slot: the copy reads what it staged.
-      KVTIER_RETURN_IF_ERROR(
-          run.add(current.blocks.back().mutable_data().data(), from.slots[slot] + (j - first) * bb, bb));
+    KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
+    KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(from.device));
+    const size_t bb = block_bytes();
+    SaveReport report;
+    auto publish = [&](std::vector<Block>& blocks) {
+      for (Block& b : blocks) {
+        auto outcome = impl_->publish(std::move(b));
+        if (!outcome.ok()) ++report.refused;
+        else if (*outcome == InsertOutcome::kInserted) ++report.stored;
+        else ++report.already_cached;
+      }
+      blocks.clear();
+    };
+    // A slot's blocks are published once their copies have run, while the next slot's copies run:
+    // nothing is published before every byte of it is down (a reader must never see a block
+    // half-copied), and the inserts hide behind the bus.
+    struct SlotCopies {
+      std::vector<Block> blocks;
+      std::optional<cuda::DeviceTransfers::Mark> done;
+    };
+    SlotCopies previous, current;
+    cuda::CopyRun run(*d, stream_of(from), /*to_device=*/false);
+    for (size_t first = 0; first < indices.size(); first += from.slot_blocks) {
+      const size_t count = std::min(from.slot_blocks, indices.size() - first);
+      const size_t slot = (first / from.slot_blocks) % from.slots.size();
+      if (stage) KVTIER_RETURN_IF_ERROR(stage(slot, first, count));
+      for (size_t j = first; j < first + count; ++j) {
+        const size_t i = indices[j];
+        BlockIdentity id =
+            impl_->identity(i == 0 ? impl_->hasher->root() : keys[i - 1].hash, keys[i].tokens, extra_keys);
+        current.blocks.push_back(Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id)));
+        // Enqueued behind the engine's gather into the slot: the copy reads what it staged.
+        KVTIER_RETURN_IF_ERROR(
+            run.add(current.blocks.back().mutable_data().data(), from.slots[slot] + (j - first) * bb, bb));
+      }
+      // The next hook may record what is queued so far as the slot's last use.
+      KVTIER_RETURN_IF_ERROR(run.flush());
+      KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers::Mark done, d->mark(stream_of(from)));
+      current.done.emplace(std::move(done));
+      if (previous.done) {
+        KVTIER_RETURN_IF_ERROR(previous.done->wait());
+        publish(previous.blocks);
+      }
+      previous = std::move(current);
+      current = SlotCopies{};
     }
-    // The next hook may record what is queued so far as the slot's last use.
-    KVTIER_RETURN_IF_ERROR(run.flush());
-    KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers::Mark done, d->mark(stream_of(from)));
-    current.done.emplace(std::move(done));
-    if (previous.done) {
-      KVTIER_RETURN_IF_ERROR(previous.done->wait());
-      publish(previous.blocks);
-    }
-    previous = std::move(current);
-    current = SlotCopies{};
-  }
-  KVTIER_RETURN_IF_ERROR(d->synchronize(stream_of(from)));
-  publish(previous.blocks);
-  return report;
+    KVTIER_RETURN_IF_ERROR(d->synchronize(stream_of(from)));
+    publish(previous.blocks);
+    return report;
+  }());
 }
 
 Result<StoreResult> EmbeddedCache::store_device_block(std::span<const uint32_t> tokens,
                                                       const std::optional<BlockHash>& parent,
                                                       std::span<const std::string> extra_keys,
                                                       const DeviceStaging& from) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  const KvLayout& l = layout();
-  if (static_cast<int>(tokens.size()) != l.block_size) {
-    return impl_->reject(invalid_argument("a block holds " + std::to_string(l.block_size) + " tokens, got " +
-                                          std::to_string(tokens.size())));
-  }
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = check_staging(from, 1, /*ring=*/false); !st.ok()) return impl_->reject(st);
-  BlockIdentity id = impl_->identity(parent.value_or(impl_->hasher->root()), tokens, extra_keys);
-  const BlockHash hash = id.hash;
-  if (impl_->holds(hash, tokens)) {
-    impl_->metrics.already_cached.inc();
-    return StoreResult{hash, false};
-  }
-  KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
-  KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(from.device));
-  Block block = Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id));
-  KVTIER_RETURN_IF_ERROR(d->download(stream_of(from), from.slots[0], block.mutable_data()));
-  KVTIER_RETURN_IF_ERROR(d->synchronize(stream_of(from)));
-  KVTIER_ASSIGN_OR_RETURN(InsertOutcome outcome, impl_->publish(std::move(block)));
-  return StoreResult{hash, outcome == InsertOutcome::kInserted};
+  return impl_->device_outcome([&]() -> Result<StoreResult> {
+    auto lock = enter();
+    if (closed_) return closed_status();
+    const KvLayout& l = layout();
+    if (static_cast<int>(tokens.size()) != l.block_size) {
+      return impl_->reject(invalid_argument("a block holds " + std::to_string(l.block_size) + " tokens, got " +
+                                            std::to_string(tokens.size())));
+    }
+    if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+    if (Status st = check_staging(from, 1, /*ring=*/false); !st.ok()) return impl_->reject(st);
+    BlockIdentity id = impl_->identity(parent.value_or(impl_->hasher->root()), tokens, extra_keys);
+    const BlockHash hash = id.hash;
+    if (impl_->holds(hash, tokens)) {
+      impl_->metrics.already_cached.inc();
+      return StoreResult{hash, false};
+    }
+    KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
+    KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(from.device));
+    Block block = Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id));
+    KVTIER_RETURN_IF_ERROR(d->download(stream_of(from), from.slots[0], block.mutable_data()));
+    KVTIER_RETURN_IF_ERROR(d->synchronize(stream_of(from)));
+    KVTIER_ASSIGN_OR_RETURN(InsertOutcome outcome, impl_->publish(std::move(block)));
+    return StoreResult{hash, outcome == InsertOutcome::kInserted};
+  }());
 }
 
 Result<LoadReport> EmbeddedCache::load_device_blocks(std::span<const uint32_t> tokens,
                                                      std::span<const std::string> extra_keys,
                                                      const LoadOptions& options, size_t max_blocks,
                                                      const DeviceStaging& to, const DeviceSlotHook& filled) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = check_staging(to, 0, /*ring=*/true); !st.ok()) return impl_->reject(st);
-  KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
-  KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(to.device));
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
-  const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
-  const size_t bb = block_bytes();
-  std::vector<BlockRef> held;  // the host blocks the enqueued copies read
-  size_t enqueued = 0;         // blocks enqueued since options.first_block
-  size_t slot_first = options.first_block;
-  cuda::CopyRun run(*d, stream_of(to), /*to_device=*/true);
-  auto slot_done = [&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(run.flush());
-    const size_t in_slot = enqueued - (slot_first - options.first_block);
-    if (in_slot == 0) return ok_status();
-    const size_t slot = ((enqueued - 1) / to.slot_blocks) % to.slots.size();
-    // The slot's copies are queued: the engine's scatter out of it goes behind them.
-    KVTIER_RETURN_IF_ERROR(filled(slot, slot_first, in_slot));
-    slot_first += in_slot;
-    return ok_status();
-  };
-  auto loaded = impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) -> Status {
-    (void)i;  // blocks arrive in order: i == options.first_block + enqueued
-    const size_t slot = (enqueued / to.slot_blocks) % to.slots.size();
-    const uint64_t dst = to.slots[slot] + (enqueued % to.slot_blocks) * bb;
-    KVTIER_RETURN_IF_ERROR(run.add(const_cast<uint8_t*>(b->data().data()), dst, bb));
-    held.push_back(b);
-    ++enqueued;
-    if (enqueued % to.slot_blocks == 0) return slot_done();
-    return ok_status();
-  });
-  // Whatever happened, what was enqueued stays alive until it has been copied.
-  Status partial = loaded.ok() ? slot_done() : run.flush();
-  Status retired = d->retire_after(stream_of(to), std::move(held));
-  if (!loaded.ok()) return loaded.status();
-  KVTIER_RETURN_IF_ERROR(partial);
-  KVTIER_RETURN_IF_ERROR(retired);
-  return loaded;
+  return impl_->device_outcome([&]() -> Result<LoadReport> {
+    auto lock = enter();
+    if (closed_) return closed_status();
+    if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+    if (Status st = check_staging(to, 0, /*ring=*/true); !st.ok()) return impl_->reject(st);
+    KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
+    KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(to.device));
+    const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+    const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
+    const size_t bb = block_bytes();
+    std::vector<BlockRef> held;  // the host blocks the enqueued copies read
+    size_t enqueued = 0;         // blocks enqueued since options.first_block
+    size_t slot_first = options.first_block;
+    cuda::CopyRun run(*d, stream_of(to), /*to_device=*/true);
+    auto slot_done = [&]() -> Status {
+      KVTIER_RETURN_IF_ERROR(run.flush());
+      const size_t in_slot = enqueued - (slot_first - options.first_block);
+      if (in_slot == 0) return ok_status();
+      const size_t slot = ((enqueued - 1) / to.slot_blocks) % to.slots.size();
+      // The slot's copies are queued: the engine's scatter out of it goes behind them.
+      KVTIER_RETURN_IF_ERROR(filled(slot, slot_first, in_slot));
+      slot_first += in_slot;
+      return ok_status();
+    };
+    auto loaded = impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) -> Status {
+      (void)i;  // blocks arrive in order: i == options.first_block + enqueued
+      const size_t slot = (enqueued / to.slot_blocks) % to.slots.size();
+      const uint64_t dst = to.slots[slot] + (enqueued % to.slot_blocks) * bb;
+      KVTIER_RETURN_IF_ERROR(run.add(const_cast<uint8_t*>(b->data().data()), dst, bb));
+      held.push_back(b);
+      ++enqueued;
+      if (enqueued % to.slot_blocks == 0) return slot_done();
+      return ok_status();
+    });
+    // Whatever happened, what was enqueued stays alive until it has been copied.
+    Status partial = loaded.ok() ? slot_done() : run.flush();
+    Status retired = d->retire_after(stream_of(to), std::move(held));
+    if (!loaded.ok()) return loaded.status();
+    KVTIER_RETURN_IF_ERROR(partial);
+    KVTIER_RETURN_IF_ERROR(retired);
+    return loaded;
+  }());
 }
 
 }  // namespace kvtier

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "base/log.h"
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
@@ -30,6 +32,7 @@ struct EmbeddedCacheMetrics {
   Counter fetched_blocks;
   Counter bytes_in;
   Counter bytes_out;
+  Counter cuda_failures;  // a CUDA transfer that failed for a reason other than bad input
 };
 
 // Shared by the cache and every FetchedBlocks it handed out, so pins can be given back (and views
@@ -70,6 +73,21 @@ struct EmbeddedCache::Impl {
   void count_load(size_t loaded);
   // Block ids must address blocks of the paged arrays.
   Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
+
+  // Counts and logs (throttled) a device call's failure that is not the caller's bad input (those
+  // were counted as rejections).
+  template <typename T>
+  Result<T> device_outcome(Result<T> r) {
+    const StatusCode code = r.ok() ? StatusCode::kOk : r.status().code();
+    if (!r.ok() && code != StatusCode::kInvalidArgument && code != StatusCode::kFailedPrecondition) {
+      metrics.cuda_failures.inc();
+      if (auto n = device_log.admit()) {
+        spdlog::warn("a CUDA transfer failed: {} ({} similar suppressed)", r.status().message(), *n);
+      }
+    }
+    return r;
+  }
+  LogThrottle device_log;
 
   // CUDA engines (embedded_cache_cuda.cc): the driver is loaded when the first CUDA transfer comes.
   Result<cuda::DeviceTransfers*> device_transfers();

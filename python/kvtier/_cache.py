@@ -289,10 +289,11 @@ class Cache:
         torch's current stream), so a kernel still writing them is waited for on the GPU; the
         call returns once they are in host memory and cached.
         """
-        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
         if is_cuda(k_cache):
-            stored, already, refused = self._mover().save(tokens, block_ids, k_cache, v_cache, list(extra_keys), stream)
+            stored, already, refused = self._mover().save(tokens, block_ids, (k_cache, v_cache, kv_layout, page_size),
+                                                          list(extra_keys), stream)
             return SaveReport(stored, already, refused)
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
         stored, already, refused = self._c.save_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype))
         return SaveReport(stored, already, refused)
@@ -331,12 +332,12 @@ class Cache:
         last one; with ``wait=True`` ``stream`` waits on it (on the GPU), with ``wait=False`` the
         engine waits on it itself before reading the loaded blocks.
         """
-        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
         if is_cuda(k_cache):
             first, blocks, late, event = self._mover().load(
-                tokens, block_ids, k_cache, v_cache, list(extra_keys), int(first_block),
+                tokens, block_ids, (k_cache, v_cache, kv_layout, page_size), list(extra_keys), int(first_block),
                 -1.0 if deadline is None else max(0.0, float(deadline)), stream, bool(wait))
             return LoadedTokens(blocks * self.block_size, first, blocks, late, self.block_size, event)
+        k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
         first, blocks, late = self._c.load_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype), int(first_block),
             -1.0 if deadline is None else max(0.0, float(deadline)))

@@ -21,12 +21,16 @@ import threading
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ._kv_layouts import as_blocks
+
 # Bytes of one staging slot (whole blocks): a transfer of more goes round the two-slot ring. The
 # GPU memory kvtier keeps per device is twice this.
 SLOT_BYTES = 64 << 20
 # The stream contract. Only tests turn it off, to show that their races are real.
 ORDER_AFTER_CALLER = True
-# Full slots move through CUDA graphs (tests compare with and without).
+# Slots move through one Triton kernel where Triton is installed, else full slots through CUDA
+# graphs (tests compare the three paths).
+USE_TRITON = True
 USE_GRAPHS = True
 _DLPACK_CUDA = 2
 _PLANS_KEPT = 16
@@ -58,6 +62,15 @@ def _allocation(t: Any) -> int:
     return storage.data_ptr()
 
 
+def _signature(x: Any) -> Any:
+    """What identifies an engine's tensors across calls: where each lies and how it is shaped."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return tuple(_signature(t) for t in x)
+    return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device.index)
+
+
 def _per_layer(x: Any) -> List[Any]:
     return list(x) if isinstance(x, (list, tuple)) else list(x.unbind(0))
 
@@ -72,6 +85,10 @@ class _Device:
         self.ring = torch.empty((2, slot_blocks, block_bytes), dtype=torch.uint8, device=f"cuda:{device}")
         self.slots = [self.ring[0].data_ptr(), self.ring[1].data_ptr()]
         self.free: List[Optional[Any]] = [None, None]  # event after the last work on each slot
+        self.ids_host: List[Any] = []  # two pinned buffers of block ids, used in turn
+        self.ids_sent: List[Optional[Any]] = [None, None]  # after the last copy out of each
+        self.ids_turn = 0
+        self.ids_device: Optional[Any] = None
         self.lock = threading.Lock()  # one transfer at a time uses the ring
 
 
@@ -89,6 +106,8 @@ class _Plan:
         # per slot. None: capture failed, the kernels are launched one by one.
         self.graphs: Dict[Tuple[str, int], Optional[Any]] = {}
         self.ids: List[Any] = []
+        self.kernel: Optional[Any] = None  # a _cuda_kernels.SlotKernel
+        self.ring_words: List[Any] = []  # each slot of the ring as 8-byte words
 
     def moves(self, kind: str, slot: int, idx: Any, count: int, full: int) -> None:
         """Enqueues the kernels of `kind` ("scatter" out of the slot into the engine's blocks
@@ -109,6 +128,7 @@ class CudaMover:
 
         self._torch = torch
         self._c = c
+        self._layout = layout
         self._bs = layout["block_size"]
         self._heads = layout["num_kv_heads"]
         self._dim = layout["head_dim"]
@@ -148,24 +168,56 @@ class CudaMover:
     def _caller(self, stream: Any, device: int) -> Any:
         return self._torch.cuda.current_stream(device) if stream is None else stream
 
-    def _ids_on(self, ids: Sequence[int], device: int) -> Any:
-        # Through pinned memory with non_blocking: a pageable copy would make the host wait for
-        # every stream the current one waits on, the engine's included.
-        host = self._torch.tensor(list(ids), dtype=self._torch.int64)
-        return host.pin_memory().to(device=f"cuda:{device}", non_blocking=True)
+    def _ids_on(self, d: "_Device", ids: Sequence[int]) -> Any:
+        """The block ids on the device, sent on the current stream (the side stream, which runs
+        every kernel that reads them) from one of two pinned buffers kept per device: a fresh
+        pinned tensor per call cost ~0.1 ms, and a pageable copy would make the host wait for
+        every stream the current one waits on, the engine's included."""
+        torch = self._torch
+        n = len(ids)
+        if d.ids_device is None or d.ids_device.shape[0] < n:
+            size = max(1024, 1 << max(0, n - 1).bit_length())
+            for sent in d.ids_sent:
+                if sent is not None:
+                    sent.synchronize()
+            d.ids_host = [torch.empty(size, dtype=torch.int64).pin_memory() for _ in range(2)]
+            d.ids_sent = [None, None]
+            d.ids_device = torch.empty(size, dtype=torch.int64, device=f"cuda:{d.index}")
+        d.ids_turn ^= 1
+        host, sent = d.ids_host[d.ids_turn], d.ids_sent[d.ids_turn]
+        if sent is not None:
+            sent.synchronize()  # the copy out of this buffer two calls ago has run
+        host.numpy()[:n] = ids
+        out = d.ids_device[:n]
+        out.copy_(host[:n], non_blocking=True)
+        d.ids_sent[d.ids_turn] = torch.cuda.Event()
+        d.ids_sent[d.ids_turn].record()
+        return out
 
-    def _plan(self, parts: List[Any], k: List[Any], v: List[Any], write: bool) -> _Plan:
-        key = (write, tuple((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index) for t in parts))
+    def _plan(self, engine: Tuple[Any, Any, str, Optional[int]], write: bool) -> _Plan:
+        """The plan for the engine's (k_cache, v_cache, kv_layout, page_size), found by its
+        tensors' addresses, shapes and strides: the layout's views are made and checked once."""
+        key = (write, engine[2], engine[3], _signature(engine[0]), _signature(engine[1]))
         with self._lock:
             plan = self._plans.get(key)
         if plan is not None:
             return plan
+        k, v = as_blocks(engine[2], engine[0], engine[1], self._layout, engine[3])
+        k, v = _per_layer(k), _per_layer(v)
+        parts = self._engine_parts(k, v)
         num_blocks, device = self._c.check_paged(k, v, [], write, False)
         runs = [(self._wide(view), idx) for view, idx in self._runs(parts)]
         d = self._device(device)
         staged = [[self._wide(self._staged(d.ring[slot], self.slot_blocks, idx)) for _, idx in runs]
                   for slot in range(2)]
         plan = _Plan(num_blocks, device, runs, staged)
+        from . import _cuda_kernels
+
+        words = [self._wide(t) for t in parts]
+        if all(w.dtype == self._torch.int64 for w in words) and self.block_bytes % 8 == 0:
+            plan.kernel = _cuda_kernels.slot_kernel(self._torch, words, [o // 8 for o, _, _ in self._parts],
+                                                    self.block_bytes // 8)
+            plan.ring_words = [d.ring[slot].view(self._torch.int64) for slot in range(2)]
         with self._lock:
             if len(self._plans) >= _PLANS_KEPT:
                 self._plans.pop(next(iter(self._plans)))
@@ -239,6 +291,13 @@ class CudaMover:
     def _move(self, plan: _Plan, kind: str, slot: int, idx: Any, count: int) -> None:
         """plan.moves(...) on the current stream, through the slot's CUDA graph when the slot is
         full (the graph reads the ids from its buffer, refreshed first on the same stream)."""
+        if plan.kernel is not None and USE_TRITON:
+            try:
+                plan.kernel.run(kind, plan.ring_words[slot], idx, count)
+                return
+            except Exception as e:  # a Triton that cannot compile here: torch's kernels instead
+                warnings.warn(f"kvtier: the Triton slot kernel failed, using torch's kernels: {e}")
+                plan.kernel = None
         if count == self.slot_blocks and USE_GRAPHS:
             graph = self._graph(plan, kind, slot)
             if graph is not None:
@@ -272,13 +331,13 @@ class CudaMover:
         plan.graphs[key] = graph
         return graph
 
-    def save(self, tokens: Any, block_ids: Sequence[int], k_cache: Any, v_cache: Any, extra: List[str],
-             stream: Any) -> Tuple[int, int, int]:
+    def save(self, tokens: Any, block_ids: Sequence[int], engine: Tuple[Any, Any, str, Optional[int]],
+             extra: List[str], stream: Any) -> Tuple[int, int, int]:
+        """engine: (k_cache, v_cache, kv_layout, page_size) as save_blocks takes them."""
         torch = self._torch
-        k, v = _per_layer(k_cache), _per_layer(v_cache)
         ids = [int(i) for i in block_ids]
         used = ids[:min(len(ids), len(tokens) // self._bs)]
-        plan = self._plan(self._engine_parts(k, v), k, v, False)
+        plan = self._plan(engine, False)
         self._c.check_block_ids(used, plan.num_blocks)
         missing = self._c.missing_blocks(tokens, extra, len(used))
         if not missing:
@@ -288,7 +347,7 @@ class CudaMover:
             if ORDER_AFTER_CALLER:
                 d.side.wait_stream(self._caller(stream, plan.device))  # the engine's writes come first
             with torch.cuda.stream(d.side):
-                ids_dev = self._ids_on([used[i] for i in missing], plan.device)
+                ids_dev = self._ids_on(d, [used[i] for i in missing])
 
             def stage(slot: int, first: int, count: int) -> None:
                 if d.free[slot] is not None:
@@ -326,14 +385,15 @@ class CudaMover:
         hash_, _ = self._c.store_device_block(tokens, parent, extra, device, copy.cuda_stream, staging.data_ptr())
         return hash_
 
-    def load(self, tokens: Any, block_ids: Sequence[int], k_cache: Any, v_cache: Any, extra: List[str],
-             first_block: int, deadline: float, stream: Any, wait: bool) -> Tuple[int, int, bool, Any]:
+    def load(self, tokens: Any, block_ids: Sequence[int], engine: Tuple[Any, Any, str, Optional[int]],
+             extra: List[str], first_block: int, deadline: float, stream: Any,
+             wait: bool) -> Tuple[int, int, bool, Any]:
+        """engine: (k_cache, v_cache, kv_layout, page_size) as load_blocks takes them."""
         torch = self._torch
-        k, v = _per_layer(k_cache), _per_layer(v_cache)
         ids = [int(i) for i in block_ids]
         end = min(len(ids), len(tokens) // self._bs)
         used = ids[first_block:end] if first_block < end else []
-        plan = self._plan(self._engine_parts(k, v), k, v, True)
+        plan = self._plan(engine, True)
         self._c.check_block_ids(used, plan.num_blocks)
         caller = self._caller(stream, plan.device)
         d = self._device(plan.device)
@@ -351,7 +411,7 @@ class CudaMover:
                 d.side.wait_event(arrived)
                 with torch.cuda.stream(d.side):
                     if not ids_dev:
-                        ids_dev.append(self._ids_on(used, plan.device))
+                        ids_dev.append(self._ids_on(d, used))
                     self._move(plan, "scatter", slot, ids_dev[0][first - first_block:first - first_block + count], count)
                 done = torch.cuda.Event()
                 done.record(d.side)

@@ -76,10 +76,13 @@ def test_the_staging_views_scatter_and_gather_every_part_of_every_layout(tmp_pat
 
 
 @needs_cuda
+@pytest.mark.parametrize("triton", [True, False])
 @pytest.mark.parametrize("tier", ["ram", "ssd"])
 @pytest.mark.parametrize("load_as", ONE_HEAD_LAYOUTS)
 @pytest.mark.parametrize("save_as", ONE_HEAD_LAYOUTS)
-def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_as, load_as, tier):
+def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_as, load_as, tier, triton, monkeypatch):
+    import kvtier._cuda as kc
+    monkeypatch.setattr(kc, "USE_TRITON", triton)
     # One KV head for MLA's latent; blocks of 36 KiB, so they lie in the page-locked chunks.
     layout = small_layout("BF16", num_layers=4, heads=1, head_dim=144)
     k, v = paged_arrays(layout, 6, gen)
@@ -138,11 +141,13 @@ def test_host_and_cuda_engines_restore_each_other_and_store_takes_cuda_blocks(tm
 
 
 @needs_cuda
-@pytest.mark.parametrize("graphs", [True, False])
-def test_a_partial_load_from_a_block_on_and_a_load_larger_than_the_staging_ring(tmp_path, gen, monkeypatch, graphs):
+@pytest.mark.parametrize("mover", ["triton", "graphs", "kernels"])
+def test_a_partial_load_from_a_block_on_and_a_load_larger_than_the_staging_ring(tmp_path, gen, monkeypatch, mover):
     import kvtier._cuda as kc
     monkeypatch.setattr(kc, "SLOT_BYTES", 1)  # one block per slot: the ring wraps many times
-    monkeypatch.setattr(kc, "USE_GRAPHS", graphs)  # every slot is full: the graphs' path
+    # Every slot is full: the graphs' path when Triton is off.
+    monkeypatch.setattr(kc, "USE_TRITON", mover == "triton")
+    monkeypatch.setattr(kc, "USE_GRAPHS", mover == "graphs")
     layout = small_layout("BF16")
     k, v = paged_arrays(layout, 9, gen)
     tokens = tokens_for(24, 16 * 9)
@@ -237,3 +242,16 @@ def test_a_load_never_overwrites_kv_a_kernel_is_still_reading(tmp_path, gen, ord
     assert all(same_bits(a.cpu(), want) for a, want in zip(after, k))  # the loaded blocks, once waited for
     read_old = all(same_bits(x, b) for x, b in zip(seen, before))
     assert read_old == ordered  # unordered, the kernel read the new bytes: the test can fail
+
+
+@needs_cuda
+def test_the_slot_kernel_is_used_where_triton_is_installed(tmp_path, gen):
+    # Where Triton imports, every plan of 8-byte-word tensors gets the one-launch kernel (the
+    # other paths are tested above with it switched off).
+    pytest.importorskip("triton")
+    layout = small_layout("BF16")
+    k, v = paged_arrays(layout, 2, gen)
+    with open_cache(layout, tmp_path) as c:
+        c.save_blocks(tokens_for(29, 32), [0, 1], cuda(k), cuda(v))
+        plans = list(c._mover()._plans.values())
+        assert plans and all(p.kernel is not None for p in plans)
