@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import counter, open_cache, paged_arrays, same_bits, small_layout, tokens_for
-from test_kv_layouts import ONE_HEAD_LAYOUTS, from_layout, to_layout
+from test_kv_layouts import ONE_HEAD_LAYOUTS, assert_placed, from_layout, to_layout
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -18,6 +18,17 @@ SLEEP_CYCLES = 100_000_000
 
 def cuda(ts):
     return None if ts is None else [t.cuda() for t in ts]
+
+
+def cuda_paged(layout, num_blocks, generator):
+    k, v = paged_arrays(layout, num_blocks, generator)
+    return cuda(k), cuda(v)
+
+
+def order_after_caller(monkeypatch, ordered):
+    """kvtier's stream contract on, or off to show that a race test can fail."""
+    import kvtier._cuda as kc
+    monkeypatch.setattr(kc, "ORDER_AFTER_CALLER", ordered)
 
 
 def cpu(ts):
@@ -101,12 +112,7 @@ def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_a
         torch.cuda.synchronize()
         assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
     got_k, got_v = from_layout(load_as, cpu(dst_k), cpu(dst_v), 16)
-    for layer in range(layout["num_layers"]):
-        for want, got in ((k[layer], got_k[layer]), (v[layer], got_v[layer])):
-            for src, dst in ((4, 0), (1, 5), (3, 2)):
-                assert same_bits(want[src], got[dst]), (layer, src, dst)
-            for untouched in (1, 3, 4):
-                assert torch.count_nonzero(got[untouched].contiguous().view(torch.int16)) == 0
+    assert_placed(k, v, got_k, got_v, moves=((4, 0), (1, 5), (3, 2)), untouched=(1, 3, 4))
 
 
 @needs_cuda
@@ -193,12 +199,10 @@ def test_cuda_mistakes_raise_value_error_and_store_nothing(tmp_path, gen):
 @needs_cuda
 @pytest.mark.parametrize("ordered", [True, False])
 def test_a_save_never_reads_kv_a_kernel_is_still_writing(tmp_path, gen, ordered, monkeypatch):
-    import kvtier._cuda as kc
-    if not ordered:
-        monkeypatch.setattr(kc, "ORDER_AFTER_CALLER", False)
+    order_after_caller(monkeypatch, ordered)
     layout = small_layout("BF16")
-    old_k, old_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
-    new_k, new_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
+    old_k, old_v = cuda_paged(layout, 2, gen)
+    new_k, new_v = cuda_paged(layout, 2, gen)
     tokens = tokens_for(26, 32)
     s = torch.cuda.Stream()
     torch.cuda.synchronize()
@@ -217,13 +221,11 @@ def test_a_save_never_reads_kv_a_kernel_is_still_writing(tmp_path, gen, ordered,
 @needs_cuda
 @pytest.mark.parametrize("ordered", [True, False])
 def test_a_load_never_overwrites_kv_a_kernel_is_still_reading(tmp_path, gen, ordered, monkeypatch):
-    import kvtier._cuda as kc
-    if not ordered:
-        monkeypatch.setattr(kc, "ORDER_AFTER_CALLER", False)
+    order_after_caller(monkeypatch, ordered)
     layout = small_layout("BF16")
     k, v = paged_arrays(layout, 2, gen)
     tokens = tokens_for(27, 32)
-    engine_k, engine_v = cuda(paged_arrays(layout, 2, gen)[0]), cuda(paged_arrays(layout, 2, gen)[1])
+    engine_k, engine_v = cuda_paged(layout, 2, gen)
     before = [t.clone() for t in engine_k]
     seen = [torch.empty_like(t) for t in engine_k]
     s = torch.cuda.Stream()
