@@ -10,7 +10,7 @@ With --device cuda (a CUDA GPU and torch built for it) the engine's KV lives on 
 the engines' layouts (kv_layout=), and the references are torch's own pinned copies of the same
 bytes across the bus, interleaved with kvtier's round by round: load_blocks from a RAM hit against
 a pinned host-to-device copy, save_blocks against a pinned device-to-host copy, load_blocks from
-an SSD hit against ssd_bench's restore read on the same disk.
+an SSD hit against ssd_bench's restore read on the same disk (run before and after; their mean).
 
 Prints a table of medians and writes python_embed_bench.json to $KVTIER_BENCH_OUT (default
 bench-results/).
@@ -265,8 +265,11 @@ def bench_cuda(blocks, reps, workdir):
 
 
 def main_cuda(a, workdir):
+    # The disk drifts between minutes: its reference is read before and after kvtier's loads.
+    ssd_before, _ = ssd_bench_read(a.build, a.blocks, workdir)
     nbytes, times = bench_cuda(a.blocks, a.reps, workdir)
-    ssd_read, _ = ssd_bench_read(a.build, a.blocks, workdir)
+    ssd_after, _ = ssd_bench_read(a.build, a.blocks, workdir)
+    ssd_read = (ssd_before + ssd_after) / 2
     shutil.rmtree(workdir, ignore_errors=True)
     rows = []
     for layout, t in times.items():
@@ -277,7 +280,7 @@ def main_cuda(a, workdir):
         rows.append([layout, r["load_ram"], r["h2d"], load_ratio, r["save"], r["d2h"], save_ratio,
                      r["save_cold"], r["load_ssd"], r["load_ssd"] / ssd_read, t["unpinned"]])
     title = (f"python_embed_bench --device cuda: {a.blocks} Llama-3-8B bf16 blocks ({nbytes / 2**20:.0f} MiB) per "
-             f"operation, median of {a.reps}; ssd_bench restore read {ssd_read:.2f} GB/s")
+             f"operation, median of {a.reps}; ssd_bench restore read {ssd_before:.2f} GB/s before, {ssd_after:.2f} after")
     cols = ["kv_layout", "load RAM GB/s", "pinned H2D", "load/H2D", "save GB/s", "pinned D2H", "save/D2H",
             "save cold GB/s", "load SSD GB/s", "SSD/ssd_bench", "unpinned copies"]
     print(title)

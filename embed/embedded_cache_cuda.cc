@@ -2,6 +2,7 @@
 // buffers in device memory (embed/cuda/). The engine's own layout is its business (the Python
 // module gathers and scatters with torch); here each block crosses the bus once, by DMA, as the
 // contiguous bytes it is.
+#include <deque>
 #include <optional>
 
 #include <spdlog/spdlog.h>
@@ -27,6 +28,10 @@ Status check_staging(const DeviceStaging& s, size_t blocks_needed, bool ring) {
 }
 
 cuda::CUstream stream_of(const DeviceStaging& s) { return reinterpret_cast<cuda::CUstream>(s.stream); }
+
+// A save publishes its blocks in groups of about this many bytes as their copies complete, so
+// only the last group's inserts wait after the bus is done.
+constexpr size_t kPublishGroupBytes = 8 << 20;
 
 }  // namespace
 
@@ -116,41 +121,54 @@ Result<SaveReport> EmbeddedCache::save_device_blocks(std::span<const uint32_t> t
       }
       blocks.clear();
     };
-    // A slot's blocks are published once their copies have run, while the next slot's copies run:
-    // nothing is published before every byte of it is down (a reader must never see a block
-    // half-copied), and the inserts hide behind the bus.
-    struct SlotCopies {
+    // Blocks are published a group at a time once the group's copies have run, while later
+    // copies run: nothing is published before every byte of it is down (a reader must never see
+    // a block half-copied), and the inserts hide behind the bus but for the last group's.
+    struct Group {
       std::vector<Block> blocks;
-      std::optional<cuda::DeviceTransfers::Mark> done;
+      cuda::DeviceTransfers::Mark done;
     };
-    SlotCopies previous, current;
+    std::deque<Group> in_flight;
+    auto publish_front = [&]() -> Status {
+      KVTIER_RETURN_IF_ERROR(in_flight.front().done.wait());
+      publish(in_flight.front().blocks);
+      in_flight.pop_front();
+      return ok_status();
+    };
+    const size_t group_blocks = std::max<size_t>(1, kPublishGroupBytes / bb);
+    std::vector<Block> group;
+    // Whatever way this returns, no copy may still be writing into a block that is going away.
+    struct WaitForCopies {
+      cuda::DeviceTransfers* d;
+      cuda::CUstream stream;
+      ~WaitForCopies() { (void)d->synchronize(stream); }
+    } wait_for_copies{d, stream_of(from)};
     cuda::CopyRun run(*d, stream_of(from), /*to_device=*/false);
     for (size_t first = 0; first < indices.size(); first += from.slot_blocks) {
       const size_t count = std::min(from.slot_blocks, indices.size() - first);
       const size_t slot = (first / from.slot_blocks) % from.slots.size();
       if (stage) KVTIER_RETURN_IF_ERROR(stage(slot, first, count));
+      const size_t groups_before = in_flight.size();
       for (size_t j = first; j < first + count; ++j) {
         const size_t i = indices[j];
         BlockIdentity id =
             impl_->identity(i == 0 ? impl_->hasher->root() : keys[i - 1].hash, keys[i].tokens, extra_keys);
-        current.blocks.push_back(Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id)));
+        group.push_back(Block::dense_uninitialized(impl_->stack->layout_ptr(), std::move(id)));
         // Enqueued behind the engine's gather into the slot: the copy reads what it staged.
-        KVTIER_RETURN_IF_ERROR(
-            run.add(current.blocks.back().mutable_data().data(), from.slots[slot] + (j - first) * bb, bb));
+        KVTIER_RETURN_IF_ERROR(run.add(group.back().mutable_data().data(), from.slots[slot] + (j - first) * bb, bb));
+        if (group.size() == group_blocks || j + 1 == first + count) {
+          // Flushed at the slot's end too: the next hook may record what is queued so far as
+          // the slot's last use.
+          KVTIER_RETURN_IF_ERROR(run.flush());
+          KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers::Mark done, d->mark(stream_of(from)));
+          in_flight.push_back(Group{std::move(group), std::move(done)});
+          group.clear();
+        }
       }
-      // The next hook may record what is queued so far as the slot's last use.
-      KVTIER_RETURN_IF_ERROR(run.flush());
-      KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers::Mark done, d->mark(stream_of(from)));
-      current.done.emplace(std::move(done));
-      if (previous.done) {
-        KVTIER_RETURN_IF_ERROR(previous.done->wait());
-        publish(previous.blocks);
-      }
-      previous = std::move(current);
-      current = SlotCopies{};
+      // The previous slots' groups, while this slot's copies run.
+      for (size_t g = 0; g < groups_before; ++g) KVTIER_RETURN_IF_ERROR(publish_front());
     }
-    KVTIER_RETURN_IF_ERROR(d->synchronize(stream_of(from)));
-    publish(previous.blocks);
+    while (!in_flight.empty()) KVTIER_RETURN_IF_ERROR(publish_front());
     return report;
   }());
 }
