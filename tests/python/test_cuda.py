@@ -257,3 +257,39 @@ def test_the_slot_kernel_is_used_where_triton_is_installed(tmp_path, gen):
         c.save_blocks(tokens_for(29, 32), [0, 1], cuda(k), cuda(v))
         plans = list(c._mover()._plans.values())
         assert plans and all(p.kernel is not None for p in plans)
+
+
+@needs_cuda
+def test_threads_saving_and_loading_cuda_blocks_at_once_each_get_their_own_bytes(tmp_path, gen):
+    # Four engine threads share one cache and one device (so one staging ring and its streams),
+    # each with its own prompts, block ids and stream; every load must bring back exactly what its
+    # own thread saved.
+    import threading
+    layout = small_layout("BF16")
+    kv = cuda_paged(layout, 32, gen)
+    k = [torch.stack([a, b]) for a, b in zip(*kv)]  # vLLM's layout, one tensor per layer
+    errors = []
+
+    def engine(n):
+        try:
+            s = torch.cuda.Stream()
+            mine = list(range(8 * n, 8 * n + 8))
+            dst = [torch.zeros_like(t) for t in k]
+            for round_ in range(6):
+                tokens = tokens_for(1000 * n + round_, 16 * 8)
+                with torch.cuda.stream(s):
+                    c.save_blocks(tokens, mine, k, None, kv_layout="vllm", stream=s)
+                    assert c.load_blocks(tokens, mine, dst, None, kv_layout="vllm", stream=s) == 128
+                s.synchronize()
+                for a, b in zip(dst, k):
+                    assert torch.equal(a[:, mine].view(torch.int16), b[:, mine].view(torch.int16))
+        except Exception as e:  # noqa: BLE001 - reported below with its thread
+            errors.append((n, repr(e)))
+
+    with open_cache(layout, tmp_path, ram="256M") as c:
+        threads = [threading.Thread(target=engine, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
