@@ -1,0 +1,42 @@
+#include "engine/model/gated_delta.h"
+
+#include <algorithm>
+#include <string>
+
+namespace kvtier {
+namespace {
+
+struct GatedDeltaParams {
+  uint64_t q, k, v, g, beta, out, state, cu_tokens, state_slots;
+  uint32_t heads, d_k, d_v;
+  float scale;
+  uint32_t token_begin, token_count;
+};
+
+// Loop iterations one launch may run per invocation: llvmpipe ends a shader's loops after 65535
+// in all (see the kernel), and a token costs 3 d_k + 1 of them.
+constexpr uint32_t kLoopBudget = 32768;
+
+}  // namespace
+
+Status GatedDeltaRule::record(CommandBatch& batch, const GatedDeltaBatch& b) {
+  if (b.heads == 0 || b.d_k == 0 || b.d_v == 0) return invalid_argument("gated delta rule: empty shape");
+  if (b.d_k > kMaxHeadDim || b.d_v > kMaxHeadDim) {
+    return invalid_argument("gated delta rule: d_k " + std::to_string(b.d_k) + " and d_v " + std::to_string(b.d_v) +
+                            " must be at most " + std::to_string(kMaxHeadDim));
+  }
+  if (b.sequences == 0) return ok_status();
+  if (!pipeline_) {
+    KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("gated_delta_recurrent", {}, sizeof(GatedDeltaParams)));
+  }
+  const uint32_t stretch = std::max<uint32_t>(1, kLoopBudget / (3 * b.d_k + 1));
+  for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {
+    if (begin > 0) batch.barrier();  // the state the previous stretch wrote
+    const GatedDeltaParams p{b.q, b.k, b.v, b.g, b.beta, b.out, b.state, b.cu_tokens, b.state_slots,
+                             b.heads, b.d_k, b.d_v, b.scale, begin, stretch};
+    batch.dispatch(*pipeline_, p, b.heads, b.sequences);
+  }
+  return ok_status();
+}
+
+}  // namespace kvtier

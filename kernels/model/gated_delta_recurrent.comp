@@ -1,0 +1,69 @@
+#version 460
+// gated_delta_recurrent: the gated delta rule token by token (engine/reference/reference_gated_delta.h)
+// for a batch of sequences: one workgroup per (head, sequence), one invocation per value column.
+// A column of the state lives in its invocation's registers, so no sum crosses invocations and
+// every sum runs in the CPU reference's order (`precise`: no fused multiply-adds), and a
+// sequence's bits never depend on what shares its launch.
+//   S <- a S + beta k^T (v - a k S),   o = scale q S,   a = exp(g)
+// One launch takes tokens [token_begin, token_begin + token_count) of every sequence, the state
+// going through memory between launches: llvmpipe (lavapipe) stops a shader's loops after 65535
+// iterations in all, which a whole long sequence passes (measured: outputs went wrong from the
+// ~21000th q element on, whatever d_k), so the launcher cuts sequences well below that.
+#extension GL_GOOGLE_include_directive : require
+#include "common/bda.glsl"
+
+#define MAX_DK 128
+layout(local_size_x = 128) in;  // value columns; d_v <= 128
+layout(push_constant) uniform Params {
+  uint64_t q;            // f32 [tokens, heads, d_k]
+  uint64_t k;            // f32 [tokens, heads, d_k]
+  uint64_t v;            // f32 [tokens, heads, d_v]
+  uint64_t g;            // f32 [tokens, heads], log decays
+  uint64_t beta;         // f32 [tokens, heads]
+  uint64_t out_;         // f32 [tokens, heads, d_v]
+  uint64_t state;        // f32 [slots, heads, d_k, d_v], read and written in place
+  uint64_t cu_tokens;    // i32 [sequences + 1]: sequence s is tokens [cu[s], cu[s + 1])
+  uint64_t state_slots;  // i32 [sequences]: the state slot of each sequence
+  uint heads;
+  uint d_k;
+  uint d_v;
+  float scale;
+  uint token_begin;      // within each sequence
+  uint token_count;
+} pc;
+
+// Element `i` of an f32 array at `base` (arrays of up to 2^32 elements).
+float load(uint64_t base, uint64_t i) { return F32Ref(base).v[uint(i)]; }
+void store(uint64_t base, uint64_t i, float x) { F32Ref(base).v[uint(i)] = x; }
+
+void main() {
+  const uint h = gl_WorkGroupID.x;
+  const uint seq = gl_WorkGroupID.y;
+  const uint j = gl_LocalInvocationID.x;
+  const uint K = pc.d_k, V = pc.d_v, H = pc.heads;
+  const uint seq_first = uint(I32Ref(pc.cu_tokens).v[seq]);
+  const uint seq_last = uint(I32Ref(pc.cu_tokens).v[seq + 1]);
+  const uint first = min(seq_first + pc.token_begin, seq_last);
+  const uint last = min(first + pc.token_count, seq_last);
+  if (j >= V || first == last) return;
+  const uint slot = uint(I32Ref(pc.state_slots).v[seq]);
+  const uint64_t state_at = (uint64_t(slot) * H + h) * K * V;  // in floats
+
+  precise float s[MAX_DK];
+  for (uint i = 0; i < K; ++i) s[i] = load(pc.state, state_at + uint64_t(i) * V + j);
+  for (uint t = first; t < last; ++t) {
+    const uint64_t row_k = (uint64_t(t) * H + h) * K;
+    const uint64_t row_v = (uint64_t(t) * H + h) * V;
+    const float a = exp(load(pc.g, uint64_t(t) * H + h));
+    const float b = load(pc.beta, uint64_t(t) * H + h);
+    precise float acc = 0.0;
+    for (uint i = 0; i < K; ++i) acc = acc + load(pc.k, row_k + i) * s[i];
+    precise float ks = a * acc;
+    const float vj = load(pc.v, row_v + j);
+    for (uint i = 0; i < K; ++i) s[i] = a * s[i] + b * load(pc.k, row_k + i) * (vj - ks);
+    precise float o = 0.0;
+    for (uint i = 0; i < K; ++i) o = o + load(pc.q, row_k + i) * s[i];
+    store(pc.out_, row_v + j, pc.scale * o);
+  }
+  for (uint i = 0; i < K; ++i) store(pc.state, state_at + uint64_t(i) * V + j, s[i]);
+}

@@ -1,0 +1,177 @@
+// gated_delta_recurrent.comp against the CPU reference (engine/reference/reference_gated_delta.h).
+//
+// The kernel sums in the reference's order without fused multiply-adds, so with every decay 1
+// (g = 0, exp exact on both sides) it must give the reference's bits. With decays, the GPU's exp
+// may differ from the C library's: Vulkan allows 3 + 2|x| ulp, here |g| <= 0.23, so ~4e-7
+// relative per step; the update is a contraction (decays <= 1, beta <= 1, |k| = 1), so the
+// differences do not grow along the sequence and stay near that size times the values (<= a few
+// units): 1e-5 absolute bounds them with room (the CPU chunked-vs-recurrent test shows a wrong decay
+// moves outputs by 1e-2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "engine/model/gated_delta.h"
+#include "engine/reference/reference_gated_delta.h"
+#include "tests/engine/engine_test_env.h"
+
+namespace kvtier {
+namespace {
+
+using testing::from_gpu;
+using testing::gpu;
+using testing::random_floats;
+using testing::to_gpu;
+
+struct Batch {
+  uint32_t heads, d_k, d_v;
+  std::vector<int32_t> lengths, cu, slots;
+  std::vector<float> q, k, v, g, beta, state;
+  float scale;
+
+  Batch(uint32_t h, uint32_t dk, uint32_t dv, std::vector<int32_t> lens, std::vector<int32_t> slot_of, bool decays,
+        uint64_t seed)
+      : heads(h), d_k(dk), d_v(dv), lengths(std::move(lens)), slots(std::move(slot_of)) {
+    cu.push_back(0);
+    for (int32_t n : lengths) cu.push_back(cu.back() + n);
+    const size_t tokens = cu.back();
+    q = unit_rows(tokens * h, dk, seed);
+    k = unit_rows(tokens * h, dk, seed + 1);
+    v = random_floats(tokens * h * dv, seed + 2);
+    beta = random_floats(tokens * h, seed + 3, 0.05f, 0.95f);
+    g.assign(tokens * h, 0.0f);
+    if (decays) {
+      for (float& x : g) x = std::log(0.8f + 0.2f * (0.5f + 0.5f * std::sin(float(&x - g.data()) * 1.7f)));
+    }
+    state = random_floats(size_t(*std::max_element(slots.begin(), slots.end()) + 1) * h * dk * dv, seed + 4, -0.5f, 0.5f);
+    scale = 1.0f / std::sqrt(float(dk));
+  }
+
+  static std::vector<float> unit_rows(size_t rows, uint32_t width, uint64_t seed) {
+    std::vector<float> x = random_floats(rows * width, seed);
+    for (size_t r = 0; r < rows; ++r) {
+      float n = 0;
+      for (uint32_t i = 0; i < width; ++i) n += x[r * width + i] * x[r * width + i];
+      for (uint32_t i = 0; i < width; ++i) x[r * width + i] /= std::sqrt(n);
+    }
+    return x;
+  }
+
+  // The CPU reference, sequence by sequence, on a copy of the state pool.
+  void reference(std::vector<float>& out, std::vector<float>& pool) const {
+    out.assign(q.size() / d_k * d_v, 0.0f);
+    pool = state;
+    const reference::GatedDeltaShape shape{int(heads), int(d_k), int(d_v)};
+    const size_t per_state = size_t(heads) * d_k * d_v;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      const size_t t0 = cu[s], n = lengths[s];
+      reference::GatedDeltaInputs in;
+      in.q = std::span(q).subspan(t0 * heads * d_k, n * heads * d_k);
+      in.k = std::span(k).subspan(t0 * heads * d_k, n * heads * d_k);
+      in.v = std::span(v).subspan(t0 * heads * d_v, n * heads * d_v);
+      in.g = std::span(g).subspan(t0 * heads, n * heads);
+      in.beta = std::span(beta).subspan(t0 * heads, n * heads);
+      in.tokens = int(n);
+      in.scale = scale;
+      reference::gated_delta_recurrent(shape, in, std::span(pool).subspan(slots[s] * per_state, per_state),
+                                       std::span(out).subspan(t0 * heads * d_v, n * heads * d_v));
+    }
+  }
+
+  // The kernel's outputs and state pool.
+  Status gpu_run(std::vector<float>& out, std::vector<float>& pool) const {
+    GpuBuffer gq = to_gpu(q), gk = to_gpu(k), gv = to_gpu(v), gg = to_gpu(g), gb = to_gpu(beta);
+    GpuBuffer gs = to_gpu(state), gcu = to_gpu(cu), gslots = to_gpu(slots);
+    GpuBuffer gout = to_gpu(std::vector<float>(q.size() / d_k * d_v, 0.0f));
+    GatedDeltaBatch b;
+    b.q = gq.address(), b.k = gk.address(), b.v = gv.address(), b.g = gg.address(), b.beta = gb.address();
+    b.out = gout.address(), b.state = gs.address(), b.cu_tokens = gcu.address(), b.state_slots = gslots.address();
+    b.sequences = uint32_t(lengths.size()), b.heads = heads, b.d_k = d_k, b.d_v = d_v, b.scale = scale;
+    b.max_tokens = uint32_t(*std::max_element(lengths.begin(), lengths.end()));
+    GatedDeltaRule rule(gpu());
+    KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(gpu()));
+    KVTIER_RETURN_IF_ERROR(rule.record(batch, b));
+    KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
+    out = from_gpu<float>(gout, q.size() / d_k * d_v);
+    pool = from_gpu<float>(gs, state.size());
+    return ok_status();
+  }
+};
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+TEST(GatedDeltaKernel, WithoutDecayItGivesTheReferencesBits) {
+  // Three sequences (one token, a few, more than a block size) in permuted state slots; d_v 48
+  // leaves most of a workgroup's columns idle.
+  const Batch batch(2, 64, 48, {1, 37, 130}, {2, 0, 1}, /*decays=*/false, 11);
+  std::vector<float> want_out, want_state, got_out, got_state;
+  batch.reference(want_out, want_state);
+  ASSERT_TRUE(batch.gpu_run(got_out, got_state).ok());
+  EXPECT_EQ(std::memcmp(got_out.data(), want_out.data(), want_out.size() * 4), 0)
+      << "max difference " << max_abs_diff(got_out, want_out);
+  EXPECT_EQ(std::memcmp(got_state.data(), want_state.data(), want_state.size() * 4), 0)
+      << "max difference " << max_abs_diff(got_state, want_state);
+}
+
+TEST(GatedDeltaKernel, WithDecaysItStaysWithinExpsPrecision) {
+  const Batch batch(2, 128, 128, {5, 64, 200}, {0, 1, 2}, /*decays=*/true, 12);
+  std::vector<float> want_out, want_state, got_out, got_state;
+  batch.reference(want_out, want_state);
+  ASSERT_TRUE(batch.gpu_run(got_out, got_state).ok());
+  const float out_diff = max_abs_diff(got_out, want_out), state_diff = max_abs_diff(got_state, want_state);
+  EXPECT_LT(out_diff, 1e-5f);
+  EXPECT_LT(state_diff, 1e-5f);
+  std::cout << "  max difference: outputs " << out_diff << ", states " << state_diff << "\n";
+}
+
+TEST(GatedDeltaKernel, ASequenceIsTheSameBitsWhateverSharesItsLaunch) {
+  const Batch all(2, 64, 64, {20, 33, 7}, {0, 1, 2}, /*decays=*/true, 13);
+  std::vector<float> all_out, all_state;
+  ASSERT_TRUE(all.gpu_run(all_out, all_state).ok());
+  // The middle sequence alone, from the same state.
+  Batch alone(2, 64, 64, {33}, {1}, /*decays=*/true, 13);
+  const size_t t0 = 20, n = 33, H = 2;
+  auto slice = [&](const std::vector<float>& x, size_t width) {
+    return std::vector<float>(x.begin() + t0 * H * width, x.begin() + (t0 + n) * H * width);
+  };
+  alone.q = slice(all.q, 64), alone.k = slice(all.k, 64), alone.v = slice(all.v, 64);
+  alone.g = slice(all.g, 1), alone.beta = slice(all.beta, 1);
+  alone.state = all.state;
+  std::vector<float> one_out, one_state;
+  ASSERT_TRUE(alone.gpu_run(one_out, one_state).ok());
+  EXPECT_EQ(std::memcmp(one_out.data(), all_out.data() + t0 * H * 64, one_out.size() * 4), 0);
+  const size_t per_state = H * 64 * 64;
+  EXPECT_EQ(std::memcmp(one_state.data() + per_state, all_state.data() + per_state, per_state * 4), 0);
+}
+
+TEST(GatedDeltaKernel, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
+  // 1000 tokens at d_k 128: one launch would pass llvmpipe's 65535 loop iterations (it did, from
+  // token ~166 on, before the launcher cut sequences); in stretches the bits are the reference's.
+  const Batch batch(1, 128, 16, {1000, 3}, {0, 1}, /*decays=*/false, 14);
+  std::vector<float> want_out, want_state, got_out, got_state;
+  batch.reference(want_out, want_state);
+  ASSERT_TRUE(batch.gpu_run(got_out, got_state).ok());
+  EXPECT_EQ(std::memcmp(got_out.data(), want_out.data(), want_out.size() * 4), 0)
+      << "max difference " << max_abs_diff(got_out, want_out);
+  EXPECT_EQ(std::memcmp(got_state.data(), want_state.data(), want_state.size() * 4), 0);
+}
+
+TEST(GatedDeltaKernel, RefusesHeadDimsPastItsRegisters) {
+  GatedDeltaRule rule(gpu());
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  GatedDeltaBatch b;
+  b.sequences = 1, b.heads = 1, b.d_k = 256, b.d_v = 64;
+  EXPECT_EQ(rule.record(batch, b).code(), StatusCode::kInvalidArgument);
+  b.d_k = 64, b.d_v = 0;
+  EXPECT_EQ(rule.record(batch, b).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier
