@@ -39,4 +39,32 @@ Status GatedDeltaRule::record(CommandBatch& batch, const GatedDeltaBatch& b) {
   return ok_status();
 }
 
+namespace {
+
+struct CausalConvParams {
+  uint64_t x, weight, bias, window, y, cu_tokens, window_slots;
+  uint32_t channels, width, token_begin, token_count;
+};
+
+}  // namespace
+
+Status CausalConv1d::record(CommandBatch& batch, const CausalConvBatch& b) {
+  if (b.channels == 0 || b.width == 0 || b.width > kMaxWidth) {
+    return invalid_argument("causal conv1d: width " + std::to_string(b.width) + " must be 1 to " +
+                            std::to_string(kMaxWidth) + ", with at least one channel");
+  }
+  if (b.sequences == 0) return ok_status();
+  if (!pipeline_) {
+    KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("causal_conv1d", {}, sizeof(CausalConvParams)));
+  }
+  const uint32_t stretch = std::max<uint32_t>(1, kLoopBudget / (2 * b.width + 1));
+  for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {
+    if (begin > 0) batch.barrier();  // the windows the previous stretch wrote
+    const CausalConvParams p{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
+                             b.channels, b.width, begin, stretch};
+    batch.dispatch(*pipeline_, p, (b.channels + 63) / 64, b.sequences);
+  }
+  return ok_status();
+}
+
 }  // namespace kvtier

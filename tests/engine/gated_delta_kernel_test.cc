@@ -163,6 +163,60 @@ TEST(GatedDeltaKernel, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
   EXPECT_EQ(std::memcmp(got_state.data(), want_state.data(), want_state.size() * 4), 0);
 }
 
+// causal_conv1d.comp: the pre-activation sums are the reference's bits (same order, no fused
+// multiply-adds); SiLU's exp may differ from the C library's by Vulkan's 3 + 2|s| ulp, here
+// |s| < 3 (inputs and weights in [-1, 1], width 4, a bias), so outputs agree within 1e-6 relative
+// (tolerance 1e-5 of max(1, |y|)); the windows are copies of inputs: bit-exact.
+TEST(CausalConv1dKernel, MatchesTheReferenceAndLeavesEachSequencesLastInputs) {
+  const uint32_t channels = 70, width = 4, past = width - 1;  // 70: a partial second workgroup
+  const std::vector<int32_t> lengths = {1, 2, 37, 5000};      // 5000: two launches' stretches
+  const std::vector<int32_t> slots = {3, 0, 2, 1};
+  std::vector<int32_t> cu = {0};
+  for (int32_t n : lengths) cu.push_back(cu.back() + n);
+  const size_t tokens = cu.back();
+  const std::vector<float> x = random_floats(tokens * channels, 21), w = random_floats(channels * width, 22);
+  const std::vector<float> bias = random_floats(channels, 23);
+  const std::vector<float> windows = random_floats(4 * channels * past, 24);
+  // The reference, sequence by sequence.
+  std::vector<float> want_y(tokens * channels), want_windows = windows;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    reference::causal_conv1d_silu(std::span(x).subspan(cu[s] * channels, lengths[s] * channels), lengths[s],
+                                  channels, w, width, bias,
+                                  std::span(want_windows).subspan(slots[s] * channels * past, channels * past),
+                                  std::span(want_y).subspan(cu[s] * channels, lengths[s] * channels));
+  }
+  GpuBuffer gx = to_gpu(x), gw = to_gpu(w), gb = to_gpu(bias), gwin = to_gpu(windows);
+  GpuBuffer gy = to_gpu(std::vector<float>(tokens * channels, 0.0f)), gcu = to_gpu(cu), gslots = to_gpu(slots);
+  CausalConvBatch b;
+  b.x = gx.address(), b.weight = gw.address(), b.bias = gb.address(), b.window = gwin.address(), b.y = gy.address();
+  b.cu_tokens = gcu.address(), b.window_slots = gslots.address();
+  b.sequences = 4, b.channels = channels, b.width = width, b.max_tokens = 5000;
+  CausalConv1d conv(gpu());
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  ASSERT_TRUE(conv.record(batch, b).ok());
+  ASSERT_TRUE(batch.submit_and_wait().ok());
+  const std::vector<float> got_y = from_gpu<float>(gy, tokens * channels);
+  const std::vector<float> got_windows = from_gpu<float>(gwin, windows.size());
+  double worst = 0;
+  for (size_t i = 0; i < got_y.size(); ++i) {
+    const double err = std::abs(got_y[i] - want_y[i]) / std::max(1.0f, std::abs(want_y[i]));
+    ASSERT_LT(err, 1e-5) << "element " << i;
+    worst = std::max(worst, err);
+  }
+  std::cout << "  worst relative difference " << worst << "\n";
+  EXPECT_EQ(std::memcmp(got_windows.data(), want_windows.data(), windows.size() * 4), 0);
+}
+
+TEST(CausalConv1dKernel, RefusesWidthsPastItsRegisters) {
+  CausalConv1d conv(gpu());
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  CausalConvBatch b;
+  b.sequences = 1, b.channels = 8, b.width = 9;
+  EXPECT_EQ(conv.record(batch, b).code(), StatusCode::kInvalidArgument);
+  b.width = 0;
+  EXPECT_EQ(conv.record(batch, b).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(GatedDeltaKernel, RefusesHeadDimsPastItsRegisters) {
   GatedDeltaRule rule(gpu());
   auto batch = std::move(CommandBatch::begin(gpu())).value();
