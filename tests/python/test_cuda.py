@@ -293,3 +293,23 @@ def test_threads_saving_and_loading_cuda_blocks_at_once_each_get_their_own_bytes
         for t in threads:
             t.join()
     assert not errors, errors
+
+
+@needs_cuda
+def test_a_ram_tier_kept_quantized_serves_cuda_loads_the_same_bits_as_host_loads(tmp_path, gen):
+    # kv_cache_quantization=8 holds blocks quantized (lossy) in RAM; a CUDA load receives them
+    # dequantized, bit for bit what a host engine's load receives.
+    layout = small_layout("BF16")
+    shape = (4, 16, layout["num_kv_heads"], layout["head_dim"])
+    k, v = ([torch.randn(shape, generator=gen).to(torch.bfloat16) for _ in range(2)] for _ in range(2))  # finite
+    tokens = tokens_for(30, 64)
+    with open_cache(layout, tmp_path, ssd=False, kv_cache_quantization=8) as c:
+        assert c.save_blocks(tokens, [0, 1, 2, 3], cuda(k), cuda(v)).stored == 4
+        hk, hv = paged_arrays(layout, 4)
+        assert c.load_blocks(tokens, [0, 1, 2, 3], hk, hv) == 64
+        dk, dv = cuda_paged(layout, 4, None)
+        assert c.load_blocks(tokens, [0, 1, 2, 3], dk, dv) == 64
+        torch.cuda.synchronize()
+    for a, b in zip(hk + hv, dk + dv):
+        assert same_bits(a, b.cpu())
+    assert not all(same_bits(a, b) for a, b in zip(hk, k))  # quantized: not the saved bits
