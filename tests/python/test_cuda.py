@@ -313,3 +313,31 @@ def test_a_ram_tier_kept_quantized_serves_cuda_loads_the_same_bits_as_host_loads
     for a, b in zip(hk + hv, dk + dv):
         assert same_bits(a, b.cpu())
     assert not all(same_bits(a, b) for a, b in zip(hk, k))  # quantized: not the saved bits
+
+
+@needs_cuda
+def test_closing_the_cache_with_a_load_in_flight_finishes_it_and_an_ssd_deadline_loads_a_prefix(tmp_path, gen):
+    layout = small_layout("BF16", num_layers=4, heads=1, head_dim=144)  # 36 KiB blocks
+    k, v = paged_arrays(layout, 32, gen)
+    tokens = tokens_for(31, 16 * 32)
+    with open_cache(layout, tmp_path) as c:
+        assert c.save_blocks(tokens, list(range(32)), cuda(k), cuda(v)).stored == 32
+    # From the SSD with no time to wait: whatever arrived is a prefix, in order, intact; the rest
+    # of the engine's blocks are untouched.
+    with open_cache(layout, tmp_path) as c:
+        dk, dv = cuda_paged(layout, 32, None)
+        loaded = c.load_blocks(tokens, list(range(32)), dk, dv, deadline=0.0)
+        torch.cuda.synchronize()
+        assert loaded.first_block == 0 and loaded.blocks <= 32
+        for layer in range(4):
+            got = dk[layer].cpu()
+            assert same_bits(got[:loaded.blocks], k[layer][:loaded.blocks])
+            assert torch.count_nonzero(got[loaded.blocks:].view(torch.int16)) == 0
+        # A load left to run (wait=False) and the cache closed at once: close waits for it.
+        dk, dv = cuda_paged(layout, 32, None)
+        late = c.load_blocks(tokens, list(range(32)), dk, dv, wait=False)
+    late.event.synchronize()
+    for layer in range(4):
+        assert same_bits(dk[layer][:late.blocks].cpu(), k[layer][:late.blocks])
+        assert same_bits(dv[layer][:late.blocks].cpu(), v[layer][:late.blocks])
+    assert late.blocks == 32
