@@ -141,7 +141,11 @@ Result<SaveReport> EmbeddedCache::save_device_blocks(std::span<const uint32_t> t
     struct WaitForCopies {
       cuda::DeviceTransfers* d;
       cuda::CUstream stream;
-      ~WaitForCopies() { (void)d->synchronize(stream); }
+      ~WaitForCopies() {
+        if (Status st = d->synchronize(stream); !st.ok()) {
+          spdlog::error("cuda: a save's copies could not be waited for: {}", st.message());
+        }
+      }
     } wait_for_copies{d, stream_of(from)};
     cuda::CopyRun run(*d, stream_of(from), /*to_device=*/false);
     for (size_t first = 0; first < indices.size(); first += from.slot_blocks) {

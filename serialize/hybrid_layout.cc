@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 namespace kvtier {
@@ -124,6 +126,12 @@ uint64_t HybridLayout::fingerprint() const {
              "," + std::to_string(gdn_.conv_width) + "," + std::to_string(gdn_.conv_channels);
   }
   return XXH3_64bits(canon.data(), canon.size());
+}
+
+std::string HybridLayout::fingerprint_hex() const {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(fingerprint()));
+  return buf;
 }
 
 }  // namespace kvtier

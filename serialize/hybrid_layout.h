@@ -56,6 +56,7 @@ class HybridLayout {
   size_t snapshot_bytes() const;
   // Stable across versions and machines; independent of the name; differs from attention()'s.
   uint64_t fingerprint() const;
+  std::string fingerprint_hex() const;  // 16 hex digits, as documents write it
 
   bool operator==(const HybridLayout&) const = default;
 

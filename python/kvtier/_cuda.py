@@ -421,9 +421,16 @@ class CudaMover:
                     d.copy.wait_event(other)
                 d.free[slot] = done
 
-            first, blocks, late = self._c.load_device_blocks(
-                tokens, extra, first_block, deadline, max(0, end - first_block), plan.device, d.copy.cuda_stream,
-                d.slots, self.slot_blocks, filled)
+            try:
+                first, blocks, late = self._c.load_device_blocks(
+                    tokens, extra, first_block, deadline, max(0, end - first_block), plan.device,
+                    d.copy.cuda_stream, d.slots, self.slot_blocks, filled)
+            except BaseException:
+                # Copies and scatters already enqueued still run: the engine's next work, which
+                # recomputes these blocks, must come after them, or they would overwrite it.
+                d.side.wait_stream(d.copy)
+                caller.wait_stream(d.side)
+                raise
             event = torch.cuda.Event()
             d.side.wait_stream(d.copy)  # a load of nothing still orders after the caller's work
             event.record(d.side)

@@ -1,6 +1,5 @@
 #include "serialize/format/state_document.h"
 
-#include <cinttypes>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -31,12 +30,6 @@ std::vector<Tensor> tensors_of(const HybridLayout& layout) {
   return out;
 }
 
-std::string fingerprint_hex(uint64_t f) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, f);
-  return buf;
-}
-
 }  // namespace
 
 Status encode_state_document(const HybridLayout& layout, const StateSnapshot& s, Bytes& out) {
@@ -48,7 +41,7 @@ Status encode_state_document(const HybridLayout& layout, const StateSnapshot& s,
   header["__metadata__"] = {{"format", kStateDocumentFormat},
                             {"hash", s.at.hex()},
                             {"tokens", std::to_string(s.tokens)},
-                            {"layout_fingerprint", fingerprint_hex(layout.fingerprint())},
+                            {"layout_fingerprint", layout.fingerprint_hex()},
                             {"namespace", s.ns}};
   size_t offset = 0;
   for (const Tensor& t : tensors_of(layout)) {
@@ -82,9 +75,9 @@ Result<StateSnapshot> decode_state_document(std::span<const uint8_t> doc, const 
     if (!meta.contains(key) || !meta[key].is_string()) return bad(std::string("metadata '") + key + "' missing or not a string");
   }
   if (meta["format"] != kStateDocumentFormat) return bad("format " + meta["format"].dump());
-  if (meta["layout_fingerprint"] != fingerprint_hex(layout.fingerprint())) {
+  if (meta["layout_fingerprint"] != layout.fingerprint_hex()) {
     return bad("layout fingerprint " + meta["layout_fingerprint"].get<std::string>() + ", expected " +
-               fingerprint_hex(layout.fingerprint()));
+               layout.fingerprint_hex());
   }
   StateSnapshot s;
   auto hash = BlockHash::from_hex(meta["hash"].get<std::string>());

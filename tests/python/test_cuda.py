@@ -341,3 +341,4 @@ def test_closing_the_cache_with_a_load_in_flight_finishes_it_and_an_ssd_deadline
         assert same_bits(dk[layer][:late.blocks].cpu(), k[layer][:late.blocks])
         assert same_bits(dv[layer][:late.blocks].cpu(), v[layer][:late.blocks])
     assert late.blocks == 32
+
