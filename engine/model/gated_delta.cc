@@ -13,8 +13,8 @@ struct GatedDeltaParams {
   uint32_t token_begin, token_count;
 };
 
-// Loop iterations one launch may run per invocation: llvmpipe ends a shader's loops after 65535
-// in all (see the kernel), and a token costs 3 d_k + 1 of them.
+// Loop iterations one launch may run per invocation: on lavapipe results went wrong past about
+// 65000 (see the kernel), and a token costs 3 d_k + 1 of them.
 constexpr uint32_t kLoopBudget = 32768;
 
 }  // namespace

@@ -6,9 +6,10 @@
 // sequence's bits never depend on what shares its launch.
 //   S <- a S + beta k^T (v - a k S),   o = scale q S,   a = exp(g)
 // One launch takes tokens [token_begin, token_begin + token_count) of every sequence, the state
-// going through memory between launches: llvmpipe (lavapipe) stops a shader's loops after 65535
-// iterations in all, which a whole long sequence passes (measured: outputs went wrong from the
-// ~21000th q element on, whatever d_k), so the launcher cuts sequences well below that.
+// going through memory between launches. Measured on lavapipe (Mesa 22.3): one launch over a long
+// sequence went wrong, silently, from the ~21000th q element on whatever d_k — about 65000 loop
+// iterations of one invocation, which fits llvmpipe's loop limiter (65535; our reading, not
+// confirmed in Mesa's source). The launcher cuts sequences well below that; the H100 was exact.
 #extension GL_GOOGLE_include_directive : require
 #include "common/bda.glsl"
 

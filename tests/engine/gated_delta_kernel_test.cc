@@ -152,8 +152,8 @@ TEST(GatedDeltaKernel, ASequenceIsTheSameBitsWhateverSharesItsLaunch) {
 }
 
 TEST(GatedDeltaKernel, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
-  // 1000 tokens at d_k 128: one launch would pass llvmpipe's 65535 loop iterations (it did, from
-  // token ~166 on, before the launcher cut sequences); in stretches the bits are the reference's.
+  // 1000 tokens at d_k 128: in one launch lavapipe went wrong from token ~166 on (about 65000
+  // loop iterations; it fails with the stretches removed); in stretches the bits are the reference's.
   const Batch batch(1, 128, 16, {1000, 3}, {0, 1}, /*decays=*/false, 14);
   std::vector<float> want_out, want_state, got_out, got_state;
   batch.reference(want_out, want_state);

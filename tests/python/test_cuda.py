@@ -333,10 +333,23 @@ def test_closing_the_cache_with_a_load_in_flight_finishes_it_and_an_ssd_deadline
             got = dk[layer].cpu()
             assert same_bits(got[:loaded.blocks], k[layer][:loaded.blocks])
             assert torch.count_nonzero(got[loaded.blocks:].view(torch.int16)) == 0
-        # A load left to run (wait=False) and the cache closed at once: close waits for it.
+        # A load left to run (wait=False), held back behind a sleep on kvtier's scatter stream, and
+        # the cache closed at once: close must wait for it, since nothing else here does (the
+        # reads below run on the default stream, which never waited on the load's event). Two
+        # things in close wait: kvtier's streams are synchronized, and unregistering the
+        # page-locked chunks makes the driver wait for the whole device (with the first removed,
+        # this test still passed on the H100: the second alone held it).
         dk, dv = cuda_paged(layout, 32, None)
+        # First a whole load, so every chunk these blocks lie in is page-locked already:
+        # registering memory with the driver waits for the whole device, which would hide the race.
+        c.load_blocks(tokens, list(range(32)), dk, dv)
+        torch.cuda.synchronize()
+        for t in dk + dv:
+            t.zero_()
+        with torch.cuda.stream(c._mover()._devices[0].side):
+            torch.cuda._sleep(20 * SLEEP_CYCLES)  # ~1 s: longer than closing the tiers takes
         late = c.load_blocks(tokens, list(range(32)), dk, dv, wait=False)
-    late.event.synchronize()
+    assert late.event.query(), "close() returned before the load's copies had run"
     for layer in range(4):
         assert same_bits(dk[layer][:late.blocks].cpu(), k[layer][:late.blocks])
         assert same_bits(dv[layer][:late.blocks].cpu(), v[layer][:late.blocks])
