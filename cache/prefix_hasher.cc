@@ -136,6 +136,15 @@ BlockIdentity PrefixHasher::identity(const std::vector<BlockKey>& keys, size_t i
   return id;
 }
 
+BlockHash PrefixHasher::snapshot_key(const BlockHash& block) const {
+  std::vector<uint8_t> buf;
+  const std::string_view tag = "kvtier.state.v1";
+  buf.insert(buf.end(), tag.begin(), tag.end());
+  buf.insert(buf.end(), ns_digest_.bytes.begin(), ns_digest_.bytes.end());
+  buf.insert(buf.end(), block.bytes.begin(), block.bytes.end());
+  return digest(buf);
+}
+
 bool PrefixHasher::verifies(const BlockIdentity& id) const {
   return id.namespace_id == ns_.model_id &&
          static_cast<int>(id.token_ids.size()) == block_size_ &&

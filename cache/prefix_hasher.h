@@ -57,6 +57,10 @@ class PrefixHasher {
   // The identity a block computed for `keys[i]` is stored with.
   BlockIdentity identity(const std::vector<BlockKey>& keys, size_t i,
                          std::span<const std::string> extra_keys) const;
+  // The key of the state snapshot (hybrid models) taken at the end of block `block`: a hash of
+  // its own, derived from the block's and this namespace, so a record never shares a key with a
+  // block and a tenant cannot aim a snapshot at another tenant's prefix.
+  BlockHash snapshot_key(const BlockHash& block) const;
   // True when `id.hash` is what this hasher computes from id's parent, tokens and extra keys.
   bool verifies(const BlockIdentity& id) const;
 

@@ -112,7 +112,7 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
   bool kept = false, lower_local = false;
   Status last;
   for (size_t t = from + 1; t < tiers_.size() && !kept; ++t) {
-    if (tiers_[t]->remote()) continue;
+    if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;
     lower_local = true;
     if (t == admission_tier_ && !admission_->admit(block->hash())) {
       last = failed_precondition("not admitted by " + std::string(admission_->name()));
@@ -125,6 +125,7 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
   // Shared tiers get it write-behind whatever the local ones did (they count their own drops).
   const bool shared = offer_to_shared(block, from + 1);
   if (kept) return;
+  if (!shared) tell_dropped(block);
   if (!lower_local) {
     if (!shared) metrics_.dropped_evicted_from_last_tier.inc();  // the normal end of a block's life
     return;
@@ -253,7 +254,7 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   if (admission_) admission_->used(block->hash());
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (tiers_[t]->remote()) continue;  // never a network round trip per block
+    if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;  // never a round trip per block
     const Tier::Presence p = tiers_[t]->probe(req);
     if (p == Tier::Presence::kDifferentTokens) {
       metrics_.collisions.inc();
@@ -274,7 +275,7 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   // Shared tiers get a copy write-behind, so other hosts see the block as soon as it is written.
   offer_to_shared(block, 0);
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (tiers_[t]->remote()) continue;
+    if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;
     auto r = tiers_[t]->insert(block);
     if (r.ok()) {
       if (*r == InsertOutcome::kInserted) metrics_.inserts.inc();
@@ -534,6 +535,35 @@ void TieredCache::gone(const BlockHash& hash, size_t tier) {
                  "from the last one): a miss ({} similar suppressed)",
                  hash.hex(), tiers_[tier]->name(), *n);
   }
+}
+
+Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    const bool here = tiers_[t]->remote() ? tiers_[t]->contains_many(std::span(&request.hash, 1)).front()
+                                          : tiers_[t]->contains(request.hash);
+    if (!here) continue;
+    auto r = tiers_[t]->read(request);
+    if (!r.ok()) {
+      if (r.status().code() != StatusCode::kNotFound) metrics_.read_failures[t].inc();
+      continue;  // gone meanwhile or failed its checks (counted by the tier): try below
+    }
+    if (!request.tokens_match((*r)->identity().token_ids)) {
+      metrics_.token_mismatches[t].inc();
+      if (auto n = mismatch_log_.admit()) {
+        spdlog::error("record {} in the {} tier holds other tokens than the request's: not served ({} similar "
+                      "suppressed)", request.hash.hex(), tiers_[t]->name(), *n);
+      }
+      continue;
+    }
+    metrics_.fetched_blocks[t].inc();
+    for (size_t up = 0; up < t; ++up) {
+      if (tiers_[up]->remote() || !tiers_[up]->accepts((*r)->layout())) continue;
+      if (tiers_[up]->insert(*r).ok()) metrics_.promotions.inc();
+      break;  // the highest that accepts it; one that has no room leaves it where it was
+    }
+    return r;
+  }
+  return not_found("record " + request.hash.hex() + " is in no tier");
 }
 
 bool TieredCache::erase(const BlockHash& hash) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -126,8 +127,20 @@ class TieredCache {
   // would charge the compute to the tier).
   PendingFetch fetch_async(std::span<const BlockKey> keys, bool always_background = false, bool timed = true);
 
+  // One record read where it lies, without pinning: the highest local tier holding it, else the
+  // shared tiers. Its tokens are compared with the request's; one read from below the highest
+  // local tier that accepts its layout is copied up there (a state record skips the GPU). For
+  // records used once per hit, as a hybrid model's state snapshots are. kNotFound when no tier
+  // returns it intact (counted as the tiers count their failures, and as a token mismatch here).
+  Result<BlockRef> read_record(const BlockRequest& request);
+
   // Removes a block from every tier. True if any tier held it.
   bool erase(const BlockHash& hash);
+  // Called with each block that falls off the last local tier (evicted, not admitted, refused)
+  // and that no shared tier took: the end of its life here. On the evicting thread, without the
+  // tiers' locks. Add before the cache is shared between threads.
+  using DropListener = std::function<void(const BlockRef&)>;
+  void add_drop_listener(DropListener listener) { drop_listeners_.push_back(std::move(listener)); }
 
   const CacheMetrics& metrics() const { return metrics_; }
   // What restores cost, learned from every fetch that moved blocks up (and, from an engine that
@@ -148,6 +161,9 @@ class TieredCache {
 
  private:
   void on_evicted(size_t from_tier, BlockRef block);
+  void tell_dropped(const BlockRef& block) {
+    for (const DropListener& l : drop_listeners_) l(block);
+  }
   // Queues `block` for every shared tier at or below `first_tier`; true if one took it.
   bool offer_to_shared(const BlockRef& block, size_t first_tier);
   // The highest local tier holding the block, or -1.
@@ -171,6 +187,7 @@ class TieredCache {
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;
   LogThrottle read_failure_log_;
+  std::vector<DropListener> drop_listeners_;
   std::mutex loader_mu_;  // guards creating loader_
   std::unique_ptr<FetchLoader> loader_;  // started by the first fetch that needs it
 };

@@ -254,6 +254,10 @@ Result<InsertOutcome> GpuTier::insert(BlockRef block) {
   return std::move(insert_many(std::span<const BlockRef>(&block, 1)).front());
 }
 
+bool GpuTier::accepts(const KvLayout& layout) const {
+  return layout.fingerprint() == pool_.layout().fingerprint();
+}
+
 std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef> blocks) {
   std::vector<Result<InsertOutcome>> out(blocks.size(), InsertOutcome::kAlreadyPresent);
   std::vector<size_t> todo;

@@ -47,6 +47,7 @@ class GpuTier final : public Tier {
   static Result<std::unique_ptr<GpuTier>> create(VulkanContext& ctx, GpuBlockPool& pool);
 
   std::string_view name() const override { return "gpu"; }
+  bool accepts(const KvLayout& layout) const override;
   Result<InsertOutcome> insert(BlockRef block) override;
   std::vector<Result<InsertOutcome>> insert_many(std::span<const BlockRef> blocks) override;
   bool contains(const BlockHash& hash) const override;

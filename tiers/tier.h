@@ -50,6 +50,9 @@ class Tier {
   // Reads wait on a disk or the network (milliseconds), not on memory: TieredCache::fetch_async
   // loads such blocks in the background.
   virtual bool reads_wait_on_io() const { return remote(); }
+  // Whether blocks of `layout` can be stored here at all. A device tier holds its pool's layout
+  // alone; a hybrid model's state records (serialize/state_record.h) pass it by.
+  virtual bool accepts(const KvLayout&) const { return true; }
 
   // Stores `block` under its hash. kAlreadyPresent when the hash is held (contents are not
   // compared here: TieredCache checks tokens). Making room evicts other blocks to the sink.
