@@ -26,6 +26,11 @@ struct SiluMulParams {
   uint64_t gate, up, out;
   uint32_t count, pad;
 };
+struct GdnPrepareParams {
+  uint64_t conv, ab, a_log, dt_bias, q, k, v, g, beta;
+  uint32_t rows, heads, d_k, d_v;
+  float eps;
+};
 
 Result<GpuBuffer> upload_floats(VulkanContext& ctx, const std::vector<float>& v) {
   return upload_new<float>(ctx, std::span<const float>(v));
@@ -48,6 +53,18 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
   for (int dim : {config.hidden(), config.num_kv_heads * config.head_dim, config.ffn, config.vocab}) {
     if (dim <= 0 || dim % 4 != 0) return invalid_argument("llama model: every matrix dimension must be a multiple of 4");
   }
+  if (!config.pattern.empty()) {
+    const GdnSpec& g = config.gdn;
+    if (static_cast<int>(config.pattern.size()) != config.num_layers) {
+      return invalid_argument("hybrid model: the pattern must name every layer");
+    }
+    if (config.gdn_layers() > 0 &&
+        (g.heads <= 0 || g.d_k <= 0 || g.d_v <= 0 || g.conv_channels != g.heads * (2 * g.d_k + g.d_v) ||
+         g.conv_channels % 4 != 0 || (2 * g.heads) % 4 != 0 || (g.heads * g.d_v) % 4 != 0)) {
+      return invalid_argument("hybrid model: GDN conv_channels must be heads * (2 d_k + d_v), and conv_channels, "
+                              "2 heads and heads * d_v multiples of 4");
+    }
+  }
   std::unique_ptr<LlamaModel> m(new LlamaModel(ctx, path.value_or(PagedAttentionVarlen::default_path(ctx))));
   const uint32_t h = config.hidden(), kvd = config.num_kv_heads * config.head_dim;
   const uint32_t ffn = config.ffn, vocab = config.vocab;
@@ -60,13 +77,24 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
   KVTIER_ASSIGN_OR_RETURN(m->final_norm_, upload_floats(ctx, w.final_norm));
   KVTIER_ASSIGN_OR_RETURN(m->rope_cos_, upload_floats(ctx, w.rope_cos));
   KVTIER_ASSIGN_OR_RETURN(m->rope_sin_, upload_floats(ctx, w.rope_sin));
-  for (const LlamaWeights::Layer& l : w.layers) {
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    const LlamaWeights::Layer& l = w.layers[layer];
     LayerWeights g;
     KVTIER_ASSIGN_OR_RETURN(g.attn_norm, upload_floats(ctx, l.attn_norm));
-    KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
-    KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
-    KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
-    KVTIER_ASSIGN_OR_RETURN(g.wo, upload(l.wo, h, h));
+    if (config.is_gdn(layer)) {
+      const GdnSpec& s = config.gdn;
+      KVTIER_ASSIGN_OR_RETURN(g.w_qkv, upload(l.w_qkv, h, s.conv_channels));
+      KVTIER_ASSIGN_OR_RETURN(g.w_ab, upload(l.w_ab, h, 2 * s.heads));
+      KVTIER_ASSIGN_OR_RETURN(g.w_out, upload(l.w_out, s.heads * s.d_v, h));
+      KVTIER_ASSIGN_OR_RETURN(g.conv_w, upload_floats(ctx, l.conv_w));
+      KVTIER_ASSIGN_OR_RETURN(g.a_log, upload_floats(ctx, l.a_log));
+      KVTIER_ASSIGN_OR_RETURN(g.dt_bias, upload_floats(ctx, l.dt_bias));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
+      KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
+      KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
+      KVTIER_ASSIGN_OR_RETURN(g.wo, upload(l.wo, h, h));
+    }
     KVTIER_ASSIGN_OR_RETURN(g.mlp_norm, upload_floats(ctx, l.mlp_norm));
     KVTIER_ASSIGN_OR_RETURN(g.w_gate, upload(l.w_gate, h, ffn));
     KVTIER_ASSIGN_OR_RETURN(g.w_up, upload(l.w_up, h, ffn));
@@ -94,6 +122,19 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
     KVTIER_RETURN_IF_ERROR(make(gate_, n * c.ffn));
     KVTIER_RETURN_IF_ERROR(make(up_, n * c.ffn));
     KVTIER_RETURN_IF_ERROR(make(act_, n * c.ffn));
+    if (c.gdn_layers() > 0) {
+      const GdnSpec& g = c.gdn;
+      const size_t qk = size_t(g.heads) * g.d_k, vd = size_t(g.heads) * g.d_v;
+      KVTIER_RETURN_IF_ERROR(make(qkv_, n * g.conv_channels));
+      KVTIER_RETURN_IF_ERROR(make(conv_, n * g.conv_channels));
+      KVTIER_RETURN_IF_ERROR(make(ab_, n * 2 * g.heads));
+      KVTIER_RETURN_IF_ERROR(make(gq_, n * qk));
+      KVTIER_RETURN_IF_ERROR(make(gk_, n * qk));
+      KVTIER_RETURN_IF_ERROR(make(gv_, n * vd));
+      KVTIER_RETURN_IF_ERROR(make(gg_, n * g.heads));
+      KVTIER_RETURN_IF_ERROR(make(gbeta_, n * g.heads));
+      KVTIER_RETURN_IF_ERROR(make(gout_, n * vd));
+    }
     rows_capacity_ = n;
   }
   if (logit_rows > logits_capacity_) {
@@ -122,7 +163,37 @@ Status LlamaModel::time_on_gpu(bool on, bool by_stage) {
   return ok_status();
 }
 
-Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuBlockPool& cache) {
+Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
+                              uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences) {
+  const GdnSpec& g = config_.gdn;
+  KVTIER_ASSIGN_OR_RETURN(auto p_prepare, ctx_.pipeline("gdn_prepare", {}, sizeof(GdnPrepareParams)));
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_qkv, qkv_.address(), rows, false));
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_ab, ab_.address(), rows, false));
+  cb.barrier();
+  const CausalConvBatch conv{qkv_.address(), w.conv_w.address(), 0, states.window_address(gdn_index), conv_.address(),
+                             cu, slots, sequences, static_cast<uint32_t>(g.conv_channels),
+                             static_cast<uint32_t>(g.conv_width), max_q};
+  KVTIER_RETURN_IF_ERROR(conv1d_.record(cb, conv));
+  cb.barrier();
+  const uint32_t heads = static_cast<uint32_t>(g.heads);
+  cb.dispatch(*p_prepare,
+              GdnPrepareParams{conv_.address(), ab_.address(), w.a_log.address(), w.dt_bias.address(), gq_.address(),
+                               gk_.address(), gv_.address(), gg_.address(), gbeta_.address(), rows, heads,
+                               static_cast<uint32_t>(g.d_k), static_cast<uint32_t>(g.d_v), 1e-6f},
+              groups(static_cast<uint64_t>(rows) * heads, 64));
+  cb.barrier();
+  const GatedDeltaBatch rule{gq_.address(), gk_.address(), gv_.address(), gg_.address(), gbeta_.address(),
+                             gout_.address(), states.state_address(gdn_index), cu, slots, sequences, heads,
+                             static_cast<uint32_t>(g.d_k), static_cast<uint32_t>(g.d_v), max_q,
+                             1.0f / std::sqrt(static_cast<float>(g.d_k))};
+  KVTIER_RETURN_IF_ERROR(rule_.record(cb, rule));
+  cb.barrier();
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, gout_.address(), w.w_out, x_.address(), rows, true));
+  cb.barrier();
+  return ok_status();
+}
+
+Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuBlockPool& cache, GdnStatePool* states) {
   const LlamaConfig& c = config_;
   const size_t rows = b.tokens.size();
   const size_t num_seqs = b.seq_lens.size();
@@ -137,7 +208,16 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   for (int32_t p : b.positions) {
     if (p < 0 || p >= c.max_positions) return invalid_argument("forward: position out of range");
   }
-  if (cache.layout().num_layers != c.num_layers || cache.layout().num_kv_heads != c.num_kv_heads ||
+  if (c.gdn_layers() > 0) {
+    if (!states || states->gdn_layers() != c.gdn_layers() || !(states->spec() == c.gdn)) {
+      return invalid_argument("forward: a hybrid model needs a GDN state pool of its shape");
+    }
+    if (b.state_slots.size() != num_seqs) return invalid_argument("forward: one state slot per sequence");
+    for (int32_t s : b.state_slots) {
+      if (s < 0 || static_cast<uint32_t>(s) >= states->slots()) return invalid_argument("forward: state slot out of range");
+    }
+  }
+  if (cache.layout().num_layers != c.attention_layers() || cache.layout().num_kv_heads != c.num_kv_heads ||
       cache.layout().head_dim != c.head_dim) {
     return invalid_argument("forward: the cache's layout is not this model's");
   }
@@ -150,7 +230,8 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     return at;
   };
   const size_t o_tokens = append(b.tokens), o_pos = append(b.positions), o_slots = append(b.slot_mapping),
-               o_cu = append(b.cu_seqlens_q), o_lens = append(b.seq_lens), o_tables = append(b.block_tables);
+               o_cu = append(b.cu_seqlens_q), o_lens = append(b.seq_lens), o_tables = append(b.block_tables),
+               o_state_slots = append(b.state_slots);
   KVTIER_RETURN_IF_ERROR(ensure_scratch(rows, std::max<size_t>(nlog, 1), meta.size() + 4));
   std::memcpy(meta_.mapped(), meta.data(), meta.size() * 4);
   KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta.size() * 4));
@@ -178,33 +259,44 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   stage("embedding");
 
   uint32_t max_len = 0;
-  for (size_t s = 0; s < num_seqs; ++s) max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
+  uint32_t max_q = 0;  // the most rows one sequence has in this step
+  for (size_t s = 0; s < num_seqs; ++s) {
+    max_len = std::max<uint32_t>(max_len, b.seq_lens[s]);
+    max_q = std::max<uint32_t>(max_q, b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s]);
+  }
+  int attention_index = 0, gdn_index = 0;
   const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
     stage("rms_norm");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
-    cb.barrier();
-    stage("qkv matmuls");
-    cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
-                                    rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
-                                    static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
-                groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2, 256));
-    cb.barrier();
-    stage("rope");
-    const PagedKvView& kv = cache.layer(l);
-    KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
-    VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
-                   at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
-    KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
-    stage("reshape_and_cache + attention");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
-    cb.barrier();
-    stage("output matmul");
+    if (c.is_gdn(l)) {
+      KVTIER_RETURN_IF_ERROR(record_gdn(cb, w, gdn_index++, r32, max_q, at(o_cu), at(o_state_slots), *states,
+                                        static_cast<uint32_t>(num_seqs)));
+      stage("gated deltanet");
+    } else {
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
+      cb.barrier();
+      stage("qkv matmuls");
+      cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
+                                      rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
+                                      static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
+                  groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2, 256));
+      cb.barrier();
+      stage("rope");
+      const PagedKvView& kv = cache.layer(attention_index++);
+      KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
+      VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
+                     at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
+      KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
+      stage("reshape_and_cache + attention");
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
+      cb.barrier();
+      stage("output matmul");
+    }
     cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);
     cb.barrier();
     stage("rms_norm");

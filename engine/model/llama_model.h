@@ -22,6 +22,8 @@
 #include "engine/attention/paged_attention.h"
 #include "engine/attention/reshape_and_cache.h"
 #include "engine/blocks/gpu_block_pool.h"
+#include "engine/model/gated_delta.h"
+#include "engine/model/gdn_state_pool.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/matmul.h"
 #include "engine/vulkan/gpu_timer.h"
@@ -51,6 +53,9 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> logit_rows;    // rows whose logits are returned, in this order
+  // Hybrid models: each sequence's slot in the GdnStatePool, whose states and windows its rows
+  // continue from and leave (reset a slot for a fresh sequence; upload a snapshot to resume one).
+  std::vector<int32_t> state_slots;
 };
 
 // Not thread-safe (scratch buffers); one per thread of work.
@@ -66,8 +71,10 @@ class LlamaModel {
   // The attention path this model's KV shape takes.
   PagedAttentionVarlen::Path attention_path(DType kv_dtype, uint32_t block_size) const;
 
-  // Logits [logit_rows.size(), vocab].
-  Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache);
+  // Logits [logit_rows.size(), vocab]. A hybrid model's GDN layers keep their state in `states`
+  // (required for one, of its GDN layers' shape); `cache` holds the attention layers' KV.
+  Result<std::vector<float>> forward(const ForwardBatch& batch, const GpuBlockPool& cache,
+                                     GdnStatePool* states = nullptr);
   // The last forward's time, split (see ForwardTiming). With time_on_gpu, forwards also read
   // the GPU's clock (two timestamps per batch, or one per stage with by_stage): for benchmarks.
   const ForwardTiming& last_timing() const { return last_timing_; }
@@ -77,10 +84,15 @@ class LlamaModel {
   struct LayerWeights {
     GpuBuffer attn_norm, mlp_norm;
     MatmulWeights wq, wk, wv, wo, w_gate, w_up, w_down;
+    MatmulWeights w_qkv, w_ab, w_out;  // GDN layers
+    GpuBuffer conv_w, a_log, dt_bias;
   };
   LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path path)
       : ctx_(ctx), tensor_cores_(path != PagedAttentionVarlen::Path::kScalar), matmul_(ctx), reshape_(ctx),
-        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path) {}
+        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path), rule_(ctx), conv1d_(ctx) {}
+  // Records GDN layer `gdn_index`'s token mixing: x += out_proj(rule(prepare(conv(qkv(hn))))).
+  Status record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
+                    uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences);
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
 
   VulkanContext& ctx_;
@@ -92,9 +104,12 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   ReshapeAndCache reshape_;
   PagedAttentionVarlen varlen_;
+  GatedDeltaRule rule_;
+  CausalConv1d conv1d_;
   // Scratch, grown on demand.
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
   GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_;
+  GpuBuffer qkv_, conv_, ab_, gq_, gk_, gv_, gg_, gbeta_, gout_;  // GDN layers
   GpuBuffer logits_host_;
   ForwardTiming last_timing_;
   std::unique_ptr<GpuTimer> timer_;  // with time_on_gpu(true)

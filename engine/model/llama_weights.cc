@@ -1,16 +1,49 @@
 #include "engine/model/llama_weights.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <nlohmann/json.hpp>
 
 namespace kvtier {
 
+int LlamaConfig::gdn_layers() const {
+  return static_cast<int>(std::count(pattern.begin(), pattern.end(), LayerKind::kGatedDeltaNet));
+}
+
 KvLayout LlamaConfig::kv_layout(DType dtype, int block_size) const {
-  return KvLayout::uniform("llama-l" + std::to_string(num_layers) + "-h" + std::to_string(num_kv_heads) +
+  const int layers = attention_layers();
+  return KvLayout::uniform("llama-l" + std::to_string(layers) + "-h" + std::to_string(num_kv_heads) +
                                "-d" + std::to_string(head_dim),
-                           num_layers, num_kv_heads, head_dim, block_size, dtype);
+                           layers, num_kv_heads, head_dim, block_size, dtype);
+}
+
+Result<HybridLayout> LlamaConfig::hybrid_layout(DType dtype, int block_size) const {
+  nlohmann::json kinds = nlohmann::json::array();
+  for (LayerKind k : pattern) kinds.push_back(k == LayerKind::kAttention ? "attention" : "gdn");
+  nlohmann::json j = {{"name", "hybrid-l" + std::to_string(num_layers) + "-g" + std::to_string(gdn_layers())},
+                      {"block_size", block_size},
+                      {"dtype", std::string(dtype_name(dtype))},
+                      {"attention", {{"num_kv_heads", num_kv_heads}, {"head_dim", head_dim}}},
+                      {"pattern", kinds}};
+  if (gdn_layers() > 0) {
+    j["gdn"] = {{"heads", gdn.heads}, {"d_k", gdn.d_k}, {"d_v", gdn.d_v}, {"conv_width", gdn.conv_width},
+                {"conv_channels", gdn.conv_channels}};
+  }
+  return HybridLayout::from_json(j);
 }
 
 LlamaConfig LlamaConfig::tiny() { return LlamaConfig{}; }
+
+LlamaConfig LlamaConfig::tiny_hybrid() {
+  LlamaConfig c;
+  c.num_layers = 8;
+  using K = LayerKind;
+  c.pattern = {K::kGatedDeltaNet, K::kGatedDeltaNet, K::kGatedDeltaNet, K::kAttention,
+               K::kGatedDeltaNet, K::kGatedDeltaNet, K::kGatedDeltaNet, K::kAttention};
+  c.gdn = GdnSpec{4, 64, 64, 4, 4 * (64 + 64 + 64)};
+  return c;
+}
 
 LlamaConfig LlamaConfig::llama_1b_shaped() {
   LlamaConfig c;
@@ -64,15 +97,31 @@ LlamaWeights LlamaWeights::synthetic(const LlamaConfig& c) {
     Layer L;
     L.attn_norm = uniform(c.seed, s, h, 0.2f);
     for (float& x : L.attn_norm) x += 1.0f;
-    L.wq = mat(s + 1, h, h);
-    L.wk = mat(s + 2, h, kvd);
-    L.wv = mat(s + 3, h, kvd);
-    L.wo = mat(s + 4, h, h);
-    // Output projections 6x larger than unit-variance: with tied embeddings the residual stream
-    // is otherwise the input token's own embedding and greedy decoding just repeats it. At 6x the
-    // generations vary and the smallest gap between the two best logits of the golden prompts is
-    // 0.47 (tools/make_golden_tokens reports it), thousands of times the GPU-vs-CPU rounding.
-    for (float& x : L.wo) x *= 6.0f;
+    if (c.is_gdn(l)) {
+      const GdnSpec& g = c.gdn;
+      L.w_qkv = mat(s + 9, h, g.conv_channels);
+      L.conv_w = uniform(c.seed, s + 10, static_cast<size_t>(g.conv_channels) * g.conv_width,
+                         std::sqrt(3.0f / g.conv_width));
+      L.w_ab = mat(s + 11, h, 2 * g.heads);
+      // Slow decays (exp(g) close to 1: A in [0.01, 0.1], softplus(-2) ~ 0.13), so a GDN layer's
+      // state remembers the whole prompt and a wrong snapshot shows in the logits.
+      L.a_log = uniform(c.seed, s + 12, g.heads, 1.0f);
+      for (float& x : L.a_log) x = std::log(0.055f + 0.045f * x);
+      L.dt_bias.assign(g.heads, -2.0f);
+      L.w_out = mat(s + 13, g.heads * g.d_v, h);
+      for (float& x : L.w_out) x *= 6.0f;  // as wo, below
+    } else {
+      L.wq = mat(s + 1, h, h);
+      L.wk = mat(s + 2, h, kvd);
+      L.wv = mat(s + 3, h, kvd);
+      L.wo = mat(s + 4, h, h);
+      // Output projections 6x larger than unit-variance: with tied embeddings the residual stream
+      // is otherwise the input token's own embedding and greedy decoding just repeats it. At 6x
+      // the generations vary and the smallest gap between the two best logits of the golden
+      // prompts is 0.47 (tools/make_golden_tokens reports it), thousands of times the GPU-vs-CPU
+      // rounding.
+      for (float& x : L.wo) x *= 6.0f;
+    }
     L.mlp_norm = uniform(c.seed, s + 5, h, 0.2f);
     for (float& x : L.mlp_norm) x += 1.0f;
     L.w_gate = mat(s + 6, h, c.ffn);
