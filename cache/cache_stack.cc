@@ -24,19 +24,17 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
   }
   s->ram_ = std::make_shared<RamTier>(o.ram);
   tiers.push_back(s->ram_);
+  s->layouts_ = std::make_shared<LayoutRegistry>();
+  KVTIER_RETURN_IF_ERROR(s->layouts_->add(*o.layout).status());
   if (o.ssd) {
-    auto registry = std::make_shared<LayoutRegistry>();
-    KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
-    KVTIER_ASSIGN_OR_RETURN(auto ssd, StripedSsdTier::open(*o.ssd, registry));
+    KVTIER_ASSIGN_OR_RETURN(auto ssd, StripedSsdTier::open(*o.ssd, s->layouts_));
     s->ssd_ = std::move(ssd);
     s->ssd_spill_queue_bytes_ = o.ssd->spill_queue_bytes;
     s->remote_drain_timeout_ = o.ssd->drain_timeout;
     tiers.push_back(s->ssd_);
   }
   if (o.remote) {
-    auto registry = std::make_shared<LayoutRegistry>();
-    KVTIER_RETURN_IF_ERROR(registry->add(*o.layout).status());
-    KVTIER_ASSIGN_OR_RETURN(s->remote_, RemoteTier::open(*o.remote, std::move(registry)));
+    KVTIER_ASSIGN_OR_RETURN(s->remote_, RemoteTier::open(*o.remote, s->layouts_));
     tiers.push_back(s->remote_);
   }
   const size_t ssd_index = s->ssd_ ? static_cast<size_t>(std::find(tiers.begin(), tiers.end(), s->ssd_) - tiers.begin()) : 0;

@@ -45,6 +45,9 @@ class CacheStack {
   RamTier& ram() { return *ram_; }
   StripedSsdTier* ssd() { return ssd_.get(); }
   RemoteTier* remote() { return remote_.get(); }
+  // The layouts the SSD and remote tiers decode records with: the stack's, and any added later
+  // (a hybrid model's snapshot layout, HybridPrefixCache::create).
+  LayoutRegistry& layouts() { return *layouts_; }
 
   // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
   // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
@@ -65,6 +68,7 @@ class CacheStack {
   CacheStack() = default;
 
   std::shared_ptr<const KvLayout> layout_;
+  std::shared_ptr<LayoutRegistry> layouts_;
   std::unique_ptr<GpuBlockPool> pool_;
   std::shared_ptr<GpuTier> gpu_;
   std::shared_ptr<RamTier> ram_;

@@ -17,9 +17,11 @@ Result<std::unique_ptr<HybridPrefixCache>> HybridPrefixCache::create(TieredCache
   KVTIER_ASSIGN_OR_RETURN(auto snapshot, layouts.add(kvtier::snapshot_layout(layout)));
   std::unique_ptr<HybridPrefixCache> c(
       new HybridPrefixCache(cache, std::move(hasher), std::move(layout), std::move(snapshot)));
-  cache.add_drop_listener([p = c.get()](const BlockRef& b) { p->on_dropped(b); });
+  c->listener_ = cache.add_drop_listener([p = c.get()](const BlockRef& b) { p->on_dropped(b); });
   return c;
 }
+
+HybridPrefixCache::~HybridPrefixCache() { cache_.remove_drop_listener(listener_); }
 
 HybridPrefixCache::HybridPrefixCache(TieredCache& cache, PrefixHasher hasher, HybridLayout layout,
                                      std::shared_ptr<const KvLayout> snapshot_layout)

@@ -42,8 +42,8 @@ struct HybridCacheMetrics {
   Counter snapshots_erased_with_block;  // erased because their block fell off
 };
 
-// Thread-safe (the cache is; metrics are atomic). Construct before the cache is shared between
-// threads (it adds a drop listener to it); it must outlive every use of the cache.
+// Thread-safe (the cache is; metrics are atomic). It listens to the cache's drops from creation
+// until it is destroyed.
 class HybridPrefixCache {
  public:
   // Registers the hybrid's snapshot layout in `layouts` (the registry the SSD and remote tiers
@@ -52,8 +52,12 @@ class HybridPrefixCache {
                                                            HybridLayout layout, LayoutRegistry& layouts);
 
   const HybridLayout& layout() const { return layout_; }
+  TieredCache& cache() { return cache_; }
   const PrefixHasher& hasher() const { return hasher_; }
   const std::shared_ptr<const KvLayout>& snapshot_layout() const { return snapshot_layout_; }
+  ~HybridPrefixCache();
+  HybridPrefixCache(const HybridPrefixCache&) = delete;
+  HybridPrefixCache& operator=(const HybridPrefixCache&) = delete;
 
   // Stores the snapshot taken at the end of block `block` of `keys` (a prompt's keys, from the
   // first block). kAlreadyPresent when that block has one. invalid_argument for a snapshot of
@@ -85,6 +89,7 @@ class HybridPrefixCache {
   HybridCacheMetrics metrics_;
   LogThrottle refused_log_;
   LogThrottle read_failure_log_;
+  size_t listener_ = 0;
 };
 
 }  // namespace kvtier

@@ -537,6 +537,22 @@ void TieredCache::gone(const BlockHash& hash, size_t tier) {
   }
 }
 
+size_t TieredCache::add_drop_listener(DropListener listener) {
+  std::lock_guard lock(drop_listeners_mu_);
+  drop_listeners_.emplace(next_drop_listener_, std::move(listener));
+  return next_drop_listener_++;
+}
+
+void TieredCache::remove_drop_listener(size_t id) {
+  std::lock_guard lock(drop_listeners_mu_);
+  drop_listeners_.erase(id);
+}
+
+void TieredCache::tell_dropped(const BlockRef& block) {
+  std::lock_guard lock(drop_listeners_mu_);
+  for (const auto& [id, listener] : drop_listeners_) listener(block);
+}
+
 Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
   for (size_t t = 0; t < tiers_.size(); ++t) {
     const bool here = tiers_[t]->remote() ? tiers_[t]->contains_many(std::span(&request.hash, 1)).front()

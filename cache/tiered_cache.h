@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -138,9 +139,10 @@ class TieredCache {
   bool erase(const BlockHash& hash);
   // Called with each block that falls off the last local tier (evicted, not admitted, refused)
   // and that no shared tier took: the end of its life here. On the evicting thread, without the
-  // tiers' locks. Add before the cache is shared between threads.
+  // tiers' locks. Removing one waits for its calls in flight.
   using DropListener = std::function<void(const BlockRef&)>;
-  void add_drop_listener(DropListener listener) { drop_listeners_.push_back(std::move(listener)); }
+  size_t add_drop_listener(DropListener listener);
+  void remove_drop_listener(size_t id);
 
   const CacheMetrics& metrics() const { return metrics_; }
   // What restores cost, learned from every fetch that moved blocks up (and, from an engine that
@@ -161,9 +163,7 @@ class TieredCache {
 
  private:
   void on_evicted(size_t from_tier, BlockRef block);
-  void tell_dropped(const BlockRef& block) {
-    for (const DropListener& l : drop_listeners_) l(block);
-  }
+  void tell_dropped(const BlockRef& block);
   // Queues `block` for every shared tier at or below `first_tier`; true if one took it.
   bool offer_to_shared(const BlockRef& block, size_t first_tier);
   // The highest local tier holding the block, or -1.
@@ -187,7 +187,9 @@ class TieredCache {
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;
   LogThrottle read_failure_log_;
-  std::vector<DropListener> drop_listeners_;
+  std::mutex drop_listeners_mu_;  // held while they run: removal waits for them
+  std::map<size_t, DropListener> drop_listeners_;
+  size_t next_drop_listener_ = 0;
   std::mutex loader_mu_;  // guards creating loader_
   std::unique_ptr<FetchLoader> loader_;  // started by the first fetch that needs it
 };
