@@ -67,12 +67,7 @@ HybridLookup HybridPrefixCache::lookup(std::span<const BlockKey> keys) {
   // round trip to a shared tier).
   std::vector<BlockHash> snapshot_keys(kv.blocks.size());
   for (size_t i = 0; i < kv.blocks.size(); ++i) snapshot_keys[i] = hasher_.snapshot_key(kv.blocks[i].hash);
-  std::vector<bool> present(kv.blocks.size(), false);
-  for (const auto& tier : cache_.tiers()) {
-    if (!tier->accepts(*snapshot_layout_)) continue;
-    const std::vector<bool> here = tier->contains_many(snapshot_keys);
-    for (size_t i = 0; i < here.size(); ++i) present[i] = present[i] || here[i];
-  }
+  const std::vector<bool> present = held(snapshot_keys);
   size_t n = present.size();
   while (n > 0 && !present[n - 1]) --n;
   if (n == 0) {
@@ -86,10 +81,20 @@ HybridLookup HybridPrefixCache::lookup(std::span<const BlockKey> keys) {
   return out;
 }
 
+std::vector<bool> HybridPrefixCache::held(std::span<const BlockHash> snapshot_keys) const {
+  std::vector<bool> present(snapshot_keys.size(), false);
+  for (const auto& tier : cache_.tiers()) {
+    if (!tier->accepts(*snapshot_layout_)) continue;
+    const std::vector<bool> here = tier->contains_many(snapshot_keys);
+    for (size_t i = 0; i < here.size(); ++i) present[i] = present[i] || here[i];
+  }
+  return present;
+}
+
 bool HybridPrefixCache::has_snapshot(std::span<const BlockKey> keys, size_t block) const {
   if (block >= keys.size()) return false;
-  const BlockRequest req{hasher_.snapshot_key(keys[block].hash), keys[block].tokens};
-  return cache_.presence(req) != Tier::Presence::kAbsent;
+  const BlockHash key = hasher_.snapshot_key(keys[block].hash);
+  return held(std::span(&key, 1)).front();
 }
 
 Result<AlignedBuffer> HybridPrefixCache::fetch_snapshot(std::span<const BlockKey> keys, size_t block) {

@@ -69,7 +69,7 @@ class HybridPrefixCache {
   // The snapshot at the end of keys[block], checked against the block's tokens; kNotFound when
   // no tier returns it intact (counted).
   Result<AlignedBuffer> fetch_snapshot(std::span<const BlockKey> keys, size_t block);
-  // Whether keys[block] has a snapshot in any local tier.
+  // Whether keys[block] has a snapshot in any tier (a shared one asked too).
   bool has_snapshot(std::span<const BlockKey> keys, size_t block) const;
 
   const HybridCacheMetrics& metrics() const { return metrics_; }
@@ -80,6 +80,8 @@ class HybridPrefixCache {
   HybridPrefixCache(TieredCache& cache, PrefixHasher hasher, HybridLayout layout,
                     std::shared_ptr<const KvLayout> snapshot_layout);
   void on_dropped(const BlockRef& block);
+  // Per key, whether any tier that takes state records holds it (each tier asked once, for all).
+  std::vector<bool> held(std::span<const BlockHash> snapshot_keys) const;
 
   TieredCache& cache_;
   PrefixHasher hasher_;

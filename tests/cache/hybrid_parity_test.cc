@@ -11,6 +11,7 @@
 #include "cache/hybrid_generator.h"
 #include "serialize/state_record.h"
 #include "tests/engine/engine_test_env.h"
+#include "tests/support/redis_servers.h"
 #include "tests/support/temp_dir.h"
 
 namespace kvtier {
@@ -51,6 +52,7 @@ struct StackOptions {
   uint64_t ram_bytes = 64 << 20;
   std::string ssd_dir;  // empty: no SSD tier
   size_t snapshot_every_blocks = 0;
+  std::string redis_url;  // set: a remote tier on it, at the bottom
 };
 
 struct Stack {
@@ -71,6 +73,11 @@ struct Stack {
       co.ssd->dir = o.ssd_dir;
       co.ssd->segment_size = 4 << 20;
       co.ssd->capacity_bytes = 64 << 20;
+    }
+    if (!o.redis_url.empty()) {
+      co.remote.emplace();
+      co.remote->address = std::move(RedisAddress::parse(o.redis_url)).value();
+      co.remote->key_prefix = "hybrid-parity:";
     }
     tiers = std::move(CacheStack::open(co)).value();
     cache = std::move(HybridPrefixCache::create(tiers->cache(), hasher(), hybrid, tiers->layouts())).value();
@@ -149,6 +156,29 @@ TEST(HybridParity, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
   expect_bit_identical(b, want_b, "B, 4 blocks and a snapshot read from the SSD after a restart");
   EXPECT_EQ(s.cache->metrics().snapshot_reads.value(), 1u);
   EXPECT_EQ(s.cache->metrics().snapshot_read_failures.value(), 0u);
+}
+
+// Two hosts sharing a Redis: one computes A (its blocks reach Redis as they leave its GPU, its
+// snapshot as it is stored); the other, with nothing of its own, restores B's prefix from Redis.
+TEST(HybridParity, PrefixRestoredFromRedisOnAnotherHostEqualsRecomputed) {
+  const Generation want_b = reference(kPromptB);
+  testing::TempDir dir;
+  std::string error;
+  auto redis = testing::RedisServers::standalone(dir.str(), {}, &error);
+  ASSERT_TRUE(redis) << error;
+  const std::string url = "redis://127.0.0.1:" + std::to_string(redis->ports().front());
+  {
+    Stack a({32, 64 << 20, "", 0, url});
+    a.run(kPromptA);
+    ASSERT_TRUE(a.tiers->evict_gpu().ok());
+    a.tiers->remote()->flush();
+  }
+  Stack b_host({32, 64 << 20, "", 0, url});
+  const Generation b = b_host.run(kPromptB);
+  EXPECT_EQ(b.cached_tokens, 64u);
+  EXPECT_EQ(b.restored_blocks_by_tier[2], 4u);
+  expect_bit_identical(b, want_b, "B, 4 blocks and a snapshot read from Redis by another host");
+  EXPECT_EQ(b_host.cache->metrics().snapshot_reads.value(), 1u);
 }
 
 TEST(HybridParity, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
