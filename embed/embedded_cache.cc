@@ -1,11 +1,14 @@
 #include "embed/embedded_cache.h"
 #include "embed/embedded_cache_impl.h"
+#include "embed/state_tensors.h"
 #include "embed/cuda/cuda_host_pinning.h"
 
 #include <algorithm>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -39,6 +42,14 @@ void FetchedBlocks::release_pins() {
 }
 
 namespace {
+
+Result<HybridLayout> hybrid_layout_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return io_error("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return HybridLayout::from_json_text(text.str());
+}
 
 Result<KvLayout> layout_from(const std::string& text) {
   if (!text.empty() && text.front() == '{') return KvLayout::from_json_text(text);
@@ -233,7 +244,7 @@ Result<LoadReport> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> to
   if (Status st = check_extra_keys(extra_keys); !st.ok()) return reject(st);
   auto num_blocks = check_layer_tensors(layout(), paged, BlockAddressing::kPaged, TensorAccess::kWrite);
   if (!num_blocks.ok()) return reject(num_blocks.status());
-  const std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  const std::vector<BlockKey> keys = loadable_keys(tokens, extra_keys);
   const size_t end = std::min(keys.size(), block_ids.size());
   if (options.first_block < end) {
     if (Status st = check_block_ids(block_ids.subspan(options.first_block), end - options.first_block, *num_blocks);
@@ -308,7 +319,18 @@ EmbeddedCache::EmbeddedCache(EmbeddedCacheOptions options)
 Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOptions& o) {
   if (o.ns.empty()) return invalid_argument("namespace is empty");
   if (o.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
-  auto layout = layout_from(o.layout);
+  std::optional<HybridLayout> hybrid;
+  if (!o.hybrid_layout.empty()) {
+    auto h = o.hybrid_layout.front() == '{' ? HybridLayout::from_json_text(o.hybrid_layout)
+                                            : hybrid_layout_file(o.hybrid_layout);
+    if (!h.ok()) {
+      if (h.status().code() == StatusCode::kIoError) return h.status().with_context("hybrid_layout");
+      return invalid_argument("hybrid_layout: " + h.status().message());
+    }
+    if (h->gdn_layers() == 0) return invalid_argument("hybrid_layout: no GDN layer (use layout)");
+    hybrid = std::move(h).value();
+  }
+  auto layout = hybrid ? Result<KvLayout>(hybrid->attention()) : layout_from(o.layout);
   if (!layout.ok()) {
     // An unknown preset or a malformed layout is the caller's argument; only a file that exists
     // but cannot be read is an I/O error.
@@ -330,14 +352,77 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
     so.vulkan = impl.vulkan.get();
   }
   KVTIER_ASSIGN_OR_RETURN(impl.stack, CacheStack::open(std::move(so)));
-  impl.hasher.emplace(*hash, Namespace{o.ns, shared_layout->fingerprint(), ""},
+  // A hybrid model's blocks are named by its whole shape: it never shares one with a plain model
+  // of the same attention layout.
+  impl.hasher.emplace(*hash, Namespace{o.ns, hybrid ? hybrid->fingerprint() : shared_layout->fingerprint(), ""},
                       shared_layout->block_size);
+  if (hybrid) {
+    KVTIER_ASSIGN_OR_RETURN(impl.hybrid, HybridPrefixCache::create(impl.stack->cache(), *impl.hasher,
+                                                                   std::move(*hybrid), impl.stack->layouts()));
+  }
   return c;
 }
 
 EmbeddedCache::~EmbeddedCache() { close(); }
 
 const KvLayout& EmbeddedCache::layout() const { return impl_->layout(); }
+const HybridLayout* EmbeddedCache::hybrid_layout() const { return impl_->hybrid ? &impl_->hybrid->layout() : nullptr; }
+
+std::vector<BlockKey> EmbeddedCache::Impl::loadable_keys(std::span<const uint32_t> tokens,
+                                                         std::span<const std::string> extra_keys) {
+  std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  if (hybrid) keys.resize(hybrid->lookup(keys).blocks);
+  return keys;
+}
+
+Status EmbeddedCache::Impl::check_state_call(std::span<const uint32_t> tokens) const {
+  if (!hybrid) return failed_precondition("state snapshots need a hybrid cache (hybrid_layout)");
+  const size_t bs = static_cast<size_t>(hasher->block_size());
+  if (tokens.empty() || tokens.size() % bs != 0) {
+    return invalid_argument("a state snapshot is taken after a whole number of blocks: " +
+                            std::to_string(tokens.size()) + " tokens, blocks of " + std::to_string(bs));
+  }
+  return ok_status();
+}
+
+Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                                        std::span<const uint8_t> snapshot) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
+  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  auto r = impl_->hybrid->store_snapshot(keys, keys.size() - 1, extra_keys, snapshot);
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kInvalidArgument) return impl_->reject(r.status());
+    return r.status();  // no tier took it: counted and logged by the hybrid cache
+  }
+  return *r == InsertOutcome::kInserted;
+}
+
+Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                                        std::span<const LayerKv> state) {
+  if (!impl_->hybrid) return store_state(tokens, extra_keys, std::span<const uint8_t>());  // refused there
+  auto bytes = gather_state(impl_->hybrid->layout(), state);
+  if (!bytes.ok()) {
+    auto lock = enter();
+    return impl_->reject(bytes.status());
+  }
+  return store_state(tokens, extra_keys, std::span<const uint8_t>(*bytes));
+}
+
+Result<std::optional<std::vector<uint8_t>>> EmbeddedCache::fetch_state(std::span<const uint32_t> tokens,
+                                                                       std::span<const std::string> extra_keys) {
+  auto lock = enter();
+  if (closed_) return closed_status();
+  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
+  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  if (!impl_->hybrid->has_snapshot(keys, keys.size() - 1)) return std::optional<std::vector<uint8_t>>();
+  auto snapshot = impl_->hybrid->fetch_snapshot(keys, keys.size() - 1);
+  if (!snapshot.ok()) return std::optional<std::vector<uint8_t>>();  // counted and logged: a miss
+  return std::optional<std::vector<uint8_t>>(std::in_place, snapshot->data(), snapshot->data() + snapshot->size());
+}
 size_t EmbeddedCache::block_bytes() const { return layout().dense_block_bytes(); }
 
 std::shared_lock<std::shared_mutex> EmbeddedCache::enter() const {
@@ -357,7 +442,14 @@ Result<PrefixMatch> EmbeddedCache::lookup(std::span<const uint32_t> tokens,
   auto lock = enter();
   if (closed_) return closed_status();
   if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  const LookupResult found = impl_->cache().lookup(*impl_->hasher, tokens, extra_keys);
+  LookupResult found;
+  if (impl_->hybrid) {
+    const HybridLookup h = impl_->hybrid->lookup(impl_->hasher->keys(tokens, extra_keys));
+    found.matched_tokens = h.matched_tokens;
+    found.blocks = h.hits;
+  } else {
+    found = impl_->cache().lookup(*impl_->hasher, tokens, extra_keys);
+  }
   PrefixMatch out;
   out.matched_tokens = found.matched_tokens;
   const auto& tiers = impl_->cache().tiers();
@@ -431,7 +523,7 @@ Result<LoadReport> EmbeddedCache::load_prefix_bytes(std::span<const uint32_t> to
     return impl_->reject(invalid_argument(std::to_string(max_blocks) + " blocks of " + std::to_string(bb) +
                                           " bytes do not fit a buffer of " + std::to_string(dst.size())));
   }
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  const std::vector<BlockKey> keys = impl_->loadable_keys(tokens, extra_keys);
   const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
   return impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
     const std::vector<LayerKv> views =
@@ -446,7 +538,7 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(std::span<const uint
   auto lock = enter();
   if (closed_) return closed_status();
   if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  std::vector<BlockKey> keys = impl_->loadable_keys(tokens, extra_keys);
   if (keys.size() > max_blocks) keys.resize(max_blocks);
   auto state = std::make_unique<FetchedBlocks::State>();
   state->impl = impl_;
@@ -527,6 +619,7 @@ void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
   }
   impl_->cache().visit_metrics(v);
+  if (impl_->hybrid) impl_->hybrid->visit_metrics(v);
 }
 
 Result<std::string> EmbeddedCache::stats_json() const {

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "embed/tensor_view.h"
 #include "serialize/block_hash.h"
+#include "serialize/hybrid_layout.h"
 #include "serialize/kv_layout.h"
 
 namespace kvtier {
@@ -28,6 +29,10 @@ class MetricVisitor;
 
 struct EmbeddedCacheOptions {
   std::string layout = "llama-3-8b";  // a preset, a layout JSON file, or layout JSON text ("{...")
+  // A hybrid model's layout (serialize/hybrid_layout.h: JSON text "{..." or a file): replaces
+  // `layout` with its attention layers' and adds GDN state snapshots beside the blocks; lookups,
+  // loads and fetches then end at the last block with a snapshot.
+  std::string hybrid_layout;
   std::string ns = "default";         // the namespace, as kvtierd's API names it (the model id)
   std::string hash = "sha256";        // or "xxh3"; must match the server's to share blocks
   uint64_t ram_capacity = 1ull << 30;
@@ -149,6 +154,8 @@ class EmbeddedCache {
   EmbeddedCache& operator=(const EmbeddedCache&) = delete;
 
   const KvLayout& layout() const;
+  // Set for a hybrid cache.
+  const HybridLayout* hybrid_layout() const;
   const EmbeddedCacheOptions& options() const { return options_; }
   // Bytes of one dense block: every layer's K then V, [block_size, kv_heads, head_dim] each.
   size_t block_bytes() const;
@@ -227,6 +234,19 @@ class EmbeddedCache {
   Result<LoadReport> load_device_blocks(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
                                         const LoadOptions& options, size_t max_blocks, const DeviceStaging& to,
                                         const DeviceSlotHook& filled);
+
+  // Hybrid caches. Stores the GDN state snapshot (hybrid_layout()->snapshot_bytes(): per GDN layer
+  // its f32 state [heads, d_k, d_v] then its conv window [conv_channels, conv_width - 1]) taken
+  // after `tokens`, whose length must be a whole number of blocks; true when it was new.
+  Result<bool> store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                           std::span<const uint8_t> snapshot);
+  // The same from the engine's tensors: per GDN layer a (state, conv window) pair of f32 views
+  // (embed/state_tensors.h); every check made before anything is stored.
+  Result<bool> store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
+                           std::span<const LayerKv> state);
+  // The snapshot taken after `tokens` (a whole number of blocks), or nullopt when none is cached.
+  Result<std::optional<std::vector<uint8_t>>> fetch_state(std::span<const uint32_t> tokens,
+                                                          std::span<const std::string> extra_keys);
 
   // Every metric (this door's, the cache's, every tier's) as JSON ({"name": [{labels, value}]})
   // and as Prometheus text.

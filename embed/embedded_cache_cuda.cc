@@ -218,7 +218,7 @@ Result<LoadReport> EmbeddedCache::load_device_blocks(std::span<const uint32_t> t
     if (Status st = check_staging(to, 0, /*ring=*/true); !st.ok()) return impl_->reject(st);
     KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
     KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(to.device));
-    const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+    const std::vector<BlockKey> keys = impl_->loadable_keys(tokens, extra_keys);
     const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
     const size_t bb = block_bytes();
     std::vector<BlockRef> held;  // the host blocks the enqueued copies read

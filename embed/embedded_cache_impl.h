@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
+#include "cache/hybrid_prefix_cache.h"
 #include "cache/prefix_hasher.h"
 #include "embed/cuda/device_transfers.h"
 #include "embed/embedded_cache.h"
@@ -42,10 +43,16 @@ struct EmbeddedCache::Impl {
   std::unique_ptr<VulkanContext> vulkan;
   std::unique_ptr<CacheStack> stack;
   std::optional<PrefixHasher> hasher;
+  std::unique_ptr<HybridPrefixCache> hybrid;  // a hybrid cache; goes before the stack it listens to
   EmbeddedCacheMetrics metrics;
   LogThrottle reject_log;
 
   TieredCache& cache() { return stack->cache(); }
+  // The keys of `tokens`' full blocks a load may bring: all of them, or for a hybrid cache those
+  // up to the last block with a snapshot (the blocks after it cannot be resumed from).
+  std::vector<BlockKey> loadable_keys(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys);
+  // A hybrid call's checks: a hybrid cache, tokens a whole number of blocks (at least one).
+  Status check_state_call(std::span<const uint32_t> tokens) const;
   const KvLayout& layout() const { return stack->layout(); }
 
   Status reject(Status st);

@@ -59,6 +59,13 @@ class LoadedTokens(int):
                 f"deadline_passed={self.deadline_passed})")
 
 
+def _host_array(t: Any) -> Any:
+    """``t`` itself, or a host copy of a CUDA tensor."""
+    if is_cuda(t):
+        return t.detach().cpu()
+    return t
+
+
 @dataclass(frozen=True)
 class CachedBlock:
     hash: str  # 64 hex digits, as kvtierd's API writes it
@@ -142,6 +149,12 @@ class Cache:
     eviction: the RAM tier's policy — chain-lru (LRU, leaves and orphans of chains first), lru,
         s3fifo, s3fifo-chain. ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
+    hybrid_layout: a hybrid model (Gated DeltaNet layers beside attention) as a dict or JSON file:
+        {"block_size": 16, "dtype": "BF16", "attention": {"num_kv_heads": 2, "head_dim": 64},
+         "gdn": {"heads": 4, "d_k": 64, "d_v": 64, "conv_width": 4, "conv_channels": 768},
+         "pattern": ["gdn", "gdn", "gdn", "attention", ...]}. It replaces ``layout`` (the blocks are
+        its attention layers'); store_state/fetch_state keep the GDN layers' state snapshots beside
+        them, and lookup, load_blocks and fetch end at the last block with a snapshot.
 
     Every method may be called from several threads; the GIL is released while kvtier hashes,
     reads, writes and copies. Closing (or leaving ``with``) drains the SSD writer.
@@ -166,6 +179,7 @@ class Cache:
         ssd_reset: bool = False,
         persist_on_close: bool = True,
         close_timeout: float = 30.0,
+        hybrid_layout: Union[None, str, "os.PathLike[str]", Dict[str, Any]] = None,
     ) -> None:
         if isinstance(layout, dict):
             layout = json.dumps(layout)
@@ -194,8 +208,13 @@ class Cache:
             options["remote"] = str(remote)
         if kv_cache_quantization is not None:
             options["kv_cache_quantization"] = int(kv_cache_quantization)
+        if hybrid_layout is not None:
+            options["hybrid_layout"] = (json.dumps(hybrid_layout) if isinstance(hybrid_layout, dict)
+                                        else os.fspath(hybrid_layout))
         self._c = _kvtier.Cache(options)
         self._layout = json.loads(self._c.layout_json)
+        hybrid = self._c.hybrid_layout_json
+        self._hybrid: Optional[Dict[str, Any]] = json.loads(hybrid) if hybrid is not None else None
         self._namespace = namespace
         self._closed = False
         self._cuda: Optional[CudaMover] = None
@@ -209,6 +228,11 @@ class Cache:
     def layout(self) -> Dict[str, Any]:
         """The KV layout, as a dict (the JSON form kvtierd's /v1/layout shows)."""
         return dict(self._layout)
+
+    @property
+    def hybrid_layout(self) -> Optional[Dict[str, Any]]:
+        """The hybrid layout (None for a plain cache)."""
+        return None if self._hybrid is None else dict(self._hybrid)
 
     @property
     def block_size(self) -> int:
@@ -348,6 +372,45 @@ class Cache:
         ``torch.from_dlpack(block.layers[0][0])`` adopts a block's K of layer 0."""
         limit = (1 << 63) - 1 if max_blocks is None else int(max_blocks)
         return FetchedBlocks(self._c.fetch(tokens, list(extra_keys), limit), self._layout["num_layers"])
+
+    def _state_shapes(self) -> List[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+        if self._hybrid is None:
+            raise ValueError("state snapshots need a hybrid cache (Cache(hybrid_layout=...))")
+        g = self._hybrid["gdn"]
+        layers = sum(1 for kind in self._hybrid["pattern"] if kind == "gdn")
+        return [((g["heads"], g["d_k"], g["d_v"]), (g["conv_channels"], g["conv_width"] - 1))] * layers
+
+    def store_state(self, tokens: Tokens, state: Sequence[Tuple[Tensor, Tensor]], *,
+                    extra_keys: Sequence[str] = ()) -> bool:
+        """Stores the GDN layers' state taken after ``tokens`` (a whole number of blocks).
+
+        state: one (recurrent state [heads, d_k, d_v], conv window [conv_channels, conv_width - 1])
+        pair per GDN layer, in the pattern's order, float32 (numpy arrays or torch tensors, CPU or
+        CUDA). Stored as it is, bit for bit. True when it was new; ValueError (nothing stored) for a
+        wrong count, shape or dtype, or tokens that are not whole blocks.
+        """
+        if self._hybrid is None:
+            raise ValueError("state snapshots need a hybrid cache (Cache(hybrid_layout=...))")
+        host = [tuple(_host_array(t) for t in pair) for pair in state]  # CUDA tensors come down once
+        return self._c.store_state(tokens, list(extra_keys), host)
+
+    def fetch_state(self, tokens: Tokens, *, extra_keys: Sequence[str] = ()) -> Optional[List[Tuple[Any, Any]]]:
+        """The GDN state stored after ``tokens`` (a whole number of blocks), as (state, conv_window)
+        float32 numpy arrays per GDN layer, or None when none is cached."""
+        import numpy as np
+        data = self._c.fetch_state(tokens, list(extra_keys))
+        if data is None:
+            return None
+        flat = np.frombuffer(data, dtype=np.float32)
+        out, at = [], 0
+        for state_shape, window_shape in self._state_shapes():
+            pair = []
+            for shape in (state_shape, window_shape):
+                n = int(np.prod(shape))
+                pair.append(flat[at:at + n].reshape(shape).copy())
+                at += n
+            out.append((pair[0], pair[1]))
+        return out
 
     def stats(self) -> Dict[str, Any]:
         """Every counter of the cache and its tiers: {"name": [{"labels": {...}, "value": v}]}."""

@@ -120,6 +120,24 @@ class PyCache {
   }
 
   std::string layout_json() const { return cache_->layout().to_json().dump(); }
+  py::object hybrid_layout_json() const {
+    const HybridLayout* h = cache_->hybrid_layout();
+    return h ? py::object(py::str(h->to_json().dump())) : py::object(py::none());
+  }
+
+  bool store_state(py::handle tokens, const std::vector<std::string>& extra, py::handle state) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    std::vector<ImportedTensor> keep;
+    const std::vector<LayerKv> views = import_block_layers(state, {}, keep);
+    return call([&] { return cache_->store_state(t, extra, std::span<const LayerKv>(views)); });
+  }
+
+  py::object fetch_state(py::handle tokens, const std::vector<std::string>& extra) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    std::optional<std::vector<uint8_t>> s = call([&] { return cache_->fetch_state(t, extra); });
+    if (!s) return py::none();
+    return py::bytes(reinterpret_cast<const char*>(s->data()), s->size());
+  }
   size_t block_bytes() const { return cache_->block_bytes(); }
 
   std::vector<std::string> block_hashes(py::handle tokens, const std::vector<std::string>& extra) {
@@ -311,7 +329,7 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   static const char* kKeys[] = {"layout", "namespace", "hash", "ram_capacity", "kv_cache_quantization",
                                 "ssd_dir", "ssd_capacity", "ssd_segment_size", "compression",
                                 "ssd_reset", "gpu_memory", "remote", "persist_on_close", "close_timeout",
-                                "eviction", "ssd_admission"};
+                                "eviction", "ssd_admission", "hybrid_layout"};
   for (auto item : d) {
     const std::string key = item.first.cast<std::string>();
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
@@ -320,6 +338,7 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   }
   auto get = [&](const char* k) -> py::object { return d.contains(k) ? py::object(d[k]) : py::none(); };
   if (auto v = get("layout"); !v.is_none()) o.layout = v.cast<std::string>();
+  if (auto v = get("hybrid_layout"); !v.is_none()) o.hybrid_layout = v.cast<std::string>();
   if (auto v = get("namespace"); !v.is_none()) o.ns = v.cast<std::string>();
   if (auto v = get("hash"); !v.is_none()) o.hash = v.cast<std::string>();
   if (auto v = get("ram_capacity"); !v.is_none()) o.ram_capacity = v.cast<uint64_t>();
@@ -372,6 +391,9 @@ PYBIND11_MODULE(_kvtier, m) {
   py::class_<PyCache>(m, "Cache")
       .def(py::init([](const py::dict& options) { return new PyCache(options_from(options)); }))
       .def_property_readonly("layout_json", &PyCache::layout_json)
+      .def_property_readonly("hybrid_layout_json", &PyCache::hybrid_layout_json)
+      .def("store_state", &PyCache::store_state)
+      .def("fetch_state", &PyCache::fetch_state)
       .def_property_readonly("block_bytes", &PyCache::block_bytes)
       .def("block_hashes", &PyCache::block_hashes)
       .def("lookup", &PyCache::lookup)

@@ -33,6 +33,8 @@ def open_cache(layout, tmp_path=None, ram="64M", ssd=True, **kw):
         kw.setdefault("ssd_dir", str(tmp_path / "ssd"))
         kw.setdefault("ssd_capacity", "64M")
         kw.setdefault("ssd_segment_size", "4M")
+    if layout is None:  # a hybrid cache: its layout comes from hybrid_layout
+        return kvtier.Cache(ram=ram, **kw)
     return kvtier.Cache(layout, ram=ram, **kw)
 
 
