@@ -62,6 +62,10 @@ kvtier_options* kvtier_options_create(void);
 void kvtier_options_destroy(kvtier_options* options);
 /* A preset ("llama-3-8b", "qwen3-0.6b", "tiny"), a layout JSON file, or layout JSON text. */
 kvtier_status kvtier_options_set_layout(kvtier_options* options, const char* layout);
+/* A hybrid model (Gated DeltaNet layers beside attention): its layout as JSON text or a file path
+ * (docs/python.md, "Hybrid models"). It replaces the layout with its attention layers'; lookups and
+ * loads then end at the last block with a state snapshot (kvtier_store_state). */
+kvtier_status kvtier_options_set_hybrid_layout(kvtier_options* options, const char* hybrid_layout);
 kvtier_status kvtier_options_set_namespace(kvtier_options* options, const char* ns);
 /* "sha256" or "xxh3". */
 kvtier_status kvtier_options_set_hash(kvtier_options* options, const char* hash);
@@ -141,6 +145,24 @@ kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, si
                                  const char* const* extra_keys, size_t n_extra_keys, size_t first_block,
                                  size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len,
                                  size_t* loaded, int* deadline_passed);
+
+/* Hybrid caches. Bytes of one state snapshot: per GDN layer, in the pattern's order, its f32
+ * recurrent state [heads, d_k, d_v] then its conv window [conv_channels, conv_width - 1],
+ * row-major. 0 for a plain cache. */
+size_t kvtier_state_bytes(const kvtier_cache* cache);
+
+/* Stores the snapshot taken after `tokens` (n_tokens a multiple of the block size; `len` =
+ * kvtier_state_bytes). *inserted (may be NULL) is 1 for a new snapshot, 0 for one already cached.
+ * Nothing is stored on failure; KVTIER_FAILED_PRECONDITION on a plain cache. */
+kvtier_status kvtier_store_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, const void* snapshot,
+                                 size_t len, int* inserted);
+
+/* Copies the snapshot taken after `tokens` into `dst` (`dst_len` = kvtier_state_bytes). *found is
+ * 1 on a hit, 0 on a miss (dst unchanged). */
+kvtier_status kvtier_fetch_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, void* dst, size_t dst_len,
+                                 int* found);
 
 /* Every metric of the cache and its tiers as JSON ({"name": [{"labels": {...}, "value": v}]}).
  * *json is NUL-terminated; the caller frees it with kvtier_free. */

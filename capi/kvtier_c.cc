@@ -150,6 +150,9 @@ void kvtier_options_destroy(kvtier_options* options) { delete options; }
 kvtier_status kvtier_options_set_layout(kvtier_options* options, const char* layout) {
   return set_string(options, layout, &kvtier::EmbeddedCacheOptions::layout, "layout");
 }
+kvtier_status kvtier_options_set_hybrid_layout(kvtier_options* options, const char* hybrid_layout) {
+  return set_string(options, hybrid_layout, &kvtier::EmbeddedCacheOptions::hybrid_layout, "hybrid layout");
+}
 kvtier_status kvtier_options_set_namespace(kvtier_options* options, const char* ns) {
   return set_string(options, ns, &kvtier::EmbeddedCacheOptions::ns, "namespace");
 }
@@ -297,6 +300,53 @@ kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, si
     if (!r.ok()) return report(r.status());
     *loaded = r->loaded_blocks;
     if (deadline_passed) *deadline_passed = r->deadline_passed ? 1 : 0;
+    return report(kvtier::ok_status());
+  });
+}
+
+size_t kvtier_state_bytes(const kvtier_cache* cache) {
+  if (!cache) return 0;
+  const kvtier::HybridLayout* h = cache->c->hybrid_layout();
+  return h ? h->snapshot_bytes() : 0;
+}
+
+kvtier_status kvtier_store_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, const void* snapshot,
+                                 size_t len, int* inserted) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && snapshot, "cache or snapshot is NULL");
+    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
+    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    if (inserted) *inserted = 0;
+    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    auto r = cache->c->store_state({tokens, n_tokens}, extra,
+                                   std::span<const uint8_t>(static_cast<const uint8_t*>(snapshot), len));
+    if (!r.ok()) return report(r.status());
+    if (inserted) *inserted = *r ? 1 : 0;
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_fetch_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
+                                 const char* const* extra_keys, size_t n_extra_keys, void* dst, size_t dst_len,
+                                 int* found) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && dst && found, "cache, dst or found is NULL");
+    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
+    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    *found = 0;
+    const size_t want = kvtier_state_bytes(cache);
+    if (want != 0 && dst_len != want) {
+      return fail(KVTIER_INVALID_ARGUMENT, "dst_len " + std::to_string(dst_len) + " is not the state's " +
+                                               std::to_string(want) + " bytes");
+    }
+    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    auto r = cache->c->fetch_state({tokens, n_tokens}, extra);
+    if (!r.ok()) return report(r.status());
+    if (*r) {
+      std::memcpy(dst, (*r)->data(), (*r)->size());
+      *found = 1;
+    }
     return report(kvtier::ok_status());
   });
 }

@@ -20,7 +20,7 @@ install(FILES capi/kvtier.h DESTINATION include)
 # The C++ API and exactly the headers it includes; everything else stays internal.
 set(KVTIER_PUBLIC_HEADERS
   embed/embedded_cache.h embed/tensor_view.h
-  serialize/kv_layout.h serialize/dtype.h serialize/block_hash.h
+  serialize/kv_layout.h serialize/hybrid_layout.h serialize/dtype.h serialize/block_hash.h
   base/status.h)
 foreach(h ${KVTIER_PUBLIC_HEADERS})
   get_filename_component(_dir ${h} DIRECTORY)

@@ -211,6 +211,70 @@ int main(void) {
     }
   }
 
+  /* A hybrid cache: a state snapshot stored after two blocks comes back byte for byte, from RAM
+   * and after a reopen from the SSD; lookups end at it; wrong sizes and plain caches are refused. */
+  {
+    static const char* hybrid =
+        "{\"name\": \"c-hybrid\", \"block_size\": 16, \"dtype\": \"BF16\","
+        " \"attention\": {\"num_kv_heads\": 2, \"head_dim\": 64},"
+        " \"gdn\": {\"heads\": 2, \"d_k\": 16, \"d_v\": 16, \"conv_width\": 4, \"conv_channels\": 96},"
+        " \"pattern\": [\"gdn\", \"attention\", \"gdn\"]}";
+    char hdir[160];
+    unsigned char *state, *back;
+    size_t state_len, n_found;
+    int run, present;
+    kvtier_cached_block hb[4];
+    snprintf(hdir, sizeof hdir, "%s-hybrid", dir);
+    for (run = 0; run < 2; ++run) {
+      kvtier_options* o = kvtier_options_create();
+      REQUIRE_OK(kvtier_options_set_hybrid_layout(o, hybrid));
+      REQUIRE_OK(kvtier_options_set_ssd_dir(o, hdir));
+      REQUIRE_OK(kvtier_options_set_ssd_capacity(o, 64u << 20));
+      REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
+      REQUIRE_OK(kvtier_open(o, &c));
+      kvtier_options_destroy(o);
+      state_len = kvtier_state_bytes(c);
+      CHECK(state_len == 2 * (2 * 16 * 16 + 96 * 3) * 4);
+      state = malloc(state_len);
+      back = malloc(state_len);
+      fill(state, state_len, 7);
+      if (run == 0) {
+        uint8_t h0[KVTIER_HASH_BYTES];
+        uint8_t* blk = malloc(kvtier_block_bytes(c));
+        fill(blk, kvtier_block_bytes(c), 8);
+        REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, blk, kvtier_block_bytes(c), h0, &inserted));
+        REQUIRE_OK(kvtier_store_block(c, tokens + 16, 16, h0, NULL, 0, blk, kvtier_block_bytes(c), NULL, &inserted));
+        free(blk);
+        REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, hb, 4, &n_found));
+        CHECK(n_found == 0); /* no snapshot yet: nothing restorable */
+        CHECK(kvtier_store_state(c, tokens, 20, NULL, 0, state, state_len, &inserted) == KVTIER_INVALID_ARGUMENT);
+        CHECK(kvtier_store_state(c, tokens, 32, NULL, 0, state, state_len - 4, &inserted) == KVTIER_INVALID_ARGUMENT);
+        REQUIRE_OK(kvtier_store_state(c, tokens, 32, NULL, 0, state, state_len, &inserted));
+        CHECK(inserted == 1);
+      }
+      REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, hb, 4, &n_found));
+      CHECK(n_found == 2);
+      REQUIRE_OK(kvtier_fetch_state(c, tokens, 32, NULL, 0, back, state_len, &present));
+      CHECK(present == 1);
+      CHECK(memcmp(back, state, state_len) == 0);
+      REQUIRE_OK(kvtier_fetch_state(c, tokens, 16, NULL, 0, back, state_len, &present));
+      CHECK(present == 0);
+      CHECK(kvtier_fetch_state(c, tokens, 32, NULL, 0, back, state_len + 1, &present) == KVTIER_INVALID_ARGUMENT);
+      free(state);
+      free(back);
+      kvtier_close(c, NULL);
+    }
+    c = open_cache(dir);
+    CHECK(kvtier_state_bytes(c) == 0);
+    {
+      unsigned char s8[8] = {0};
+      CHECK(kvtier_store_state(c, tokens, 32, NULL, 0, s8, sizeof s8, &inserted) == KVTIER_FAILED_PRECONDITION);
+    }
+    kvtier_close(c, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", hdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", hdir);
+  }
+
   free(block0);
   free(block1);
   free(out);
