@@ -33,8 +33,12 @@ Result<InsertOutcome> HybridPrefixCache::store_snapshot(std::span<const BlockKey
                                                         std::span<const uint8_t> snapshot) {
   if (block >= keys.size()) return invalid_argument("store_snapshot: block past the prompt's full blocks");
   const std::vector<BlockKey> prefix(keys.begin(), keys.begin() + block + 1);
-  const BlockIdentity kv = hasher_.identity(prefix, block, extra_keys);
-  auto record = make_state_record(layout_, snapshot_layout_, kv, hasher_.snapshot_key(kv.hash), snapshot);
+  return store_snapshot(hasher_.identity(prefix, block, extra_keys), (block + 1) * hasher_.block_size(), snapshot);
+}
+
+Result<InsertOutcome> HybridPrefixCache::store_snapshot(const BlockIdentity& kv, uint64_t prefix_tokens,
+                                                        std::span<const uint8_t> snapshot) {
+  auto record = make_state_record(layout_, snapshot_layout_, kv, hasher_.snapshot_key(kv.hash), prefix_tokens, snapshot);
   if (!record.ok()) {
     metrics_.snapshots_refused.inc();
     return record.status();
@@ -97,23 +101,31 @@ bool HybridPrefixCache::has_snapshot(std::span<const BlockKey> keys, size_t bloc
   return held(std::span(&key, 1)).front();
 }
 
-Result<AlignedBuffer> HybridPrefixCache::fetch_snapshot(std::span<const BlockKey> keys, size_t block) {
-  if (block >= keys.size()) return invalid_argument("fetch_snapshot: block past the prompt's full blocks");
+Result<BlockRef> HybridPrefixCache::read_record(const BlockHash& block_hash, std::span<const uint32_t> tokens) {
   metrics_.snapshot_reads.inc();
-  const BlockRequest req{hasher_.snapshot_key(keys[block].hash), keys[block].tokens};
+  const BlockRequest req{hasher_.snapshot_key(block_hash), tokens};
   auto record = cache_.read_record(req);
-  Result<AlignedBuffer> out = record.ok() ? snapshot_of(layout_, **record) : Result<AlignedBuffer>(record.status());
-  if (out.ok() && (*record)->identity().parent_hash != keys[block].hash) {
-    out = corruption("state record " + req.hash.hex() + " names another block as its own");
-  }
-  if (!out.ok()) {
-    metrics_.snapshot_read_failures.inc();
-    if (auto n = read_failure_log_.admit()) {
-      spdlog::warn("snapshot at block {} not restored: {} ({} similar suppressed)", keys[block].hash.hex(),
-                   out.status().to_string(), *n);
+  Status st = record.status();
+  if (record.ok()) {
+    if ((*record)->identity().parent_hash != block_hash) {
+      st = corruption("state record " + req.hash.hex() + " names another block as its own");
+    } else {
+      st = snapshot_of(layout_, **record).status();  // layout, tag and padding checked
     }
   }
-  return out;
+  if (st.ok()) return record;
+  metrics_.snapshot_read_failures.inc();
+  if (auto n = read_failure_log_.admit()) {
+    spdlog::warn("snapshot at block {} not restored: {} ({} similar suppressed)", block_hash.hex(), st.to_string(),
+                 *n);
+  }
+  return st;
+}
+
+Result<AlignedBuffer> HybridPrefixCache::fetch_snapshot(std::span<const BlockKey> keys, size_t block) {
+  if (block >= keys.size()) return invalid_argument("fetch_snapshot: block past the prompt's full blocks");
+  KVTIER_ASSIGN_OR_RETURN(BlockRef record, read_record(keys[block].hash, keys[block].tokens));
+  return snapshot_of(layout_, *record);
 }
 
 void HybridPrefixCache::on_dropped(const BlockRef& block) {

@@ -64,6 +64,13 @@ class HybridPrefixCache {
   // another size; what no tier can take is counted and returned.
   Result<InsertOutcome> store_snapshot(std::span<const BlockKey> keys, size_t block,
                                        std::span<const std::string> extra_keys, std::span<const uint8_t> snapshot);
+  // The same for the block `kv` identifies (of any namespace; a server has the block's identity
+  // from the block itself), the end of a prefix of `prefix_tokens` tokens.
+  Result<InsertOutcome> store_snapshot(const BlockIdentity& kv, uint64_t prefix_tokens,
+                                       std::span<const uint8_t> snapshot);
+  // The record of the snapshot at the end of block `block_hash` (checked against `tokens` when
+  // given), read where it lies: what a server returns. kNotFound when no tier returns it intact.
+  Result<BlockRef> read_record(const BlockHash& block_hash, std::span<const uint32_t> tokens = {});
   // The longest cached KV prefix of `keys` cut back to its last block with a snapshot.
   HybridLookup lookup(std::span<const BlockKey> keys);
   // The snapshot at the end of keys[block], checked against the block's tokens; kNotFound when

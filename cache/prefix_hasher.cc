@@ -140,7 +140,6 @@ BlockHash PrefixHasher::snapshot_key(const BlockHash& block) const {
   std::vector<uint8_t> buf;
   const std::string_view tag = "kvtier.state.v1";
   buf.insert(buf.end(), tag.begin(), tag.end());
-  buf.insert(buf.end(), ns_digest_.bytes.begin(), ns_digest_.bytes.end());
   buf.insert(buf.end(), block.bytes.begin(), block.bytes.end());
   return digest(buf);
 }

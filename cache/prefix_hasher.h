@@ -58,8 +58,9 @@ class PrefixHasher {
   BlockIdentity identity(const std::vector<BlockKey>& keys, size_t i,
                          std::span<const std::string> extra_keys) const;
   // The key of the state snapshot (hybrid models) taken at the end of block `block`: a hash of
-  // its own, derived from the block's and this namespace, so a record never shares a key with a
-  // block and a tenant cannot aim a snapshot at another tenant's prefix.
+  // its own, derived from the block's alone (which already names the namespace and the whole
+  // prefix), so a record never shares a key with a block and whoever holds a block can find its
+  // snapshot, whatever namespace hashed it.
   BlockHash snapshot_key(const BlockHash& block) const;
   // True when `id.hash` is what this hasher computes from id's parent, tokens and extra keys.
   bool verifies(const BlockIdentity& id) const;

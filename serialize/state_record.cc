@@ -28,7 +28,8 @@ bool is_state_record(const Block& block) {
 }
 
 Result<Block> make_state_record(const HybridLayout& hybrid, std::shared_ptr<const KvLayout> layout,
-                                const BlockIdentity& kv, const BlockHash& key, std::span<const uint8_t> snapshot) {
+                                const BlockIdentity& kv, const BlockHash& key, uint64_t prefix_tokens,
+                                std::span<const uint8_t> snapshot) {
   if (snapshot.size() != hybrid.snapshot_bytes()) {
     return invalid_argument("state record: a snapshot of " + std::to_string(snapshot.size()) + " bytes; " +
                             hybrid.name() + "'s is " + std::to_string(hybrid.snapshot_bytes()));
@@ -41,7 +42,7 @@ Result<Block> make_state_record(const HybridLayout& hybrid, std::shared_ptr<cons
   id.parent_hash = kv.hash;
   id.token_ids = kv.token_ids;
   id.namespace_id = kv.namespace_id;
-  id.extra_keys = {kStateRecordTag, hybrid_tag(hybrid)};
+  id.extra_keys = {kStateRecordTag, hybrid_tag(hybrid), "tokens=" + std::to_string(prefix_tokens)};
   id.extra_keys.insert(id.extra_keys.end(), kv.extra_keys.begin(), kv.extra_keys.end());
   Block record = Block::dense(std::move(layout), std::move(id));  // zeroed: the padding stays 0
   const size_t layer_bytes = layer_floats(hybrid) * sizeof(float);
@@ -51,6 +52,25 @@ Result<Block> make_state_record(const HybridLayout& hybrid, std::shared_ptr<cons
     std::memcpy(out.data() + j * stride, snapshot.data() + j * layer_bytes, layer_bytes);
   }
   return record;
+}
+
+Result<uint64_t> prefix_tokens_of(const Block& record) {
+  const auto& keys = record.identity().extra_keys;
+  if (!is_state_record(record) || keys.size() < 3 || keys[2].rfind("tokens=", 0) != 0) {
+    return corruption("state record " + record.hash().hex() + " does not say how long its prefix is");
+  }
+  try {
+    size_t used = 0;
+    const uint64_t n = std::stoull(keys[2].substr(7), &used);
+    if (used + 7 == keys[2].size()) return n;
+  } catch (const std::exception&) {
+  }
+  return corruption("state record " + record.hash().hex() + ": bad prefix length '" + keys[2] + "'");
+}
+
+std::vector<std::string> block_extra_keys_of(const Block& record) {
+  const auto& keys = record.identity().extra_keys;
+  return keys.size() > 3 ? std::vector<std::string>(keys.begin() + 3, keys.end()) : std::vector<std::string>();
 }
 
 Result<AlignedBuffer> snapshot_of(const HybridLayout& hybrid, const Block& record) {

@@ -134,7 +134,7 @@ TEST(HybridPrefixCache, SnapshotsComeBackFromTheSsdAfterARestartBitForBit) {
     for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(ssd->insert(computed_block(h, keys, i)).ok());
     const std::vector<BlockKey> prefix(keys.begin(), keys.end());
     auto record = make_state_record(hybrid(), hc->snapshot_layout(), h.identity(prefix, 4, {}),
-                                    h.snapshot_key(keys[4].hash), at4.span());
+                                    h.snapshot_key(keys[4].hash), 20, at4.span());
     ASSERT_TRUE(record.ok());
     ASSERT_TRUE(ssd->insert(std::make_shared<const Block>(std::move(*record))).ok());
     ssd->flush();
@@ -167,7 +167,7 @@ TEST(HybridPrefixCache, ASnapshotNeverOutlivesItsBlock) {
     auto layout = l.add(snapshot_layout(hybrid()));
     const auto t = prompt(4, 1);
     const auto k = h.keys(t, {});
-    return make_state_record(hybrid(), *layout, h.identity(k, 0, {}), h.snapshot_key(k[0].hash), snapshot(1).span())
+    return make_state_record(hybrid(), *layout, h.identity(k, 0, {}), h.snapshot_key(k[0].hash), 4, snapshot(1).span())
         ->size_bytes();
   }();
   Fixture f({ram(3 * block + record_bytes)});

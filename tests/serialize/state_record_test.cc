@@ -67,14 +67,16 @@ TEST(StateRecord, RoundTripsThroughTheBlockCodecBitForBit) {
   auto layout = layouts.add(snapshot_layout(h));
   ASSERT_TRUE(layout.ok());
   const AlignedBuffer snap = random_snapshot(h, 7);
-  auto record = make_state_record(h, *layout, kv_identity(), key_of(0xab), snap.span());
+  auto record = make_state_record(h, *layout, kv_identity(), key_of(0xab), 48, snap.span());
   ASSERT_TRUE(record.ok()) << record.status().to_string();
   EXPECT_TRUE(is_state_record(*record));
   EXPECT_EQ(record->hash(), key_of(0xab));
   EXPECT_EQ(record->identity().parent_hash, kv_identity().hash);
   EXPECT_EQ(record->identity().token_ids, kv_identity().token_ids);
-  const std::vector<std::string> keys{kStateRecordTag, "hybrid=" + h.fingerprint_hex(), "lora-1"};
+  const std::vector<std::string> keys{kStateRecordTag, "hybrid=" + h.fingerprint_hex(), "tokens=48", "lora-1"};
   EXPECT_EQ(record->identity().extra_keys, keys);
+  EXPECT_EQ(*prefix_tokens_of(*record), 48u);
+  EXPECT_EQ(block_extra_keys_of(*record), std::vector<std::string>{"lora-1"});
 
   for (FrameCodec codec : {FrameCodec::kNone, FrameCodec::kLz4}) {
     BlockCodec c(codec);
@@ -95,16 +97,16 @@ TEST(StateRecord, RefusesWhatNoSnapshotWrote) {
   auto layout = std::make_shared<const KvLayout>(snapshot_layout(h));
   const AlignedBuffer snap = random_snapshot(h, 3);
 
-  auto short_one = make_state_record(h, layout, kv_identity(), key_of(1), snap.span().first(snap.size() - 4));
+  auto short_one = make_state_record(h, layout, kv_identity(), key_of(1), 48, snap.span().first(snap.size() - 4));
   ASSERT_FALSE(short_one.ok());
   EXPECT_EQ(short_one.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(short_one.status().message().find("bytes"), std::string::npos);
 
   auto other_layout = make_state_record(h, std::make_shared<const KvLayout>(snapshot_layout(hybrid(8))),
-                                        kv_identity(), key_of(1), snap.span());
+                                        kv_identity(), key_of(1), 48, snap.span());
   EXPECT_EQ(other_layout.status().code(), StatusCode::kInvalidArgument);
 
-  auto record = make_state_record(h, layout, kv_identity(), key_of(1), snap.span());
+  auto record = make_state_record(h, layout, kv_identity(), key_of(1), 48, snap.span());
   ASSERT_TRUE(record.ok());
   // Read as another hybrid shape's: refused by name.
   auto as_other = snapshot_of(hybrid(8), *record);
