@@ -4,6 +4,8 @@
 
 #include "base/text/client_text.h"
 #include "serialize/format/block_document.h"
+#include "serialize/format/state_document.h"
+#include "serialize/state_record.h"
 
 namespace kvtier {
 namespace {
@@ -29,14 +31,34 @@ Status check_namespace(std::string_view ns) {
 BlockService::BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory)
     : stack_(stack),
       hash_(hash),
+      namespace_fingerprint_(stack.layout().fingerprint()),
       layouts_(std::make_shared<LayoutRegistry>()),
       body_budget_(max_body_memory ? max_body_memory
                                    : std::max<uint64_t>(256ull << 20, 2 * default_max_body_bytes())) {
   (void)layouts_->add(stack.layout());  // validated when the stack was opened
 }
 
+BlockService::BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory, const HybridLayout& hybrid)
+    : BlockService(stack, hash, max_body_memory) {
+  namespace_fingerprint_ = hybrid.fingerprint();
+  // The cache's own hasher is used for snapshot keys only (they derive from block hashes alone).
+  auto h = HybridPrefixCache::create(stack.cache(), hasher_for("kvtierd"), hybrid, stack.layouts());
+  if (h.ok()) hybrid_ = std::move(h).value();
+  else spdlog::error("hybrid layout {}: {}", hybrid.name(), h.status().to_string());  // checked by the options
+}
+
+BlockService::~BlockService() = default;
+
+const HybridLayout* BlockService::hybrid_layout() const { return hybrid_ ? &hybrid_->layout() : nullptr; }
+
+uint64_t BlockService::default_max_body_bytes() const {
+  uint64_t largest = layout().dense_block_bytes();
+  if (hybrid_) largest = std::max<uint64_t>(largest, hybrid_->layout().snapshot_bytes() + (1u << 20));
+  return largest + (16ull << 20);
+}
+
 PrefixHasher BlockService::hasher_for(const std::string& ns) const {
-  return PrefixHasher(hash_, Namespace{ns, layout().fingerprint(), ""}, layout().block_size);
+  return PrefixHasher(hash_, Namespace{ns, namespace_fingerprint_, ""}, layout().block_size);
 }
 
 Status BlockService::check_prompt(const PromptRequest& r) const {
@@ -59,7 +81,14 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
   metrics_.lookups.inc();
   const PrefixHasher hasher = hasher_for(r.ns);
   const std::vector<BlockKey> keys = hasher.keys(r.tokens, r.extra_keys);
-  const LookupResult found = stack_.cache().lookup(keys);
+  LookupResult found;
+  if (hybrid_) {
+    HybridLookup h = hybrid_->lookup(keys);  // ends at the last block with a snapshot
+    found.matched_tokens = h.matched_tokens;
+    found.blocks = std::move(h.hits);
+  } else {
+    found = stack_.cache().lookup(keys);
+  }
   LookupReply reply;
   reply.matched_tokens = found.matched_tokens;
   const auto& tiers = stack_.cache().tiers();
@@ -192,6 +221,65 @@ bool BlockService::erase(const BlockHash& hash, std::string_view ns) {
   return held;
 }
 
+Result<InsertOutcome> BlockService::put_state(const BlockHash& hash, std::span<const uint8_t> document,
+                                              std::string_view ns) {
+  if (!hybrid_) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("this server holds a plain layout: state snapshots need --hybrid-layout"));
+  }
+  if (!ns.empty()) KVTIER_RETURN_IF_ERROR(check_namespace(ns));
+  const HybridLayout& h = hybrid_->layout();
+  auto snapshot = decode_state_document(document, h);
+  if (!snapshot.ok()) {
+    const bool other_layout = snapshot.status().message().find("fingerprint") != std::string::npos;
+    return reject(other_layout ? metrics_.puts_rejected_inconsistent : metrics_.puts_rejected_malformed,
+                  other_layout ? failed_precondition(snapshot.status().message() + "; this server holds hybrid layout '" +
+                                                     h.name() + "' (fingerprint " + h.fingerprint_hex() + ")")
+                               : invalid_argument(snapshot.status().message()));
+  }
+  if (snapshot->at != hash) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("the document's hash " + snapshot->at.hex() + " is not the hash in the path " +
+                                      hash.hex()));
+  }
+  // The block the snapshot ends at: its identity is the snapshot's (namespace, tokens, extra keys).
+  auto block = stack_.cache().read_record(BlockRequest{hash, {}});
+  if (!block.ok() || (!ns.empty() && (*block)->identity().namespace_id != ns)) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("block " + hash.hex() + " is not cached: PUT the block before its state"));
+  }
+  if (snapshot->ns != (*block)->identity().namespace_id) {
+    return reject(metrics_.puts_rejected_inconsistent,
+                  failed_precondition("the document's namespace is not its block's"));
+  }
+  auto r = hybrid_->store_snapshot((*block)->identity(), snapshot->tokens, snapshot->data.span());
+  if (!r.ok()) return reject(metrics_.puts_rejected_no_room, r.status());
+  return r;
+}
+
+Result<Bytes> BlockService::get_state(const BlockHash& hash, std::string_view ns) {
+  if (!hybrid_) return failed_precondition("this server holds a plain layout: state snapshots need --hybrid-layout");
+  if (!ns.empty()) KVTIER_RETURN_IF_ERROR(check_namespace(ns));
+  auto record = hybrid_->read_record(hash);
+  if (!record.ok() || (!ns.empty() && (*record)->identity().namespace_id != ns)) {
+    metrics_.gets_miss.inc();
+    return not_found("no state snapshot at block " + hash.hex());
+  }
+  const HybridLayout& h = hybrid_->layout();
+  StateSnapshot s;
+  s.at = hash;
+  s.ns = (*record)->identity().namespace_id;
+  KVTIER_ASSIGN_OR_RETURN(s.tokens, prefix_tokens_of(**record));
+  KVTIER_ASSIGN_OR_RETURN(s.data, snapshot_of(h, **record));
+  Bytes out;
+  if (Status st = encode_state_document(h, s, out); !st.ok()) {
+    metrics_.encode_failures.inc();
+    return st;
+  }
+  metrics_.gets_hit.inc();
+  return out;
+}
+
 Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
   KVTIER_RETURN_IF_ERROR(check_prompt(r));
   const std::vector<BlockKey> keys = hasher_for(r.ns).keys(r.tokens, r.extra_keys);
@@ -223,6 +311,7 @@ Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
 }
 
 void BlockService::visit_metrics(MetricVisitor& v) const {
+  if (hybrid_) hybrid_->visit_metrics(v);
   body_budget_.visit_metrics(v);
   v.counter("kvtier_server_lookups_total", "Prompt lookups", {}, metrics_.lookups.value());
   const char* put_help = "Block PUTs by outcome";

@@ -17,6 +17,7 @@
 #include "base/memory/bytes.h"
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
+#include "cache/hybrid_prefix_cache.h"
 #include "cache/prefix_hasher.h"
 #include "server/net/body_budget.h"
 
@@ -90,13 +91,20 @@ class BlockService {
   // `max_body_memory`: the bytes of request bodies both doors may hold at once before they are
   // stored (0: 256 MiB, and at least two of the largest body a door accepts).
   BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory = 0);
+  // A hybrid model's server (kvtierd --hybrid-layout; `stack` holds its attention layers'
+  // layout): blocks are hashed under the hybrid's fingerprint, lookups end at the last block with
+  // a state snapshot, and snapshots are stored and served (put_state, get_state).
+  BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory, const HybridLayout& hybrid);
+  ~BlockService();
+  const HybridLayout* hybrid_layout() const;
 
   const KvLayout& layout() const { return stack_.layout(); }
   HashAlgorithm hash_algorithm() const { return hash_; }
   CacheStack& stack() { return stack_; }
   BodyBudget& body_budget() { return body_budget_; }
-  // The largest body a door accepts by default: a block document of the layout plus 16 MiB.
-  uint64_t default_max_body_bytes() const { return layout().dense_block_bytes() + (16ull << 20); }
+  // The largest body a door accepts by default: a block document of the layout (or a state
+  // document, when larger) plus 16 MiB.
+  uint64_t default_max_body_bytes() const;
 
   Result<LookupReply> lookup(const PromptRequest& request);
   // `document` is one block document (serialize/format/block_document.h) stored under `hash`; a
@@ -112,6 +120,15 @@ class BlockService {
   std::vector<std::optional<BlockDocumentParts>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
   // With `ns` non-empty, only a block of that namespace is erased (another's is "not cached").
   bool erase(const BlockHash& hash, std::string_view ns = {});
+  // Hybrid servers. `document` is a state document (serialize/format/state_document.h) of the
+  // snapshot taken at the end of block `hash`, which must be cached: the block's identity names
+  // the snapshot's namespace and tokens (a snapshot is never stored without its block).
+  // kInserted (201) or kAlreadyPresent (200); kInvalidArgument (400) malformed;
+  // kFailedPrecondition (422) another layout, another hash, the block not cached, not hybrid.
+  Result<InsertOutcome> put_state(const BlockHash& hash, std::span<const uint8_t> document, std::string_view ns);
+  // The state document of the snapshot at the end of block `hash`; kNotFound (404) on a miss or
+  // another namespace's snapshot.
+  Result<Bytes> get_state(const BlockHash& hash, std::string_view ns);
   // Reads the prompt's cached prefix from the SSD into RAM, ahead of a fetch.
   Result<PrefetchReply> prefetch(const PromptRequest& request);
 
@@ -129,6 +146,8 @@ class BlockService {
 
   CacheStack& stack_;
   const HashAlgorithm hash_;
+  uint64_t namespace_fingerprint_;  // the layout's, or the hybrid layout's
+  std::unique_ptr<HybridPrefixCache> hybrid_;
   std::shared_ptr<LayoutRegistry> layouts_;
   BlockServiceMetrics metrics_;
   BodyBudget body_budget_;

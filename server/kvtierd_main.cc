@@ -93,7 +93,15 @@ int serve(const ServerOptions& o) {
     spdlog::error("cannot open the cache: {}", stack.status().to_string());
     return 1;
   }
-  BlockService service(**stack, o.hash, o.max_body_memory);
+  std::unique_ptr<BlockService> service_owner =
+      o.hybrid ? std::make_unique<BlockService>(**stack, o.hash, o.max_body_memory, *o.hybrid)
+               : std::make_unique<BlockService>(**stack, o.hash, o.max_body_memory);
+  BlockService& service = *service_owner;
+  if (o.hybrid) {
+    spdlog::info("hybrid layout {} (fingerprint {}): {} of {} layers Gated DeltaNet, {} per state snapshot",
+                 o.hybrid->name(), o.hybrid->fingerprint_hex(), o.hybrid->gdn_layers(), o.hybrid->pattern().size(),
+                 format_byte_size(o.hybrid->snapshot_bytes()));
+  }
   HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s, o.max_connections_per_client,
                         o.request_timeout_s});
   if (!api.status().ok()) {

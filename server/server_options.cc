@@ -23,6 +23,7 @@ struct RawFlags {
   std::string host = "127.0.0.1";
   int port = 8417;
   std::string layout = "llama-3-8b";
+  std::string hybrid_layout;
   std::string ram_capacity = "4G";
   std::string eviction = "chain-lru";
   std::string ssd_admission = "all";
@@ -60,6 +61,9 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--layout", f.layout,
                  "KV layout: a preset (llama-3-8b, qwen3-0.6b, tiny) or a layout JSON file")
       ->capture_default_str();
+  app.add_option("--hybrid-layout", f.hybrid_layout,
+                 "A hybrid model's layout JSON file (Gated DeltaNet layers beside attention): replaces --layout "
+                 "with its attention layers'; GDN state snapshots at /v1/states");
   app.add_option("--ram-capacity", f.ram_capacity, "Host RAM tier size, e.g. 512M, 8G")
       ->capture_default_str();
   app.add_option("--eviction", f.eviction,
@@ -188,9 +192,22 @@ Result<ServerOptions> resolve(const RawFlags& f) {
   o.host = f.host;
   o.port = f.port;
   o.layout = f.layout;
-  auto layout = resolve_layout(f.layout);
-  if (!layout.ok()) return invalid_argument("--layout: " + layout.status().message());
-  o.resolved_layout = std::make_shared<const KvLayout>(std::move(layout).value());
+  if (!f.hybrid_layout.empty()) {
+    std::ifstream in(f.hybrid_layout);
+    if (!in) return invalid_argument("--hybrid-layout: cannot read " + f.hybrid_layout);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto h = HybridLayout::from_json_text(text.str());
+    if (!h.ok()) return invalid_argument("--hybrid-layout: " + h.status().message());
+    if (h->gdn_layers() == 0) return invalid_argument("--hybrid-layout: no GDN layer (use --layout)");
+    o.hybrid_layout_file = f.hybrid_layout;
+    o.hybrid = std::move(h).value();
+    o.resolved_layout = std::make_shared<const KvLayout>(o.hybrid->attention());
+  } else {
+    auto layout = resolve_layout(f.layout);
+    if (!layout.ok()) return invalid_argument("--layout: " + layout.status().message());
+    o.resolved_layout = std::make_shared<const KvLayout>(std::move(layout).value());
+  }
   KVTIER_ASSIGN_OR_RETURN(o.ram_capacity, size_flag("--ram-capacity", f.ram_capacity));
   KVTIER_ASSIGN_OR_RETURN(o.ssd_capacity, size_flag("--ssd-capacity", f.ssd_capacity));
   KVTIER_ASSIGN_OR_RETURN(o.ssd_segment_size, size_flag("--ssd-segment-size", f.ssd_segment_size));

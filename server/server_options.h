@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
+#include "serialize/hybrid_layout.h"
 #include "server/tenant_table.h"
 
 namespace kvtier {
@@ -52,6 +53,8 @@ struct ServerOptions {
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
 
   std::shared_ptr<const KvLayout> resolved_layout;  // --layout, loaded and validated
+  std::string hybrid_layout_file;                   // --hybrid-layout
+  std::optional<HybridLayout> hybrid;               // loaded; resolved_layout is its attention part
   std::shared_ptr<const TenantTable> tenants;       // from --api-keys or --api-key; null: no auth
 };
 

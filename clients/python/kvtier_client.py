@@ -180,6 +180,23 @@ class KvtierClient:
         status, _ = self._request("PUT", self._block_path(block_hash, namespace), document, "application/octet-stream")
         return status == 201
 
+    def put_state(self, block_hash, document, namespace=None):
+        """A hybrid model's state snapshot (a kvtier.state.v1 document) at the end of the cached
+        block `block_hash`: True if stored (201), False if the server already held it (200)."""
+        path = self._block_path(block_hash, namespace).replace("/v1/blocks/", "/v1/states/", 1)
+        status, _ = self._request("PUT", path, document, "application/octet-stream")
+        return status == 201
+
+    def get_state(self, block_hash, namespace=None):
+        """The state document of the snapshot at the end of block `block_hash`, or None."""
+        path = self._block_path(block_hash, namespace).replace("/v1/blocks/", "/v1/states/", 1)
+        try:
+            return self._request("GET", path)[1]
+        except KvtierError as e:
+            if e.status == 404:
+                return None
+            raise
+
     def get_block(self, block_hash, namespace=None):
         """The block's document, or None when it is not cached."""
         if self.binary_in_use():

@@ -23,6 +23,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kHashRoute = R"(/v1/blocks/([^/:]+))";
+constexpr const char* kStateRoute = R"(/v1/states/([^/:]+))";
 // A batchGet reply streams (chunked) and pins one slice of its blocks at a time, so its size is
 // bounded by neither memory nor a byte cap; the count is bounded by the JSON request's size.
 constexpr size_t kMaxBatchHashes = 65536;
@@ -108,6 +109,10 @@ std::string route_of(const std::string& method, const std::string& path) {
     if (method == "PUT") return "put_block";
     if (method == "GET") return "get_block";
     if (method == "DELETE") return "delete_block";
+  }
+  if (path.rfind("/v1/states/", 0) == 0) {
+    if (method == "PUT") return "put_state";
+    if (method == "GET") return "get_state";
   }
   return "unknown";
 }
@@ -280,11 +285,16 @@ void HttpApi::add_routes() {
           const KvLayout& l = service_.layout();
           char fp[17];
           std::snprintf(fp, sizeof(fp), "%016llx", static_cast<unsigned long long>(l.fingerprint()));
-          send_json(res, 200,
-                    {{"layout", l.to_json()},
-                     {"fingerprint", fp},
-                     {"hash", hash_algorithm_name(service_.hash_algorithm())},
-                     {"block_bytes", l.dense_block_bytes()}});
+          json body{{"layout", l.to_json()},
+                    {"fingerprint", fp},
+                    {"hash", hash_algorithm_name(service_.hash_algorithm())},
+                    {"block_bytes", l.dense_block_bytes()}};
+          if (const HybridLayout* h = service_.hybrid_layout()) {
+            body["hybrid_layout"] = h->to_json();
+            body["hybrid_fingerprint"] = h->fingerprint_hex();  // what block hashes are made with
+            body["state_bytes"] = h->snapshot_bytes();
+          }
+          send_json(res, 200, body);
         }));
   post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
     auto r = scoped(parse_prompt_request(body));
@@ -304,9 +314,30 @@ void HttpApi::add_routes() {
   s.Put(kHashRoute, [this, put_latency](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& read) {
     const auto t0 = std::chrono::steady_clock::now();
-    put_block(req, res, read);
+    put_document(req, res, read, [this](const BlockHash& hash, AlignedBuffer body, size_t length, const std::string& ns) {
+      return service_.put(hash, std::move(body), length, ns);
+    });
     put_latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   });
+  // Hybrid servers: a state snapshot's document, under the hash of the block it ends at.
+  Histogram* put_state_latency = latency_.emplace("put_state", std::make_unique<Histogram>()).first->second.get();
+  s.Put(kStateRoute, [this, put_state_latency](const httplib::Request& req, httplib::Response& res,
+                                               const httplib::ContentReader& read) {
+    const auto t0 = std::chrono::steady_clock::now();
+    put_document(req, res, read, [this](const BlockHash& hash, AlignedBuffer body, size_t length, const std::string& ns) {
+      return service_.put_state(hash, body.span().first(length), ns);
+    });
+    put_state_latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
+  s.Get(kStateRoute, timed("get_state", [this](const httplib::Request& req, httplib::Response& res) {
+          auto hash = path_hash(req);
+          if (!hash.ok()) return send_error(res, hash.status());
+          auto ns = namespace_for(req.get_param_value("namespace"));
+          if (!ns.ok()) return send_error(res, ns.status());
+          auto doc = service_.get_state(*hash, *ns);
+          if (!doc.ok()) return send_error(res, doc.status());
+          res.set_content(reinterpret_cast<const char*>(doc->data()), doc->size(), "application/octet-stream");
+        }));
   s.Get(kHashRoute, timed("get_block", [this](const httplib::Request& req, httplib::Response& res) {
           auto hash = path_hash(req);
           if (!hash.ok()) return send_error(res, hash.status());
@@ -390,7 +421,8 @@ void HttpApi::post_json(const std::string& pattern, const char* route, JsonHandl
   });
 }
 
-void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+void HttpApi::put_document(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
+                           const DocumentStore& store) {
   // The body is only read below; on every early answer the connection must close, or its unread
   // bytes would be taken for the next request.
   auto refuse = [&](int status, const char* code, const std::string& message) {
@@ -398,7 +430,7 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
     send_json(res, status, error_json(code, message));
   };
   if (!req.has_header("Content-Length")) {
-    return refuse(411, "length_required", "PUT a block with a Content-Length (no chunked bodies)");
+    return refuse(411, "length_required", "PUT a document with a Content-Length (no chunked bodies)");
   }
   const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
   if (length > options_.max_body_bytes) {
@@ -428,7 +460,7 @@ void HttpApi::put_block(const httplib::Request& req, httplib::Response& res, con
     return refuse(400, "invalid_argument", "the body ended after " + std::to_string(got) + " of " +
                                                std::to_string(length) + " bytes");
   }
-  auto outcome = service_.put(*hash, std::move(body), got, *ns);
+  auto outcome = store(*hash, std::move(body), got, *ns);
   if (!outcome.ok()) return send_error(res, outcome.status());
   const bool stored = *outcome == InsertOutcome::kInserted;
   send_json(res, stored ? 201 : 200, {{"hash", hash->hex()}, {"stored", stored}});

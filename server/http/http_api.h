@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,7 +84,11 @@ class HttpApi {
   // form-urlencoded, and Debian's cpp-httplib would cap such a body at 8 KiB (a 413).
   using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
   void post_json(const std::string& pattern, const char* route, JsonHandler handler);
-  void put_block(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read);
+  // A PUT of one document (a block, a state snapshot): the body read into the buffer `store` keeps,
+  // within --max-body-memory, then `store(hash in the path, buffer, length, namespace)`.
+  using DocumentStore = std::function<Result<InsertOutcome>(const BlockHash&, AlignedBuffer, size_t, const std::string&)>;
+  void put_document(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
+                    const DocumentStore& store);
   // The tenant of the key a request presents; nullptr when auth is off or the key is unknown.
   // Called once per request (when its headers are in); handlers read the answer back from the
   // request being served with request_tenant().

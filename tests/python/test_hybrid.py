@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kvtier
-from conftest import counter, open_cache, paged_arrays, same_bits, tokens_for
+from conftest import Kvtierd, counter, open_cache, paged_arrays, same_bits, tokens_for
 
 HYBRID = {"name": "tiny-hybrid", "block_size": 16, "dtype": "BF16",
           "attention": {"num_kv_heads": 2, "head_dim": 64},
@@ -97,3 +97,90 @@ def test_bad_snapshots_are_refused_and_counted(tmp_path):
     with pytest.raises(ValueError, match="hybrid_layout"):
         kvtier.Cache(hybrid_layout={"block_size": 16, "attention": {"num_kv_heads": 2, "head_dim": 64},
                                     "pattern": ["attention"]})
+
+
+def _client():
+    import os
+    import sys
+    from conftest import SOURCE_DIR
+    sys.path.insert(0, os.path.join(SOURCE_DIR, "clients", "python"))
+    import kvtier_client
+    return kvtier_client
+
+
+def state_tensors(doc):
+    """{name: float32 array} of a kvtier.state.v1 document (a safetensors file), and its metadata."""
+    import json
+    import struct
+    (n,) = struct.unpack_from("<Q", doc, 0)
+    header = json.loads(doc[8:8 + n])
+    data = doc[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name != "__metadata__":
+            assert t["dtype"] == "F32"
+            b, e = t["data_offsets"]
+            out[name] = np.frombuffer(data[b:e], dtype=np.float32).reshape(t["shape"])
+    return out, header["__metadata__"]
+
+
+def test_kvtierd_serves_hybrid_prefixes_and_their_snapshots(tmp_path, gen):
+    """What `import kvtier` stored (blocks and a snapshot), kvtierd --hybrid-layout on the same
+    directory finds (its lookup ends at the snapshot) and serves as a state document, bit for bit;
+    a snapshot PUT over HTTP is fetched in-process; bad PUTs get their status."""
+    import json
+    kc = _client()
+    layout_file = tmp_path / "hybrid.json"
+    layout_file.write_text(json.dumps(HYBRID))
+    tokens = tokens_for(7, 16 * 4 + 3)
+    state = random_state(7)
+    with open_cache(None, tmp_path, hybrid_layout=HYBRID, namespace="hy") as c:
+        k, v = paged_arrays(ATTENTION, 4, gen)
+        assert c.save_blocks(tokens, list(range(4)), k, v).stored == 4
+        assert c.store_state(tokens[:32], state)
+        hashes = c.block_hashes(tokens)
+    args = ["--hybrid-layout", str(layout_file), "--ssd-cache-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64M",
+            "--ssd-segment-size", "4M", "--ram-capacity", "16M", "--log-level", "warn"]
+    with Kvtierd(tmp_path, args) as server:
+        client = kc.KvtierClient(server.url, binary=False)
+        info = client.layout()
+        assert info["hybrid_layout"]["pattern"] == HYBRID["pattern"]
+        found = client.lookup("hy", tokens)
+        assert found["matched_tokens"] == 32  # the snapshot is after block 2, though 4 are cached
+        assert [b["hash"] for b in found["blocks"]] == hashes[:2]
+        assert [m["hash"] for m in found["missing"]] == hashes[2:]
+        doc = client.get_state(hashes[1], namespace="hy")
+        tensors, meta = state_tensors(doc)
+        assert meta["format"] == "kvtier.state.v1" and meta["tokens"] == "32" and meta["namespace"] == "hy"
+        gdn = [i for i, kind in enumerate(HYBRID["pattern"]) if kind == "gdn"]
+        for j, layer in enumerate(gdn):
+            assert np.array_equal(tensors[f"layers.{layer}.state"].view(np.uint32), state[j][0].view(np.uint32))
+            assert np.array_equal(tensors[f"layers.{layer}.conv_window"].view(np.uint32), state[j][1].view(np.uint32))
+        assert client.get_state(hashes[2], namespace="hy") is None
+        assert client.get_state(hashes[1], namespace="other") is None
+        # The same snapshot again is held; one after block 4 (cached) is stored: the lookup grows.
+        assert client.put_state(hashes[1], doc, namespace="hy") is False
+        later = bytearray(doc)
+        later = bytes(later).replace(hashes[1].encode(), hashes[3].encode()).replace(b'"tokens":"32"', b'"tokens":"64"')
+        assert client.put_state(hashes[3], later, namespace="hy") is True
+        assert client.lookup("hy", tokens)["matched_tokens"] == 64
+        with pytest.raises(kc.KvtierError) as e:  # its block is not cached
+            other = client.lookup("hy", tokens_for(8, 32))["missing"][1]["hash"]
+            client.put_state(other, bytes(doc).replace(hashes[1].encode(), other.encode()), namespace="hy")
+        assert e.value.status == 422
+        with pytest.raises(kc.KvtierError) as e:  # the path's hash is not the document's
+            client.put_state(hashes[2], doc, namespace="hy")
+        assert e.value.status == 422
+        with pytest.raises(kc.KvtierError) as e:  # not a state document
+            client.put_state(hashes[2], b"\x08" + b"\x00" * 7 + b"{}      ", namespace="hy")
+        assert e.value.status == 400
+        metrics = client._request("GET", "/metrics")[1].decode()
+        assert 'kvtier_hybrid_snapshots_stored_total{layout="tiny-hybrid"} 1' in metrics
+    assert server.stop() == 0
+    with open_cache(None, tmp_path, hybrid_layout=HYBRID, namespace="hy") as c:
+        assert c.lookup(tokens).matched_tokens == 64
+        assert same_state(c.fetch_state(tokens[:64]), state)  # the bytes PUT over HTTP
+    with Kvtierd(tmp_path, ["--layout", "tiny", "--log-level", "warn"]) as plain:
+        with pytest.raises(kc.KvtierError) as e:
+            kc.KvtierClient(plain.url, binary=False).put_state(hashes[1], doc)
+        assert e.value.status == 422
