@@ -28,6 +28,7 @@
 #include "base/memory/memory_policy.h"
 #include "bench/e2e_plans.h"
 #include "bench/e2e_support.h"
+#include "bench/e2e_hybrid.h"
 #include "bench/e2e_tiny.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
@@ -345,11 +346,12 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "Where the SSD tiers live (default: a temporary directory)");
   app.add_flag("--skip-tiny", skip_tiny);
   app.add_flag("--skip-8b", skip_8b);
-  bool skip_mixed = false;
+  bool skip_mixed = false, skip_hybrid = false;
   bool profile_stages = false;
   int mixed_prefix = 8192, mixed_loaders = 2, mixed_decoders = 6, mixed_tokens = 64;
   std::vector<std::string> ssd_dirs;
   app.add_flag("--skip-mixed", skip_mixed);
+  app.add_flag("--skip-hybrid", skip_hybrid);
   app.add_flag("--profile-stages", profile_stages, "Tiny table: time the first token's forward stage by stage on the GPU");
   app.add_option("--mixed-prefix", mixed_prefix, "Mixed load: tokens of each prefix on the SSD");
   app.add_option("--mixed-loaders", mixed_loaders, "Mixed load: prompts whose prefix is on the SSD");
@@ -411,6 +413,20 @@ int main(int argc, char** argv) {
     r.set_meta("attention", PagedAttentionVarlen::path_name(PagedAttentionVarlen::default_path(*ctx)));
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
+  }
+  if (!skip_hybrid) {
+    Report r("e2e, tiny hybrid (6 Gated DeltaNet + 2 attention layers, BF16 KV, f32 state): time to first token",
+             hybrid_columns());
+    bench_hybrid(*ctx, prompts, reps, dir, r);
+    r.add_note("A hybrid prefix is restored only to its last block with a state snapshot (here: the prompt's "
+               "last full block). GPU: KV blocks on the GPU, the snapshot from RAM (the GPU tier holds KV only); "
+               "RAM: both from RAM; SSD: both from the SSD. restore = hash + lookup + fetch of the blocks and "
+               "the snapshot into the GPU and the state slot; prefill = the rest of the prompt. KV B/token: the "
+               "attention layers' KV per token; state B/cached token: one snapshot over the tokens it restores. "
+               "'same logits': first-token logits bit-identical to the uncached run's.");
+    r.set_meta("vulkan", ctx->info().name);
+    r.print();
+    r.write_json(output_path("e2e_bench_hybrid.json"));
   }
   for (const std::string& m : plan_models) {
     if (m == "none") continue;

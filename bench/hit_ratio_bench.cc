@@ -40,7 +40,18 @@ int snapshot_policies(const std::vector<std::string>& kinds, double scale, const
                     " KiB a snapshot, " + fmt_double(hybrid->attention().dense_block_bytes() / 1024.0, 0) +
                     " KiB a KV block)",
                 {"trace", "policy", "limit", "token hit %", "KV alone %", "snapshots written", "held (peak)",
-                 "state MiB", "vs best fixed", "bytes vs every-block", "tokens saved per MiB"});
+                 "state MiB", "vs best fixed", "bytes vs every-block", "tokens saved per MiB",
+                 "prefill GFLOP saved per MiB"});
+  // Prefill FLOPs a restored token saves in the tiny hybrid model (LlamaConfig::tiny_hybrid: hidden
+  // 512, FFN 1024, 2 attention layers of 8 query / 2 KV heads of 64, 6 GDN layers of 4 heads of
+  // 64 x 64): 2 per weight of every projection and MLP (logits excluded: one row), the rule's
+  // 3 d_k d_v multiply-adds per GDN head; and per (token, earlier token) pair 4 * heads * head_dim
+  // per attention layer (QK^T and PV).
+  const double weights = 2 * (512.0 * 512 * 2 + 512.0 * 128 * 2)     // attention projections
+                         + 6 * (512.0 * 768 + 512.0 * 8 + 256.0 * 512)  // GDN projections
+                         + 8 * 3 * 512.0 * 1024;                        // MLPs
+  const double flops_per_token = 2 * weights + 6 * 4 * 3 * 2 * 64.0 * 64;
+  const double flops_per_pair = 2 * 4 * 8 * 64.0;
   const std::vector<std::pair<SnapshotPolicy, const char*>> policies = {
       {SnapshotPolicy::kEveryBlock, "every-block"}, {SnapshotPolicy::kEveryN, "every-8"},
       {SnapshotPolicy::kEndOnly, "end-only"}, {SnapshotPolicy::kBranchPoints, "branch-points"}};
@@ -66,7 +77,11 @@ int snapshot_policies(const std::vector<std::string>& kinds, double scale, const
                         std::to_string(r.snapshots_written), std::to_string(r.snapshots_peak), fmt_double(mib, 0),
                         fmt_double(best_fixed > 0 ? r.hit_ratio() / best_fixed : 0),
                         fmt_double(every.snapshots_peak ? double(r.snapshots_peak) / every.snapshots_peak : 0),
-                        fmt_double(mib > 0 ? r.hit_tokens / mib : 0, 0)});
+                        fmt_double(mib > 0 ? r.hit_tokens / mib : 0, 0),
+                        fmt_double(mib > 0 ? (r.hit_tokens * flops_per_token + r.hit_token_pairs * flops_per_pair) /
+                                                 mib / 1e9
+                                           : 0,
+                                   1)});
       }
     }
   }

@@ -26,6 +26,9 @@ struct HybridGenerator::Sequence {
   std::vector<int32_t> owned;  // of those, the ones this call allocated
   size_t restored_blocks = 0;  // table entries [0, this) restored
   PinnedBlocks pinned;
+  // Snapshots taken while computing (after this many blocks, the bytes), stored once the blocks
+  // are published: newer than the blocks past them, which chain-aware eviction then takes first.
+  std::vector<std::pair<size_t, std::vector<uint8_t>>> snapshots;
   Generation out;
 };
 
@@ -34,14 +37,10 @@ bool HybridGenerator::snapshot_point(size_t blocks, size_t total) const {
   return blocks > 0 && (blocks == total / bs || (options_.snapshot_every_blocks > 0 && blocks % options_.snapshot_every_blocks == 0));
 }
 
-Status HybridGenerator::store_snapshot(Sequence& s, size_t blocks) {
+Status HybridGenerator::take_snapshot(Sequence& s, size_t blocks) {
   std::vector<uint8_t> bytes(states_.snapshot_bytes());
   KVTIER_RETURN_IF_ERROR(states_.download(static_cast<uint32_t>(s.slot), bytes));
-  const size_t bs = static_cast<size_t>(cache_.hasher().block_size());
-  const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.begin() + blocks * bs);
-  const auto keys = cache_.hasher().keys(tokens, {});
-  // Best effort, as publishing blocks is: a snapshot no tier takes is counted and logged there.
-  (void)cache_.store_snapshot(keys, blocks - 1, {}, bytes);
+  s.snapshots.emplace_back(blocks, std::move(bytes));
   return ok_status();
 }
 
@@ -163,7 +162,7 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
       }
       KVTIER_ASSIGN_OR_RETURN(logits, forward({{&s, from, to}}));
       if (use_cache && to % bs == 0 && snapshot_point(to / bs, s.prompt_len)) {
-        KVTIER_RETURN_IF_ERROR(store_snapshot(s, to / bs));
+        KVTIER_RETURN_IF_ERROR(take_snapshot(s, to / bs));
       }
       from = to;
     }
@@ -188,7 +187,7 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
       s.out.logits.push_back(std::move(mine));
       const size_t done = rows[r].to;  // tokens whose state the slot now holds
       if (use_cache && done % bs == 0 && snapshot_point(done / bs, s.final_len)) {
-        KVTIER_RETURN_IF_ERROR(store_snapshot(s, done / bs));
+        KVTIER_RETURN_IF_ERROR(take_snapshot(s, done / bs));
       }
     }
   }
@@ -200,6 +199,8 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
       for (size_t i = s.restored_blocks; i < keys.size(); ++i) {
         (void)gpu_.publish(s.table[i], cache_.hasher().identity(keys, i, {}));
       }
+      // Best effort, as publishing blocks is: a snapshot no tier takes is counted and logged there.
+      for (const auto& [blocks, bytes] : s.snapshots) (void)cache_.store_snapshot(keys, blocks - 1, {}, bytes);
     }
   }
   std::vector<Generation> out;

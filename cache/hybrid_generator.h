@@ -3,8 +3,8 @@
 // block with a state snapshot (HybridPrefixCache::lookup): its KV blocks are fetched into the GPU
 // tier, the snapshot is uploaded into the sequence's state slot, and the rest is computed. While
 // computing, the state is snapshotted at the end of the prompt's last full block, of the
-// generation's, and every `snapshot_every_blocks` blocks, and stored beside the published KV
-// blocks. Restored prefixes give the bits a computation gives (the contract parity tests hold it
+// generation's, and every `snapshot_every_blocks` blocks, and stored after the KV blocks are
+// published (so chain-aware eviction takes a chain's blocks past its last snapshot first). Restored prefixes give the bits a computation gives (the contract parity tests hold it
 // to): every GDN kernel runs token after token from the state it is handed, in a fixed order.
 #pragma once
 
@@ -45,7 +45,8 @@ class HybridGenerator {
   Status restore(Sequence& s, bool use_cache);
   // Whether the state after `blocks` full blocks is snapshotted, for a text of `total` tokens.
   bool snapshot_point(size_t blocks, size_t total) const;
-  Status store_snapshot(Sequence& s, size_t blocks);
+  // Downloads the sequence's state after `blocks` blocks, to be stored with its blocks.
+  Status take_snapshot(Sequence& s, size_t blocks);
 
   LlamaModel& model_;
   GpuTier& gpu_;

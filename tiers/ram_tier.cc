@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "base/byte_size.h"
+#include "serialize/state_record.h"
 
 namespace kvtier {
 
@@ -72,7 +73,8 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       evict_locked(*v, victims);
     }
     const BlockHash hash = block->hash();
-    policy_->inserted(hash, block->identity().parent_hash, bytes);
+    if (is_state_record(*block)) policy_->inserted_snapshot(hash, block->identity().parent_hash, bytes);
+    else policy_->inserted(hash, block->identity().parent_hash, bytes);
     index_.emplace(hash, Entry{std::move(block), bytes, 0});
     used_ += bytes;
     unpinned_bytes_ += bytes;

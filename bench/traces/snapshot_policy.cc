@@ -72,6 +72,7 @@ SnapshotReplay replay_snapshots(const BlockTrace& trace, SnapshotPolicy policy, 
     while (restored > 0 && !snapshots.holds(blocks[restored - 1])) --restored;
     if (restored > 0) snapshots.touch(blocks[restored - 1]);
     out.hit_tokens += restored * bs;
+    out.hit_token_pairs += static_cast<double>(restored * bs) * static_cast<double>(restored * bs - (restored ? 1 : 0)) / 2;
     out.kv_match_tokens += match * bs;
     // The blocks after `restored` are computed: their ends are where snapshots can be taken.
     auto snapshot_at = [&](size_t end) {  // end: a block count, restored < end <= n

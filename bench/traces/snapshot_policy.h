@@ -34,6 +34,8 @@ std::string_view snapshot_policy_name(SnapshotPolicy p);
 struct SnapshotReplay {
   uint64_t prompt_tokens = 0;
   uint64_t hit_tokens = 0;          // restored: KV and a snapshot at the prefix's end
+  double hit_token_pairs = 0;       // (token, earlier token) pairs inside restored prefixes: what
+                                    // attention would have cost to recompute them
   uint64_t kv_match_tokens = 0;     // what the KV alone would have served (an upper bound)
   uint64_t snapshots_written = 0;   // each one a prefill's state copied out
   uint64_t snapshots_peak = 0;      // the most held at once (with no capacity: at the end)

@@ -56,6 +56,30 @@ TEST(EvictionPolicy, ChainLruTakesAnInnerBlockOnlyWhenNoLeafIsFree) {
   EXPECT_EQ(*p->victim(), h(2));
 }
 
+// A hybrid chain 1 -> ... -> 6 with a state snapshot after block 3, the snapshot older than the
+// blocks past it (it reached this tier first). The blocks past it go first, then the snapshot,
+// then the blocks it restored, leaf first: never a snapshot without its blocks, never blocks that
+// cannot be resumed kept over one that can.
+TEST(EvictionPolicy, ChainLruTakesTheBlocksPastASnapshotBeforeIt) {
+  auto p = policy("chain-lru");
+  const BlockHash root = h(999), snapshot = h(33);
+  for (uint64_t i = 1; i <= 3; ++i) p->inserted(h(i), i == 1 ? root : h(i - 1), 100);
+  p->inserted_snapshot(snapshot, h(3), 100);
+  for (uint64_t i = 4; i <= 6; ++i) p->inserted(h(i), h(i - 1), 100);
+  std::vector<BlockHash> order;
+  while (auto v = p->victim()) {
+    order.push_back(*v);
+    p->removed(*v);
+  }
+  const std::vector<BlockHash> want{h(6), h(5), h(4), snapshot, h(3), h(2), h(1)};
+  EXPECT_EQ(order, want);
+  // Plain LRU knows nothing of snapshots: the oldest first.
+  auto lru = policy("lru");
+  for (uint64_t i = 1; i <= 3; ++i) lru->inserted(h(i), i == 1 ? root : h(i - 1), 100);
+  lru->inserted_snapshot(snapshot, h(3), 100);
+  EXPECT_EQ(*lru->victim(), h(1));
+}
+
 TEST(EvictionPolicy, S3FifoKeepsBlocksReadTwiceThroughAScan) {
   auto p = policy("s3fifo");
   // Ten hot blocks, read after insertion; then a long scan of blocks read once.

@@ -13,12 +13,21 @@ void ChainLruPolicy::refile(const BlockHash& hash) {
   Entry& e = it->second;
   unfile(e, hash);
   if (e.pinned) return;
-  e.band = chains_.is_orphan(hash) ? &orphans_ : chains_.is_leaf(hash) ? &leaves_ : &inner_;
+  e.band = chains_.is_orphan(hash)  ? &orphans_
+           : !chains_.is_leaf(hash) ? &inner_
+           : e.snapshot             ? &snapshots_
+                                    : &leaves_;
   e.band->insert({e.tick, hash});
 }
 
 void ChainLruPolicy::inserted(const BlockHash& hash, const BlockHash& parent, uint64_t) {
-  entries_[hash] = Entry{++clock_, false, nullptr};
+  entries_[hash] = Entry{++clock_, false, false, nullptr};
+  chains_.add(hash, parent);
+  refile(hash);
+}
+
+void ChainLruPolicy::inserted_snapshot(const BlockHash& hash, const BlockHash& parent, uint64_t) {
+  entries_[hash] = Entry{++clock_, false, true, nullptr};
   chains_.add(hash, parent);
   refile(hash);
 }
@@ -55,7 +64,7 @@ void ChainLruPolicy::removed(const BlockHash& hash) {
 }
 
 std::optional<BlockHash> ChainLruPolicy::victim() {
-  for (const std::set<Key>* band : {&orphans_, &leaves_, &inner_}) {
+  for (const std::set<Key>* band : {&orphans_, &leaves_, &snapshots_, &inner_}) {
     if (!band->empty()) return band->begin()->second;
   }
   return std::nullopt;

@@ -4,7 +4,9 @@
 // chain's root older than its tail and evicts it first, stranding the tail; and a prompt longer
 // than the tier makes LRU evict its own beginning while it is inserted. Evicting leaves first
 // keeps resident chains whole, and orphans first keeps a long prompt's head while its tail
-// passes through.
+// passes through. A hybrid model's state snapshot that is a leaf goes after the other leaves and
+// before inner blocks: a chain's blocks past its last snapshot first, then the snapshot, then
+// (now leaves) the blocks it restores.
 #pragma once
 
 #include <set>
@@ -20,6 +22,7 @@ class ChainLruPolicy final : public EvictionPolicy {
   ChainLruPolicy() : chains_([this](const BlockHash& h) { refile(h); }) {}
   std::string_view name() const override { return "chain-lru"; }
   void inserted(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) override;
+  void inserted_snapshot(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) override;
   void accessed(const BlockHash& hash) override;
   void pinned(const BlockHash& hash) override;
   void unpinned(const BlockHash& hash) override;
@@ -32,6 +35,7 @@ class ChainLruPolicy final : public EvictionPolicy {
   struct Entry {
     uint64_t tick = 0;
     bool pinned = false;
+    bool snapshot = false;
     std::set<Key>* band = nullptr;  // where it is filed; null while pinned or being added
   };
   // Files `hash` in the band its shape says (unless pinned).
@@ -40,7 +44,7 @@ class ChainLruPolicy final : public EvictionPolicy {
 
   ChainTracker chains_;
   std::unordered_map<BlockHash, Entry> entries_;
-  std::set<Key> orphans_, leaves_, inner_;  // unpinned, oldest first
+  std::set<Key> orphans_, leaves_, snapshots_, inner_;  // unpinned, oldest first
   uint64_t clock_ = 0;
 };
 

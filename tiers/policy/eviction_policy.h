@@ -25,6 +25,12 @@ class EvictionPolicy {
   // A block entered the tier, unpinned. `parent` is its chain parent (a namespace root for a
   // prompt's first block, which is never resident).
   virtual void inserted(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) = 0;
+  // A hybrid model's state snapshot (serialize/state_record.h), a child of the block it ends at.
+  // Chain-aware policies keep it until the blocks of its chain past it are gone: those cannot be
+  // resumed without a later snapshot, and it is what makes its prefix restorable.
+  virtual void inserted_snapshot(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) {
+    inserted(hash, parent, bytes);
+  }
   // The block was read (a hit).
   virtual void accessed(const BlockHash& hash) = 0;
   // While pinned a block is never a victim; pins do not nest here (the tier counts them).
