@@ -92,6 +92,16 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       ssd_stack->tiers->ssd()->flush();
       run(*ssd_stack, true, cases[3]);
     }
+    // Where an uncached prefill's GPU time goes (one forward, a timestamp after every stage).
+    std::string stages;
+    if (model->time_on_gpu(true, true).ok()) {
+      must(ram_stack->gen->generate(prompt, 1, false).status());
+      for (const auto& [name, seconds] : model->last_timing().stages) {
+        stages += (stages.empty() ? "" : ", ") + name + " " + ms(seconds);
+      }
+      must(model->time_on_gpu(false));
+    }
+    if (!stages.empty()) report.add_note(std::to_string(p) + " tokens not cached, GPU ms by stage: " + stages);
     const double base = median(cases[0].ttft);
     for (const HybridCase& c : cases) {
       const double per_token = c.cached_tokens ? 1.0 / static_cast<double>(c.cached_tokens) : 0.0;

@@ -32,9 +32,8 @@ struct HybridGenerator::Sequence {
   Generation out;
 };
 
-bool HybridGenerator::snapshot_point(size_t blocks, size_t total) const {
-  const size_t bs = static_cast<size_t>(cache_.hasher().block_size());
-  return blocks > 0 && (blocks == total / bs || (options_.snapshot_every_blocks > 0 && blocks % options_.snapshot_every_blocks == 0));
+bool HybridGenerator::snapshot_point(size_t blocks, size_t last) const {
+  return blocks > 0 && (blocks == last || (options_.snapshot_every_blocks > 0 && blocks % options_.snapshot_every_blocks == 0));
 }
 
 Status HybridGenerator::take_snapshot(Sequence& s, size_t blocks) {
@@ -152,16 +151,20 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
     // The rest of the prompt, in pieces that end where the state is snapshotted.
     const auto t1 = Clock::now();
     std::vector<float> logits;
+    // The prompt's snapshot goes at its last block end before its last token: the same prompt
+    // again restores up to there (one token at least is computed, for the logits), and so does
+    // any prompt that extends it.
+    const size_t prompt_point = (s.prompt_len - 1) / bs;
     for (size_t from = s.restored_blocks * bs; from < s.prompt_len;) {
       size_t to = s.prompt_len;
       for (size_t k = from / bs + 1; use_cache && k * bs < s.prompt_len; ++k) {
-        if (snapshot_point(k, s.prompt_len)) {
+        if (snapshot_point(k, prompt_point)) {
           to = k * bs;
           break;
         }
       }
       KVTIER_ASSIGN_OR_RETURN(logits, forward({{&s, from, to}}));
-      if (use_cache && to % bs == 0 && snapshot_point(to / bs, s.prompt_len)) {
+      if (use_cache && to % bs == 0 && snapshot_point(to / bs, prompt_point)) {
         KVTIER_RETURN_IF_ERROR(take_snapshot(s, to / bs));
       }
       from = to;
@@ -186,7 +189,7 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
       s.out.tokens.push_back(argmax(mine));
       s.out.logits.push_back(std::move(mine));
       const size_t done = rows[r].to;  // tokens whose state the slot now holds
-      if (use_cache && done % bs == 0 && snapshot_point(done / bs, s.final_len)) {
+      if (use_cache && done % bs == 0 && snapshot_point(done / bs, s.final_len / bs)) {
         KVTIER_RETURN_IF_ERROR(take_snapshot(s, done / bs));
       }
     }

@@ -2,8 +2,8 @@
 // layers beside attention, issue 35). A prompt's cached prefix is restorable only up to its last
 // block with a state snapshot (HybridPrefixCache::lookup): its KV blocks are fetched into the GPU
 // tier, the snapshot is uploaded into the sequence's state slot, and the rest is computed. While
-// computing, the state is snapshotted at the end of the prompt's last full block, of the
-// generation's, and every `snapshot_every_blocks` blocks, and stored after the KV blocks are
+// computing, the state is snapshotted at the prompt's last block end before its last token, at
+// the end of the generation's last full block, and every `snapshot_every_blocks` blocks, and stored after the KV blocks are
 // published (so chain-aware eviction takes a chain's blocks past its last snapshot first). Restored prefixes give the bits a computation gives (the contract parity tests hold it
 // to): every GDN kernel runs token after token from the state it is handed, in a fixed order.
 #pragma once
@@ -43,8 +43,9 @@ class HybridGenerator {
   // Restores the longest prefix that ends at a snapshot into `s` (table, state slot); 0 blocks
   // when there is none or it cannot be read (then the slot is fresh).
   Status restore(Sequence& s, bool use_cache);
-  // Whether the state after `blocks` full blocks is snapshotted, for a text of `total` tokens.
-  bool snapshot_point(size_t blocks, size_t total) const;
+  // Whether the state after `blocks` full blocks is snapshotted, where `last` is the block count
+  // the prompt's (or the generation's) own snapshot is taken at.
+  bool snapshot_point(size_t blocks, size_t last) const;
   // Downloads the sequence's state after `blocks` blocks, to be stored with its blocks.
   Status take_snapshot(Sequence& s, size_t blocks);
 

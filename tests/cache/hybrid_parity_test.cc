@@ -195,6 +195,18 @@ TEST(HybridParity, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
   EXPECT_GE(s.cache->metrics().lookups_kv_without_snapshot.value(), 1u);
 }
 
+// A prompt of whole blocks sent again: its snapshot was taken at its last block end before its
+// last token (at least one token is computed for the logits), so 3 of its 4 blocks come back.
+TEST(HybridParity, AWholeBlockPromptSentAgainRestoresAllButItsLastBlock) {
+  const std::vector<int32_t> prompt(kPromptA.begin(), kPromptA.begin() + 4 * kBlockSize);
+  const Generation want = reference(prompt);
+  Stack s({});
+  s.run(prompt);
+  const Generation again = s.run(prompt);
+  EXPECT_EQ(again.cached_tokens, 48u);
+  expect_bit_identical(again, want, "the same 64 tokens, 3 blocks and a snapshot restored");
+}
+
 TEST(HybridParity, EveryNBlocksRestoresUpToTheLastSnapshotBeforeADivergence) {
   // C shares A's first 3 blocks only; with a snapshot every 2 blocks, 2 of them are restorable.
   std::vector<int32_t> c(kPromptA.begin(), kPromptA.begin() + 3 * kBlockSize);
