@@ -26,8 +26,9 @@ Status GatedDeltaRule::record(CommandBatch& batch, const GatedDeltaBatch& b) {
                             " must be at most " + std::to_string(kMaxHeadDim));
   }
   if (b.sequences == 0) return ok_status();
-  if (!pipeline_) {
-    KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("gated_delta_recurrent", {}, sizeof(GatedDeltaParams)));
+  if (!pipeline_ || pipeline_dk_ != b.d_k) {  // one pipeline per d_k (a specialization constant)
+    KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("gated_delta_recurrent", {b.d_k}, sizeof(GatedDeltaParams)));
+    pipeline_dk_ = b.d_k;
   }
   const uint32_t stretch = std::max<uint32_t>(1, kLoopBudget / (3 * b.d_k + 1));
   for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {

@@ -37,6 +37,7 @@ class GatedDeltaRule {
  private:
   VulkanContext& ctx_;
   std::shared_ptr<ComputePipeline> pipeline_;
+  uint32_t pipeline_dk_ = 0;
 };
 
 // The causal depthwise conv1d + SiLU before the rule (causal_conv1d.comp), each sequence

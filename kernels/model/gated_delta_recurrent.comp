@@ -11,9 +11,13 @@
 // iterations of one invocation, which fits llvmpipe's loop limiter (65535; our reading, not
 // confirmed in Mesa's source). The launcher cuts sequences well below that; the H100 was exact.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common/bda.glsl"
 
-#define MAX_DK 128
+// d_k, fixed per pipeline: the loops over it unroll and the state column stays in registers (with
+// a bound known only at run time the column was indexed dynamically, through memory: the H100
+// spent ~7 us per token and layer that way on the tiny hybrid). The sums keep their order.
+layout(constant_id = 0) const uint D_K = 128;
 layout(local_size_x = 128) in;  // value columns; d_v <= 128
 layout(push_constant) uniform Params {
   uint64_t q;            // f32 [tokens, heads, d_k]
@@ -37,34 +41,62 @@ layout(push_constant) uniform Params {
 float load(uint64_t base, uint64_t i) { return F32Ref(base).v[uint(i)]; }
 void store(uint64_t base, uint64_t i, float x) { F32Ref(base).v[uint(i)] = x; }
 
+// A tile of tokens' q and k rows (the same for every column) and their decays and write
+// strengths, staged in shared memory by the whole workgroup: the columns read them from there.
+#define TILE 16
+shared float tile_k[TILE * D_K];
+shared float tile_q[TILE * D_K];
+shared float tile_a[TILE];
+shared float tile_b[TILE];
+
 void main() {
   const uint h = gl_WorkGroupID.x;
   const uint seq = gl_WorkGroupID.y;
   const uint j = gl_LocalInvocationID.x;
-  const uint K = pc.d_k, V = pc.d_v, H = pc.heads;
+  const uint K = D_K, V = pc.d_v, H = pc.heads;
   const uint seq_first = uint(I32Ref(pc.cu_tokens).v[seq]);
   const uint seq_last = uint(I32Ref(pc.cu_tokens).v[seq + 1]);
   const uint first = min(seq_first + pc.token_begin, seq_last);
   const uint last = min(first + pc.token_count, seq_last);
-  if (j >= V || first == last) return;
+  if (first == last) return;  // the whole workgroup: it shares barriers
+  const bool column = j < V;
   const uint slot = uint(I32Ref(pc.state_slots).v[seq]);
   const uint64_t state_at = (uint64_t(slot) * H + h) * K * V;  // in floats
 
-  precise float s[MAX_DK];
-  for (uint i = 0; i < K; ++i) s[i] = load(pc.state, state_at + uint64_t(i) * V + j);
-  for (uint t = first; t < last; ++t) {
-    const uint64_t row_k = (uint64_t(t) * H + h) * K;
-    const uint64_t row_v = (uint64_t(t) * H + h) * V;
-    const float a = exp(load(pc.g, uint64_t(t) * H + h));
-    const float b = load(pc.beta, uint64_t(t) * H + h);
-    precise float acc = 0.0;
-    for (uint i = 0; i < K; ++i) acc = acc + load(pc.k, row_k + i) * s[i];
-    precise float ks = a * acc;
-    const float vj = load(pc.v, row_v + j);
-    for (uint i = 0; i < K; ++i) s[i] = a * s[i] + b * load(pc.k, row_k + i) * (vj - ks);
-    precise float o = 0.0;
-    for (uint i = 0; i < K; ++i) o = o + load(pc.q, row_k + i) * s[i];
-    store(pc.out_, row_v + j, pc.scale * o);
+  precise float s[D_K];
+  if (column) {
+    [[unroll]] for (uint i = 0; i < K; ++i) s[i] = load(pc.state, state_at + uint64_t(i) * V + j);
   }
-  for (uint i = 0; i < K; ++i) store(pc.state, state_at + uint64_t(i) * V + j, s[i]);
+  for (uint t0 = first; t0 < last; t0 += TILE) {
+    const uint n = min(TILE, last - t0);
+    barrier();  // every column is done with the previous tile
+    for (uint e = j; e < n * K; e += gl_WorkGroupSize.x) {
+      const uint64_t at = (uint64_t(t0 + e / K) * H + h) * K + e % K;
+      tile_k[e] = load(pc.k, at);
+      tile_q[e] = load(pc.q, at);
+    }
+    if (j < n) {
+      tile_a[j] = exp(load(pc.g, uint64_t(t0 + j) * H + h));
+      tile_b[j] = load(pc.beta, uint64_t(t0 + j) * H + h);
+    }
+    barrier();
+    if (!column) continue;
+    for (uint tt = 0; tt < n; ++tt) {
+      const uint64_t row_v = (uint64_t(t0 + tt) * H + h) * V;
+      const uint row = tt * K;
+      const float a = tile_a[tt];
+      const float b = tile_b[tt];
+      precise float acc = 0.0;
+      [[unroll]] for (uint i = 0; i < K; ++i) acc = acc + tile_k[row + i] * s[i];
+      precise float ks = a * acc;
+      const float vj = load(pc.v, row_v + j);
+      [[unroll]] for (uint i = 0; i < K; ++i) s[i] = a * s[i] + b * tile_k[row + i] * (vj - ks);
+      precise float o = 0.0;
+      [[unroll]] for (uint i = 0; i < K; ++i) o = o + tile_q[row + i] * s[i];
+      store(pc.out_, row_v + j, pc.scale * o);
+    }
+  }
+  if (column) {
+    [[unroll]] for (uint i = 0; i < K; ++i) store(pc.state, state_at + uint64_t(i) * V + j, s[i]);
+  }
 }
