@@ -11,30 +11,81 @@ struct GatedDeltaParams {
   uint32_t heads, d_k, d_v;
   float scale;
   uint32_t token_begin, token_count;
+  uint64_t ranges;
+  uint32_t part, pad;
+};
+struct GatedDeltaChunkedParams {
+  uint64_t q, k, v, g, beta, out, state, cu_tokens, state_slots, ranges;
+  uint32_t heads, d_v;
+  float scale;
+  uint32_t chunk_begin, chunk_count, pad;
 };
 
-// Loop iterations one launch may run per invocation: on lavapipe results went wrong past about
-// 65000 (see the kernel), and a token costs 3 d_k + 1 of them.
-constexpr uint32_t kLoopBudget = 32768;
+// Loop iterations one launch may run per invocation on lavapipe, where results went wrong past
+// about 65000 (see the kernel); a token costs 3 d_k + 1 of them. Other drivers take a sequence in
+// one launch: on the H100 the launches (and barriers) of stretches cost more than the work of the
+// tiny hybrid's chunks. The state goes through memory between launches, bit for bit, so how a
+// sequence is cut never changes its bits.
+uint32_t loop_budget(const VulkanContext& ctx) {
+  return ctx.info().name.find("llvmpipe") != std::string::npos ? 32768u : 0x40000000u;
+}
 
 }  // namespace
 
-Status GatedDeltaRule::record(CommandBatch& batch, const GatedDeltaBatch& b) {
+Status GatedDeltaRule::check(const GatedDeltaBatch& b) const {
   if (b.heads == 0 || b.d_k == 0 || b.d_v == 0) return invalid_argument("gated delta rule: empty shape");
   if (b.d_k > kMaxHeadDim || b.d_v > kMaxHeadDim) {
     return invalid_argument("gated delta rule: d_k " + std::to_string(b.d_k) + " and d_v " + std::to_string(b.d_v) +
                             " must be at most " + std::to_string(kMaxHeadDim));
   }
+  return ok_status();
+}
+
+Status GatedDeltaRule::record_chunks(CommandBatch& batch, const GatedDeltaBatch& b) {
+  KVTIER_RETURN_IF_ERROR(check(b));
+  if (b.ranges == 0) return invalid_argument("gated delta rule: the chunk form needs each sequence's ranges");
+  if (b.sequences == 0 || b.max_chunks == 0) return ok_status();
+  if (!chunked_ || chunked_dk_ != b.d_k) {
+    KVTIER_ASSIGN_OR_RETURN(chunked_, ctx_.pipeline("gated_delta_chunked", {b.d_k}, sizeof(GatedDeltaChunkedParams)));
+    chunked_dk_ = b.d_k;
+  }
+  // A chunk costs each invocation about kChunk (3 d_k + kChunk) loop iterations where lavapipe
+  // does not unroll them.
+  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (kChunk * (3 * b.d_k + kChunk)));
+  for (uint32_t begin = 0; begin < b.max_chunks; begin += stretch) {
+    if (begin > 0) batch.barrier();
+    const GatedDeltaChunkedParams p{b.q, b.k, b.v, b.g, b.beta, b.out, b.state, b.cu_tokens, b.state_slots, b.ranges,
+                                    b.heads, b.d_v, b.scale, begin, stretch, 0};
+    batch.dispatch(*chunked_, p, b.heads, b.sequences);
+  }
+  return ok_status();
+}
+
+Status GatedDeltaRule::record_all_parts(CommandBatch& batch, const GatedDeltaBatch& b) {
+  KVTIER_RETURN_IF_ERROR(record(batch, b, Rows::kBeforeChunks));
+  batch.barrier();
+  KVTIER_RETURN_IF_ERROR(record_chunks(batch, b));
+  batch.barrier();
+  return record(batch, b, Rows::kAfterChunks);
+}
+
+Status GatedDeltaRule::record(CommandBatch& batch, const GatedDeltaBatch& b, Rows rows) {
+  KVTIER_RETURN_IF_ERROR(check(b));
+  if (rows != Rows::kAll && b.ranges == 0) return invalid_argument("gated delta rule: a part needs the ranges");
   if (b.sequences == 0) return ok_status();
   if (!pipeline_ || pipeline_dk_ != b.d_k) {  // one pipeline per d_k (a specialization constant)
     KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("gated_delta_recurrent", {b.d_k}, sizeof(GatedDeltaParams)));
     pipeline_dk_ = b.d_k;
   }
-  const uint32_t stretch = std::max<uint32_t>(1, kLoopBudget / (3 * b.d_k + 1));
-  for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {
+  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (3 * b.d_k + 1));
+  const uint32_t tokens = rows == Rows::kAll            ? b.max_tokens
+                          : rows == Rows::kBeforeChunks ? b.max_before
+                                                        : b.max_after;
+  for (uint32_t begin = 0; begin < tokens; begin += stretch) {
     if (begin > 0) batch.barrier();  // the state the previous stretch wrote
     const GatedDeltaParams p{b.q, b.k, b.v, b.g, b.beta, b.out, b.state, b.cu_tokens, b.state_slots,
-                             b.heads, b.d_k, b.d_v, b.scale, begin, stretch};
+                             b.heads, b.d_k, b.d_v, b.scale, begin, stretch, b.ranges,
+                             static_cast<uint32_t>(rows), 0};
     batch.dispatch(*pipeline_, p, b.heads, b.sequences);
   }
   return ok_status();
@@ -58,7 +109,7 @@ Status CausalConv1d::record(CommandBatch& batch, const CausalConvBatch& b) {
   if (!pipeline_) {
     KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("causal_conv1d", {}, sizeof(CausalConvParams)));
   }
-  const uint32_t stretch = std::max<uint32_t>(1, kLoopBudget / (2 * b.width + 1));
+  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (2 * b.width + 1));
   for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {
     if (begin > 0) batch.barrier();  // the windows the previous stretch wrote
     const CausalConvParams p{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,

@@ -1,8 +1,8 @@
 // GatedDeltaRule and CausalConv1d: Gated DeltaNet layers' own kernels on the GPU. The rule, for a batch of
 // sequences, each continuing from (and leaving) its recurrent state in a state pool — the state a
-// hybrid model's prefix cache snapshots beside the attention KV (issue 35). This is the token-by-
-// token form (gated_delta_recurrent.comp): exact against the CPU reference but for exp, and right
-// for decode; long prefills will want the chunked form (reference_gated_delta.h has its algebra).
+// hybrid model's prefix cache snapshots beside the attention KV (issue 35). The token-by-token
+// form (gated_delta_recurrent.comp) is exact against the CPU reference but for exp; the chunk form
+// (gated_delta_chunked.comp) is exact within rounding and not yet the faster one.
 #pragma once
 
 #include <cstdint>
@@ -23,21 +23,40 @@ struct GatedDeltaBatch {
   uint32_t sequences = 0, heads = 0, d_k = 0, d_v = 0;
   uint32_t max_tokens = 0;  // of the longest sequence
   float scale = 1.0f;
+  // i32 [sequences, 3]: per sequence, rows before its whole aligned chunks, rows in them (a
+  // multiple of 16), rows after; 0 when every row goes token by token.
+  uint64_t ranges = 0;
+  uint32_t max_chunks = 0;  // the most chunks of one sequence
+  uint32_t max_before = 0, max_after = 0;  // the most rows of one sequence before / after its chunks
 };
 
 class GatedDeltaRule {
  public:
   static constexpr uint32_t kMaxHeadDim = 128;  // the kernel's registers (d_k) and columns (d_v)
+  static constexpr uint32_t kChunk = 16;        // tokens of one chunk of the chunk form
+
+  // Which rows a token-by-token launch takes: all, or those before / after each sequence's chunks.
+  enum class Rows : uint32_t { kAll = 0, kBeforeChunks = 1, kAfterChunks = 2 };
 
   explicit GatedDeltaRule(VulkanContext& ctx) : ctx_(ctx) {}
-  // Records the batch (a launch per stretch of tokens, the state passed through memory between
-  // them); invalid_argument for head dims past kMaxHeadDim or an empty shape.
-  Status record(CommandBatch& batch, const GatedDeltaBatch& b);
+  // Records the rule token by token (a launch per stretch of tokens, the state passed through
+  // memory between them); invalid_argument for head dims past kMaxHeadDim or an empty shape.
+  Status record(CommandBatch& batch, const GatedDeltaBatch& b, Rows rows = Rows::kAll);
+  // Records the chunk form over each sequence's chunk rows (b.ranges), a launch per stretch of
+  // chunks. Its bits differ from the token-by-token form's: a caller must use each for fixed
+  // positions, so a token's bits never depend on how work was split between forwards. Exact
+  // within rounding against the references; not yet faster on the H100 (gated_delta_chunked.comp),
+  // so the model runs token by token.
+  Status record_chunks(CommandBatch& batch, const GatedDeltaBatch& b);
+  // Every row of the batch: token by token before each sequence's chunks, the chunks, token by
+  // token after them, in order.
+  Status record_all_parts(CommandBatch& batch, const GatedDeltaBatch& b);
 
  private:
+  Status check(const GatedDeltaBatch& b) const;
   VulkanContext& ctx_;
-  std::shared_ptr<ComputePipeline> pipeline_;
-  uint32_t pipeline_dk_ = 0;
+  std::shared_ptr<ComputePipeline> pipeline_, chunked_;
+  uint32_t pipeline_dk_ = 0, chunked_dk_ = 0;
 };
 
 // The causal depthwise conv1d + SiLU before the rule (causal_conv1d.comp), each sequence

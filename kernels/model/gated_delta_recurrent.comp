@@ -33,8 +33,10 @@ layout(push_constant) uniform Params {
   uint d_k;
   uint d_v;
   float scale;
-  uint token_begin;      // within each sequence
+  uint token_begin;      // within the rows this launch takes of each sequence
   uint token_count;
+  uint64_t ranges;       // i32 [sequences, 3]: rows before the chunk form's, in it, after; or 0
+  uint part;             // 0: every row; 1: the rows before; 2: the rows after
 } pc;
 
 // Element `i` of an f32 array at `base` (arrays of up to 2^32 elements).
@@ -54,8 +56,13 @@ void main() {
   const uint seq = gl_WorkGroupID.y;
   const uint j = gl_LocalInvocationID.x;
   const uint K = D_K, V = pc.d_v, H = pc.heads;
-  const uint seq_first = uint(I32Ref(pc.cu_tokens).v[seq]);
-  const uint seq_last = uint(I32Ref(pc.cu_tokens).v[seq + 1]);
+  uint seq_first = uint(I32Ref(pc.cu_tokens).v[seq]);
+  uint seq_last = uint(I32Ref(pc.cu_tokens).v[seq + 1]);
+  if (pc.part != 0) {  // the rows around the ones the chunk form takes (gated_delta_chunked.comp)
+    const uint before = uint(I32Ref(pc.ranges).v[seq * 3]), chunked = uint(I32Ref(pc.ranges).v[seq * 3 + 1]);
+    if (pc.part == 1) seq_last = seq_first + before;
+    else seq_first = seq_first + before + chunked;
+  }
   const uint first = min(seq_first + pc.token_begin, seq_last);
   const uint last = min(first + pc.token_count, seq_last);
   if (first == last) return;  // the whole workgroup: it shares barriers
