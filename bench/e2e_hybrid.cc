@@ -45,18 +45,10 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
   for (int p : prompts) {
     const auto prompt = prompt_tokens(p, config.vocab);
     const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
-    // Stack 1: GPU + RAM (room for everything). Stack 2: GPU + a RAM too small for a snapshot +
-    // SSD: the snapshot is written there at once, and what the GPU evicts follows it.
-    CacheStackOptions big;
-    big.layout = layout;
-    big.vulkan = &ctx;
-    big.gpu_pool.num_blocks = 2 * blocks + 16;
-    big.ram.capacity_bytes = (blocks + 16) * (layout->dense_block_bytes() + 4096) + 4 * hybrid.snapshot_bytes();
-    CacheStackOptions small = big;
-    small.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
-    small.ssd.emplace();
-    small.ssd->dir = dir + "/hybrid-" + std::to_string(p);
-    small.ssd->reset = true;
+    // The SSD stack's RAM is too small for a snapshot: it is written to the SSD at once, and what
+    // the GPU evicts follows it.
+    const TinyStacks options =
+        tiny_stacks(ctx, layout, blocks, 4 * hybrid.snapshot_bytes(), dir + "/hybrid-" + std::to_string(p));
     auto open = [&](const CacheStackOptions& o) {
       auto s = std::make_unique<HybridStack>();
       s->tiers = must(CacheStack::open(o));
@@ -64,7 +56,7 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       s->gen = std::make_unique<HybridGenerator>(*model, *s->tiers->gpu(), *states, *s->cache);
       return s;
     };
-    auto ram_stack = open(big), ssd_stack = open(small);
+    auto ram_stack = open(options.ram), ssd_stack = open(options.ssd);
 
     std::vector<float> reference;
     auto run = [&](HybridStack& s, bool use_cache, HybridCase& c) {

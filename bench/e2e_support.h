@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "bench/harness/bench_report.h"
+#include "cache/cache_stack.h"
 
 namespace kvtier::bench {
 
@@ -38,6 +39,27 @@ inline std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); 
 inline std::vector<int32_t> prompt_tokens(int n, int vocab) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = (i * 7919 + (i * i) % 101) % vocab;
+  return t;
+}
+
+// The two stacks the tiny tables compare, for a prompt of `blocks` blocks: GPU + RAM with room for
+// everything (`extra_ram` more bytes), and the same GPU over a RAM of 1.5 blocks and an SSD tier
+// in `ssd_dir` (wiped), so what the GPU evicts lands on the SSD.
+struct TinyStacks {
+  CacheStackOptions ram, ssd;
+};
+inline TinyStacks tiny_stacks(VulkanContext& ctx, std::shared_ptr<const KvLayout> layout, uint32_t blocks,
+                              uint64_t extra_ram, const std::string& ssd_dir) {
+  TinyStacks t;
+  t.ram.layout = layout;
+  t.ram.vulkan = &ctx;
+  t.ram.gpu_pool.num_blocks = 2 * blocks + 16;
+  t.ram.ram.capacity_bytes = (blocks + 16) * (layout->dense_block_bytes() + 4096) + extra_ram;
+  t.ssd = t.ram;
+  t.ssd.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
+  t.ssd.ssd.emplace();
+  t.ssd.ssd->dir = ssd_dir;
+  t.ssd.ssd->reset = true;
   return t;
 }
 

@@ -43,18 +43,9 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
     // Stack 1: GPU + RAM (room for everything). Stack 2: GPU + a one-block RAM + SSD, so what the
     // GPU evicts lands on the SSD.
-    CacheStackOptions big;
-    big.layout = layout;
-    big.vulkan = &ctx;
-    big.gpu_pool.num_blocks = 2 * blocks + 16;
-    big.ram.capacity_bytes = (blocks + 16) * (layout->dense_block_bytes() + 4096);
-    CacheStackOptions ssd_only = big;
-    ssd_only.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
-    ssd_only.ssd.emplace();
-    ssd_only.ssd->dir = dir + "/tiny-" + std::to_string(p);
-    ssd_only.ssd->reset = true;
-    auto stack = must(CacheStack::open(big));
-    auto ssd_stack = must(CacheStack::open(ssd_only));
+    const TinyStacks options = tiny_stacks(ctx, layout, blocks, 0, dir + "/tiny-" + std::to_string(p));
+    auto stack = must(CacheStack::open(options.ram));
+    auto ssd_stack = must(CacheStack::open(options.ssd));
     PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""}, kBlockSize);
     CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{policy});
     CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher, HitOptions{policy});

@@ -48,6 +48,17 @@ size_t take_pinned(Sequence& s, PinnedBlocks got) {
 
 }  // namespace
 
+Status check_generation(const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens, int max_positions) {
+  if (max_new_tokens < 1) return invalid_argument("generate: max_new_tokens must be at least 1");
+  for (const auto& p : prompts) {
+    if (p.empty()) return invalid_argument("generate: empty prompt");
+    if (p.size() + max_new_tokens > static_cast<size_t>(max_positions)) {
+      return invalid_argument("generate: prompt plus new tokens exceed the model's positions");
+    }
+  }
+  return ok_status();
+}
+
 Status CachedGenerator::calibrate(size_t tokens) {
   const int bs = gpu_.pool().layout().block_size;
   tokens = std::max<size_t>(4 * bs, std::min<size_t>(tokens, model_.config().max_positions));
@@ -96,16 +107,9 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens, bool use_cache,
     bool async_fetch) {
   const int bs = gpu_.pool().layout().block_size;
-  if (max_new_tokens < 1) return invalid_argument("generate: max_new_tokens must be at least 1");
+  KVTIER_RETURN_IF_ERROR(check_generation(prompts, max_new_tokens, model_.config().max_positions));
   std::vector<Sequence> seqs(prompts.size());
-  // Whatever happens, blocks this call allocated go back to the pool.
-  struct Releaser {
-    GpuTier& gpu;
-    std::vector<Sequence>& seqs;
-    ~Releaser() {
-      for (Sequence& s : seqs) gpu.release(s.owned);
-    }
-  } releaser{gpu_, seqs};
+  const ReleaseOwnedBlocks<Sequence> releaser(gpu_, seqs);
 
   // Every sequence's block table is padded to the longest one's, so the decode batch's shape is
   // the same at every step whoever has joined.
@@ -114,10 +118,6 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     Sequence& s = seqs[i];
     s.tokens = prompts[i];
     s.prompt_len = prompts[i].size();
-    if (s.prompt_len == 0) return invalid_argument("generate: empty prompt");
-    if (s.prompt_len + max_new_tokens > static_cast<size_t>(model_.config().max_positions)) {
-      return invalid_argument("generate: prompt plus new tokens exceed the model's positions");
-    }
     max_blocks = std::max(max_blocks, static_cast<int>((s.prompt_len + max_new_tokens + bs - 1) / bs));
   }
   const auto started = Clock::now();

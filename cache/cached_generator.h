@@ -43,6 +43,27 @@ struct Generation {
   HitPlan plan;
 };
 
+// The checks every generator makes of its batch: at least one new token, no empty prompt, and
+// every prompt with its new tokens within the model's positions.
+Status check_generation(const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens, int max_positions);
+
+// Gives back the GPU blocks each sequence of a generate call allocated (its `owned` ids) when the
+// call ends, however it ends.
+template <typename Sequence>
+class ReleaseOwnedBlocks {
+ public:
+  ReleaseOwnedBlocks(GpuTier& gpu, std::vector<Sequence>& seqs) : gpu_(gpu), seqs_(seqs) {}
+  ~ReleaseOwnedBlocks() {
+    for (Sequence& s : seqs_) gpu_.release(s.owned);
+  }
+  ReleaseOwnedBlocks(const ReleaseOwnedBlocks&) = delete;
+  ReleaseOwnedBlocks& operator=(const ReleaseOwnedBlocks&) = delete;
+
+ private:
+  GpuTier& gpu_;
+  std::vector<Sequence>& seqs_;
+};
+
 struct HitOptions {
   HitPolicy policy = HitPolicy::kCost;
   // Compute exactly this many cached blocks (after those on the GPU, at most all of them),

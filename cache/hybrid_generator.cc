@@ -86,19 +86,13 @@ Result<Generation> HybridGenerator::generate(std::span<const int32_t> prompt, in
 Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
                                                                 int max_new_tokens, bool use_cache) {
   const size_t bs = static_cast<size_t>(cache_.hasher().block_size());
-  if (max_new_tokens < 1) return invalid_argument("generate: max_new_tokens must be at least 1");
+  KVTIER_RETURN_IF_ERROR(check_generation(prompts, max_new_tokens, model_.config().max_positions));
   if (prompts.size() > states_.slots()) {
     return invalid_argument("generate: " + std::to_string(prompts.size()) + " sequences, " +
                             std::to_string(states_.slots()) + " state slots");
   }
   std::vector<Sequence> seqs(prompts.size());
-  struct Releaser {
-    GpuTier& gpu;
-    std::vector<Sequence>& seqs;
-    ~Releaser() {
-      for (Sequence& s : seqs) gpu.release(s.owned);
-    }
-  } releaser{gpu_, seqs};
+  const ReleaseOwnedBlocks<Sequence> releaser(gpu_, seqs);
   size_t max_blocks = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     Sequence& s = seqs[i];
@@ -106,10 +100,6 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
     s.prompt_len = prompts[i].size();
     s.final_len = s.prompt_len + max_new_tokens - 1;
     s.slot = static_cast<int32_t>(i);
-    if (s.prompt_len == 0) return invalid_argument("generate: empty prompt");
-    if (s.prompt_len + max_new_tokens > static_cast<size_t>(model_.config().max_positions)) {
-      return invalid_argument("generate: prompt plus new tokens exceed the model's positions");
-    }
     max_blocks = std::max(max_blocks, (s.prompt_len + max_new_tokens + bs - 1) / bs);
   }
   const auto started = Clock::now();

@@ -189,7 +189,9 @@ class KvtierClient:
 
     def get_state(self, block_hash, namespace=None):
         """The state document of the snapshot at the end of block `block_hash`, or None."""
-        path = self._block_path(block_hash, namespace).replace("/v1/blocks/", "/v1/states/", 1)
+        return self._get_or_none(self._block_path(block_hash, namespace).replace("/v1/blocks/", "/v1/states/", 1))
+
+    def _get_or_none(self, path):
         try:
             return self._request("GET", path)[1]
         except KvtierError as e:
@@ -207,13 +209,7 @@ class KvtierClient:
                     return None
                 raise
             return self._wire.recv_exact(length)
-        path = self._block_path(block_hash, namespace)
-        try:
-            return self._request("GET", path)[1]
-        except KvtierError as e:
-            if e.status == 404:
-                return None
-            raise
+        return self._get_or_none(self._block_path(block_hash, namespace))
 
     def batch_get(self, hashes, namespace=None):
         """A list with each hash's document, or None for a miss."""

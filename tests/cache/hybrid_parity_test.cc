@@ -10,6 +10,7 @@
 #include "cache/cache_stack.h"
 #include "cache/hybrid_generator.h"
 #include "serialize/state_record.h"
+#include "tests/cache/parity_support.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/redis_servers.h"
 #include "tests/support/temp_dir.h"
@@ -17,16 +18,12 @@
 namespace kvtier {
 namespace {
 
+using testing::expect_bit_identical;
 using testing::gpu;
+using testing::tokens_from;
 
 constexpr int kBlockSize = 16;
 constexpr int kNewTokens = 4;
-
-std::vector<int32_t> tokens_from(int seed, int n) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back((seed * 97 + i * 53 + (i * i) % 13) % 512);
-  return t;
-}
 
 // A: 70 tokens (4 full blocks). B: A's first 4 blocks, then 20 tokens of its own.
 const std::vector<int32_t> kPromptA = tokens_from(1, 70);
@@ -106,15 +103,6 @@ struct Stack {
 Generation reference(const std::vector<int32_t>& prompt) {
   Stack s({});
   return s.run(prompt, false);
-}
-
-void expect_bit_identical(const Generation& got, const Generation& want, const std::string& what) {
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-  for (size_t s = 0; s < got.logits.size(); ++s) {
-    EXPECT_EQ(std::memcmp(got.logits[s].data(), want.logits[s].data(), got.logits[s].size() * 4), 0)
-        << what << ": logits of step " << s << " differ";
-  }
 }
 
 TEST(HybridParity, PrefixRestoredFromGpuAndRamEqualsRecomputed) {

@@ -11,6 +11,7 @@
 
 #include "cache/cache_stack.h"
 #include "cache/cached_generator.h"
+#include "tests/cache/parity_support.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/io_fault_injector.h"
 #include "tests/support/temp_dir.h"
@@ -18,16 +19,12 @@
 namespace kvtier {
 namespace {
 
+using testing::expect_bit_identical;
 using testing::gpu;
+using testing::tokens_from;
 
 constexpr int kBlockSize = 16;
 constexpr int kNewTokens = 4;
-
-std::vector<int32_t> tokens_from(int seed, int n) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back((seed * 97 + i * 53 + (i * i) % 13) % 512);
-  return t;
-}
 
 // A: 70 tokens (4 full blocks). B: A's first 3 blocks, then 20 tokens of its own.
 const std::vector<int32_t> kPromptA = tokens_from(1, 70);
@@ -105,17 +102,6 @@ struct Stack {
     return hasher().keys(std::vector<uint32_t>(prompt.begin(), prompt.end()), {});
   }
 };
-
-// Tokens equal and every logit the same 32 bits.
-void expect_bit_identical(const Generation& got, const Generation& want, const std::string& what) {
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-  for (size_t s = 0; s < got.logits.size(); ++s) {
-    ASSERT_EQ(got.logits[s].size(), want.logits[s].size()) << what;
-    EXPECT_EQ(std::memcmp(got.logits[s].data(), want.logits[s].data(), got.logits[s].size() * 4), 0)
-        << what << ": logits of step " << s << " differ";
-  }
-}
 
 // Per group of `group` values with range r = max - min, a step is about r / n_bins (n_bins =
 // 2^bits - 1). MLX's scheme makes the larger-magnitude endpoint exact, which can widen the step
