@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "bench/e2e_support.h"
 #include "cache/cache_stack.h"
@@ -14,6 +15,7 @@ namespace {
 constexpr int kBlockSize = kE2eBlockSize;
 
 struct HybridCase {
+  explicit HybridCase(std::string n) : name(std::move(n)) {}
   std::string name;
   std::vector<double> ttft, restore, prefill;
   size_t cached_tokens = 0;
@@ -68,9 +70,9 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
     };
-    std::vector<HybridCase> cases{{"not cached"}, {"GPU"}, {"RAM"}, {"SSD"}};
+    std::vector<HybridCase> cases{HybridCase("not cached"), HybridCase("GPU"), HybridCase("RAM"), HybridCase("SSD")};
     run(*ram_stack, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
-    cases[0] = HybridCase{"not cached"};
+    cases[0] = HybridCase("not cached");
     for (int r = 0; r < reps; ++r) run(*ram_stack, false, cases[0]);
     must(ram_stack->gen->generate(prompt, 1, true).status());  // publishes the blocks and the snapshot
     for (int r = 0; r < reps; ++r) run(*ram_stack, true, cases[1]);

@@ -131,13 +131,13 @@ TEST(HybridParity, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
   const Generation want_b = reference(kPromptB);
   testing::TempDir dir;
   {
-    Stack s({32, 64 << 20, dir.str()});
+    Stack s({32, 64 << 20, dir.str(), 0, ""});
     s.run(kPromptA);
     ASSERT_TRUE(s.tiers->evict_gpu().ok());
     const auto persisted = s.tiers->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(30));
     EXPECT_EQ(persisted.left, 0u);
   }  // the process ends: the SSD writer drains
-  Stack s({32, 64 << 20, dir.str()});
+  Stack s({32, 64 << 20, dir.str(), 0, ""});
   const Generation b = s.run(kPromptB);
   EXPECT_EQ(b.cached_tokens, 64u);
   EXPECT_EQ(b.restored_blocks_by_tier[2], 4u);
@@ -200,7 +200,7 @@ TEST(HybridParity, EveryNBlocksRestoresUpToTheLastSnapshotBeforeADivergence) {
   std::vector<int32_t> c(kPromptA.begin(), kPromptA.begin() + 3 * kBlockSize);
   for (int32_t t : tokens_from(3, 30)) c.push_back(t);
   const Generation want_c = reference(c);
-  Stack s({32, 64 << 20, "", 2});
+  Stack s({32, 64 << 20, "", 2, ""});
   s.run(kPromptA);
   const Generation got = s.run(c);
   EXPECT_EQ(got.cached_tokens, 32u);
