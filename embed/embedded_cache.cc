@@ -1,6 +1,5 @@
 #include "embed/embedded_cache.h"
 #include "embed/embedded_cache_impl.h"
-#include "embed/state_tensors.h"
 #include "embed/cuda/cuda_host_pinning.h"
 
 #include <algorithm>
@@ -366,63 +365,6 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
 EmbeddedCache::~EmbeddedCache() { close(); }
 
 const KvLayout& EmbeddedCache::layout() const { return impl_->layout(); }
-const HybridLayout* EmbeddedCache::hybrid_layout() const { return impl_->hybrid ? &impl_->hybrid->layout() : nullptr; }
-
-std::vector<BlockKey> EmbeddedCache::Impl::loadable_keys(std::span<const uint32_t> tokens,
-                                                         std::span<const std::string> extra_keys) {
-  std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
-  if (hybrid) keys.resize(hybrid->lookup(keys).blocks);
-  return keys;
-}
-
-Status EmbeddedCache::Impl::check_state_call(std::span<const uint32_t> tokens) const {
-  if (!hybrid) return failed_precondition("state snapshots need a hybrid cache (hybrid_layout)");
-  const size_t bs = static_cast<size_t>(hasher->block_size());
-  if (tokens.empty() || tokens.size() % bs != 0) {
-    return invalid_argument("a state snapshot is taken after a whole number of blocks: " +
-                            std::to_string(tokens.size()) + " tokens, blocks of " + std::to_string(bs));
-  }
-  return ok_status();
-}
-
-Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        std::span<const uint8_t> snapshot) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
-  auto r = impl_->hybrid->store_snapshot(keys, keys.size() - 1, extra_keys, snapshot);
-  if (!r.ok()) {
-    if (r.status().code() == StatusCode::kInvalidArgument) return impl_->reject(r.status());
-    return r.status();  // no tier took it: counted and logged by the hybrid cache
-  }
-  return *r == InsertOutcome::kInserted;
-}
-
-Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        std::span<const LayerKv> state) {
-  if (!impl_->hybrid) return store_state(tokens, extra_keys, std::span<const uint8_t>());  // refused there
-  auto bytes = gather_state(impl_->hybrid->layout(), state);
-  if (!bytes.ok()) {
-    auto lock = enter();
-    return impl_->reject(bytes.status());
-  }
-  return store_state(tokens, extra_keys, std::span<const uint8_t>(*bytes));
-}
-
-Result<std::optional<std::vector<uint8_t>>> EmbeddedCache::fetch_state(std::span<const uint32_t> tokens,
-                                                                       std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
-  if (!impl_->hybrid->has_snapshot(keys, keys.size() - 1)) return std::optional<std::vector<uint8_t>>();
-  auto snapshot = impl_->hybrid->fetch_snapshot(keys, keys.size() - 1);
-  if (!snapshot.ok()) return std::optional<std::vector<uint8_t>>();  // counted and logged: a miss
-  return std::optional<std::vector<uint8_t>>(std::in_place, snapshot->data(), snapshot->data() + snapshot->size());
-}
 size_t EmbeddedCache::block_bytes() const { return layout().dense_block_bytes(); }
 
 std::shared_lock<std::shared_mutex> EmbeddedCache::enter() const {
