@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <future>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -41,14 +39,6 @@ void FetchedBlocks::release_pins() {
 }
 
 namespace {
-
-Result<HybridLayout> hybrid_layout_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return io_error("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return HybridLayout::from_json_text(text.str());
-}
 
 Result<KvLayout> layout_from(const std::string& text) {
   if (!text.empty() && text.front() == '{') return KvLayout::from_json_text(text);
@@ -320,8 +310,7 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
   if (o.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
   std::optional<HybridLayout> hybrid;
   if (!o.hybrid_layout.empty()) {
-    auto h = o.hybrid_layout.front() == '{' ? HybridLayout::from_json_text(o.hybrid_layout)
-                                            : hybrid_layout_file(o.hybrid_layout);
+    auto h = hybrid_layout_from(o.hybrid_layout);
     if (!h.ok()) {
       if (h.status().code() == StatusCode::kIoError) return h.status().with_context("hybrid_layout");
       return invalid_argument("hybrid_layout: " + h.status().message());

@@ -4,7 +4,19 @@
 #include "embed/embedded_cache_impl.h"
 #include "embed/state_tensors.h"
 
+#include <fstream>
+#include <sstream>
+
 namespace kvtier {
+
+Result<HybridLayout> hybrid_layout_from(const std::string& text_or_path) {
+  if (!text_or_path.empty() && text_or_path.front() == '{') return HybridLayout::from_json_text(text_or_path);
+  std::ifstream in(text_or_path);
+  if (!in) return io_error("cannot read " + text_or_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return HybridLayout::from_json_text(text.str());
+}
 
 const HybridLayout* EmbeddedCache::hybrid_layout() const { return impl_->hybrid ? &impl_->hybrid->layout() : nullptr; }
 

@@ -23,6 +23,8 @@ namespace kvtier {
 // Extra keys are at most 256 bytes each.
 Status check_extra_keys(std::span<const std::string> extra_keys);
 Status closed_status();
+// EmbeddedCacheOptions::hybrid_layout: JSON text ("{...") or a file holding it.
+Result<HybridLayout> hybrid_layout_from(const std::string& text_or_path);
 
 struct EmbeddedCacheMetrics {
   Counter rejected_calls;  // bad input: shape, dtype, token count, block ids, ...

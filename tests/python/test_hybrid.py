@@ -184,3 +184,16 @@ def test_kvtierd_serves_hybrid_prefixes_and_their_snapshots(tmp_path, gen):
         with pytest.raises(kc.KvtierError) as e:
             kc.KvtierClient(plain.url, binary=False).put_state(hashes[1], doc)
         assert e.value.status == 422
+
+
+def test_a_hybrid_layout_file_opens_the_same_cache_and_a_missing_one_is_an_os_error(tmp_path):
+    import json
+    path = tmp_path / "hybrid.json"
+    path.write_text(json.dumps(HYBRID))
+    tokens = tokens_for(9, 32)
+    with open_cache(None, tmp_path, ssd=False, hybrid_layout=HYBRID) as from_dict, \
+            open_cache(None, tmp_path, ssd=False, hybrid_layout=path) as from_file:
+        assert from_file.hybrid_layout == from_dict.hybrid_layout
+        assert from_file.block_hashes(tokens) == from_dict.block_hashes(tokens)
+    with pytest.raises(OSError):
+        kvtier.Cache(hybrid_layout=tmp_path / "missing.json")
