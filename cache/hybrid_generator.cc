@@ -59,8 +59,12 @@ Status HybridGenerator::restore(Sequence& s, bool use_cache) {
     ++usable;
   }
   // Blocks that did not come up (evicted meanwhile, no room): back to the last snapshot before them.
-  n = std::min(n, usable);
-  while (n > 0 && !cache_.has_snapshot(keys, n - 1)) --n;
+  // The lookup found a snapshot after block n; only when fewer blocks came up is an earlier one
+  // looked for.
+  if (usable < n) {
+    n = usable;
+    while (n > 0 && !cache_.has_snapshot(keys, n - 1)) --n;
+  }
   auto snapshot = n > 0 ? cache_.fetch_snapshot(keys, n - 1) : Result<AlignedBuffer>(not_found("no snapshot"));
   if (!snapshot.ok()) {  // counted and logged by the cache: the prompt is computed
     s.pinned = PinnedBlocks();

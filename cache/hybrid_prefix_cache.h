@@ -3,8 +3,10 @@
 // snapshotted at its end, so a lookup ends at the last block of the cached KV prefix that has a
 // snapshot; the tokens after it are computed. Snapshots are state records (serialize/
 // state_record.h) keyed by PrefixHasher::snapshot_key of the block they end at, stored in the same
-// tiers as the blocks (RAM, SSD, Redis; the GPU pool holds KV only). A snapshot never outlives its
-// block here: when a KV block falls off the last local tier, its snapshot is erased with it.
+// tiers as the blocks (RAM, SSD, Redis; the GPU pool holds KV only). When a KV block is evicted
+// off the last local tier, its snapshot is erased with it. Not when the SSD reclaims a whole
+// segment (that drops its entries without evicting them one by one): a snapshot can then sit
+// until its own segment goes, unused — a lookup needs its blocks too, so it is never served alone.
 #pragma once
 
 #include <memory>

@@ -555,9 +555,8 @@ void TieredCache::tell_dropped(const BlockRef& block) {
 
 Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    const bool here = tiers_[t]->remote() ? tiers_[t]->contains_many(std::span(&request.hash, 1)).front()
-                                          : tiers_[t]->contains(request.hash);
-    if (!here) continue;
+    // A shared tier is read at once (a miss is a counted not-found: one round trip, not two).
+    if (!tiers_[t]->remote() && !tiers_[t]->contains(request.hash)) continue;
     auto r = tiers_[t]->read(request);
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kNotFound) metrics_.read_failures[t].inc();
