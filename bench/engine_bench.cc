@@ -97,6 +97,11 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "Decode: each shape's dtypes measured in turns this many times (medians)")
       ->capture_default_str();
   app.add_option("--prefill-tokens", prefill_tokens);
+  std::vector<std::string> prefill_paths = {"scalar", "coopmat", "coopmat2"};
+  app.add_option("--prefill-paths", prefill_paths, "Prefill paths to time, those the device has (scalar, coopmat, coopmat2)")
+      ->capture_default_str();
+  bool skip_decode = false;
+  app.add_flag("--skip-decode", skip_decode, "Prefill only");
   bool host_timed = false;
   app.add_flag("--host-timed", host_timed, "Time the host's submit-and-wait, not the GPU's timestamps");
   CLI11_PARSE(app, argc, argv);
@@ -183,7 +188,7 @@ int main(int argc, char** argv) {
   // dtype ran second in engine_bench's first process read at half speed (the copy of the same
   // bytes slowed too), and a second process measured both alike — so F16 "ran 2x slower than
   // BF16" only because it came second (swapping the order swapped the result).
-  for (int batch : batches) {
+  for (int batch : skip_decode ? std::vector<int>{} : batches) {
     for (int context : contexts) {
       std::vector<std::vector<Timed>> got(dtypes.size());
       for (int round = 0; round < rounds; ++round) {
@@ -224,9 +229,13 @@ int main(int argc, char** argv) {
 
   // Varlen prefill of one prompt, on each path.
   using Path = PagedAttentionVarlen::Path;
-  std::vector<Path> paths{Path::kScalar};
-  if (ctx.info().coopmat_f16) paths.push_back(Path::kCoopMat);
-  if (ctx.info().coopmat2) paths.push_back(Path::kCoopMat2);
+  auto wanted = [&](const char* name) {
+    return std::find(prefill_paths.begin(), prefill_paths.end(), name) != prefill_paths.end();
+  };
+  std::vector<Path> paths;
+  if (wanted("scalar")) paths.push_back(Path::kScalar);
+  if (ctx.info().coopmat_f16 && wanted("coopmat")) paths.push_back(Path::kCoopMat);
+  if (ctx.info().coopmat2 && wanted("coopmat2")) paths.push_back(Path::kCoopMat2);
   Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
                  {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);

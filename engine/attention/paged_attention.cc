@@ -250,7 +250,8 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(c
     // Without a softcap and with a positive scale, the kernel keeps raw dot products and folds the
     // scale into its exp2 (RAW_SCORES).
     const uint32_t raw_scores = o.softcap <= 0 && o.scale > 0 ? 1 : 0;
-    return ctx_.pipeline("paged_attention_varlen_coopmat",
+    const char* kernel = ctx_.info().coopmat_khr ? "paged_attention_varlen_khr" : "paged_attention_varlen_coopmat";
+    return ctx_.pipeline(kernel,
                          {l.wg, cache.head_dim, cache.block_size, gqa, l.row_blocks, kernel_dtype(cache.dtype),
                           kSplitTokens, l.chunk, raw_scores},
                          sizeof(VarlenParams));

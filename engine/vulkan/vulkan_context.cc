@@ -39,10 +39,10 @@ Status vk_status(const char* what, VkResult r) {
 
 namespace {
 
-// Runs coopmat_fragment_probe: true when the device lays out 16x16 f32 fragments as
+// Runs a coopmat_fragment_probe spelling: true when the device lays out 16x16 f32 fragments as
 // kernels/common/mma_fragment.glsl says.
-Result<bool> probe_mma_fragments(VulkanContext& ctx) {
-  KVTIER_ASSIGN_OR_RETURN(auto probe, ctx.pipeline("coopmat_fragment_probe", {}, sizeof(uint64_t)));
+Result<bool> probe_mma_fragments(VulkanContext& ctx, const char* kernel) {
+  KVTIER_ASSIGN_OR_RETURN(auto probe, ctx.pipeline(kernel, {}, sizeof(uint64_t)));
   KVTIER_ASSIGN_OR_RETURN(GpuBuffer flag, GpuBuffer::create(ctx, 4, MemoryKind::kDownload));
   KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx));
   const uint64_t address = flag.address();
@@ -61,7 +61,7 @@ Result<std::unique_ptr<VulkanContext>> VulkanContext::create() {
   if (ctx->info_.coopmat_f16) {
     // A probe that cannot run (a driver that fails the cooperative-matrix shader, say) costs the
     // tensor-core attention, not the device: the scalar kernels still serve.
-    Result<bool> probed = probe_mma_fragments(*ctx);
+    Result<bool> probed = probe_mma_fragments(*ctx, "coopmat_fragment_probe");
     ctx->info_.coopmat_mma_fragments = probed.ok() && *probed;
     if (!probed.ok()) {
       spdlog::warn("vulkan: the cooperative-matrix fragment probe failed ({}); attention takes the scalar kernels",
@@ -69,6 +69,14 @@ Result<std::unique_ptr<VulkanContext>> VulkanContext::create() {
     } else if (!*probed) {
       spdlog::warn("vulkan: cooperative-matrix fragments are laid out differently from what the tensor-core "
                    "attention kernel assumes; attention takes the scalar kernels on this device");
+    }
+  }
+  if (ctx->info_.coopmat_mma_fragments && ctx->info_.coopmat2) {
+    Result<bool> probed = probe_mma_fragments(*ctx, "coopmat_fragment_probe_khr");
+    ctx->info_.coopmat_khr = probed.ok() && *probed;
+    if (!ctx->info_.coopmat_khr) {
+      spdlog::warn("vulkan: the KHR cooperative-matrix spelling {}; the tensor-core kernels keep the NV one",
+                   probed.ok() ? "lays its fragments out differently" : "failed its probe (" + probed.status().to_string() + ")");
     }
   }
   return ctx;

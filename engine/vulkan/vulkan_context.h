@@ -68,6 +68,11 @@ struct DeviceInfo {
   bool coopmat2 = false;
   uint32_t coopmat2_reserved_shared = 0;  // shared memory the driver keeps for those tiles
   uint32_t coopmat2_max_workgroup = 0;    // the most invocations a workgroup with them may have
+  // coopmat_mma_fragments and coopmat2, and the KHR spelling's fragments are laid out the same
+  // (probed too): the tensor-core kernels take their GL_KHR_cooperative_matrix spelling
+  // (kernels/coopmat2/*_khr), whose typed operands the driver loads better (H100, bf16 prefill
+  // attention at 16k tokens: 144 TFLOP/s against 110).
+  bool coopmat_khr = false;
   // KVTIER_VK_COOPMAT=2: prefill attention defaults to the coopmat2 kernel. It does not unasked:
   // on the H100 it runs at 0.1-0.37 of the coopmat kernel (docs/benchmarks.md).
   bool prefer_coopmat2 = false;

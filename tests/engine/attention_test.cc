@@ -484,6 +484,19 @@ TEST(AttentionPath, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
   std::cout << "  cooperative matrix 2: workgroups of up to " << info.coopmat2_max_workgroup << " invocations, "
             << info.coopmat2_reserved_shared << " bytes of shared memory reserved\n";
   EXPECT_GE(info.coopmat2_max_workgroup, 256u) << "the kernel's workgroup";
+  // The tensor-core kernels' faster spelling (GL_KHR_cooperative_matrix) passed its probe there.
+  EXPECT_TRUE(info.coopmat_khr);
+}
+
+// The KHR spelling needs what it is built on: cooperative matrix 2's conversions and the fragment
+// layout the probes check (never taken on lavapipe, nor with KVTIER_VK_COOPMAT=0 or 1).
+TEST(AttentionPath, KhrSpellingOnlyOnTopOfCoopmat2AndItsProbe) {
+  const DeviceInfo& info = gpu().info();
+  if (info.coopmat_khr) {
+    EXPECT_TRUE(info.coopmat2);
+    EXPECT_TRUE(info.coopmat_mma_fragments);
+  }
+  if (!info.coopmat2) EXPECT_FALSE(info.coopmat_khr);
 }
 
 INSTANTIATE_TEST_SUITE_P(
