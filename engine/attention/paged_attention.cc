@@ -278,11 +278,15 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
   KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));
   const uint32_t qt = launch.qt;
-  // Tiles: up to qt consecutive rows of one sequence.
+  // Tiles: up to qt consecutive rows of one sequence, a sequence's last rows first. Causal rows
+  // further down see more keys: dispatched first, the longest tiles no longer finish alone at the
+  // end of the launch while the other SMs idle (a row's bits do not depend on the order).
   std::vector<int32_t> tiles;
   for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
     const int32_t rows = b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s];
-    for (int32_t r = 0; r < rows; r += static_cast<int32_t>(qt)) {
+    if (rows <= 0) continue;
+    for (int32_t r = (rows - 1) / static_cast<int32_t>(qt) * static_cast<int32_t>(qt); r >= 0;
+         r -= static_cast<int32_t>(qt)) {
       tiles.push_back(static_cast<int32_t>(s));
       tiles.push_back(r);
     }
