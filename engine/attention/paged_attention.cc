@@ -328,10 +328,13 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
   const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);
   const uint64_t partial_bytes = uint64_t{total_rows} * b.num_heads * max_splits * (cache.head_dim + 2) * 4;
+  // The kernels tell a split launch by its grid (more than one split deep): with one split there
+  // is nothing to spread, and walking it is the same computation.
   const bool split_launch =
-      policy_ == SplitPolicy::kWorkgroupPerSplit ||
-      (policy_ == SplitPolicy::kAuto && max_splits > 1 && num_tiles * cache.num_kv_heads < kMinWorkgroups &&
-       partial_bytes <= kMaxPartialBytes);
+      max_splits > 1 &&
+      (policy_ == SplitPolicy::kWorkgroupPerSplit ||
+       (policy_ == SplitPolicy::kAuto && num_tiles * cache.num_kv_heads < kMinWorkgroups &&
+        partial_bytes <= kMaxPartialBytes));
   const uint32_t* grid = ctx_.info().max_workgroup_count;
   if (num_tiles > grid[0] || cache.num_kv_heads > grid[1] || (split_launch && max_splits > grid[2])) {
     return invalid_argument("attention: varlen launch of " + std::to_string(num_tiles) + " tiles x " +
