@@ -239,6 +239,9 @@ int main(int argc, char** argv) {
   Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
                  {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);
+  prefill.set_meta("tensor-core kernels", ctx.info().coopmat_khr ? "GL_KHR_cooperative_matrix spelling"
+                                          : ctx.info().coopmat_mma_fragments ? "GL_NV_cooperative_matrix spelling"
+                                                                            : "none");
   prefill.set_meta("method", "median of " + std::to_string(reps) + " launches, " + timing);
   for (int tokens : prefill_tokens) {
     for (const std::string& dname : dtypes) {
