@@ -1,6 +1,7 @@
 // Matmul: y = (accumulate ? y : 0) + x @ w, f32 activations [rows, k] and a weight matrix [k, n],
 // for the tiny model. Two kernels, two sets of bits: matmul.comp (f32 FMAs, everywhere) and, on
-// devices with cooperative matrices, matmul_coopmat.comp (tensor cores, f16 inputs, f32 sums).
+// devices with cooperative matrices, kernels/common/matmul_coopmat.glsl (tensor cores, f16 inputs,
+// f32 sums; in its KHR spelling where the device has cooperative matrix 2, DeviceInfo::coopmat_khr).
 // Either way a row's values depend on that row alone, never on the rows beside it.
 #pragma once
 
