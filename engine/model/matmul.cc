@@ -43,8 +43,8 @@ Status Matmul::record(CommandBatch& batch, uint64_t x, const MatmulWeights& w, u
     // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
     // kernel). Measured on the H100 (tiny model, 16 rows): BK 32 left a forward at ~0.9 ms of GPU
     // time whatever its context. 128 x 128 tiles of 32 x 64 per subgroup for many rows measured
-    // within a few per cent of these (2026-11-26: 8192 tokens, gate/up 2.49 against 2.55 ms,
-    // worse at 2048 where they leave SMs idle), so there is one shape.
+    // within a few per cent of these (2026-11-26, two H100 calls: 8192 tokens, gate/up 2.49
+    // against 2.55 ms; worse at 2048 where they leave SMs idle), so there is one shape.
     const bool deep = rows <= 64 && w.k % kDeepStep == 0;
     auto& pipeline = deep ? coopmat_deep_ : coopmat_;
     if (!pipeline) {
