@@ -403,7 +403,8 @@ int main(int argc, char** argv) {
                "is the GPU's own clock over them; upload = the GPU tier's upload batches (host to GPU, "
                "copy and scatter, submit to done), uploads = batches per request, regions/block = copy "
                "regions per uploaded block (side-by-side blocks share one), direct = blocks the GPU copied "
-               "from where they lie in RAM. 'same logits': first-token logits bit-identical "
+               "from where they lie in RAM. predicted = the last repetition's plan: a pure load / a recompute (stderr has every "
+               "repetition's). 'same logits': first-token logits bit-identical "
                "to the uncached run's.");
     r.set_meta("empty_batch_round_trip_us", fmt_double(empty_batch_round_trip(*ctx) * 1e6, 1));
     r.set_meta("vulkan", ctx->info().name);

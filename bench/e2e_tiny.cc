@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -24,6 +26,7 @@ struct TinyCase {
   uint64_t upload_batches = 0, uploaded = 0, direct = 0, regions = 0;  // over every repetition
   std::vector<std::pair<std::string, std::vector<double>>> stages;   // --profile-stages
   size_t cached_tokens = 0;
+  std::optional<double> predicted_load, predicted_compute;  // the last repetition's plan
   bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
 };
 
@@ -79,6 +82,15 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
         it->second.push_back(seconds);
       }
       c.cached_tokens = out.cached_tokens;
+      c.predicted_load = out.plan.load_only;
+      c.predicted_compute = out.plan.compute_only;
+      // Each repetition's plan against what it got: a row's median hides a plan that changed.
+      if (use_cache) {
+        auto opt_ms = [](std::optional<double> v) { return v ? ms(*v) : std::string("?"); };
+        std::fprintf(stderr, "tiny %d %s: plan load %s / compute %s ms, cached %zu, restore %s, TTFT %s ms\n", p,
+                     c.name.c_str(), opt_ms(out.plan.load_only).c_str(), opt_ms(out.plan.compute_only).c_str(),
+                     out.cached_tokens, ms(out.restore_seconds).c_str(), ms(out.first_token_seconds).c_str());
+      }
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
     };
@@ -111,6 +123,8 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
                       fmt_double(static_cast<double>(c.upload_batches) / reps, 1),
                       c.uploaded ? fmt_double(static_cast<double>(c.regions) / c.uploaded, 3) : "-",
                       c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-", fmt_double(base / median(c.ttft), 2),
+                      (c.predicted_load ? ms(*c.predicted_load) : "?") + " / " +
+                          (c.predicted_compute ? ms(*c.predicted_compute) : "?"),
                       c.identical ? "yes" : "NO"});
     }
   }
@@ -129,7 +143,8 @@ double empty_batch_round_trip(VulkanContext& ctx) {
 
 std::vector<std::string> tiny_columns() {
   return {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "record ms",
-          "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "same logits"};
+          "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "predicted load / compute ms",
+          "same logits"};
 }
 
 }  // namespace kvtier::bench

@@ -111,6 +111,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const std::string& name : dtypes) {  // names as safetensors spells them: BF16, F16, F32
+    if (!parse_dtype(name).ok() || !is_kv_dtype(*parse_dtype(name))) {
+      std::cerr << "--dtypes: '" << name << "' is not a KV dtype (BF16, F16, F32)\n";
+      return 2;
+    }
+  }
   init_logging("warn");
   auto ctx_or = VulkanContext::create();
   if (!ctx_or.ok()) {
@@ -283,19 +289,29 @@ int main(int argc, char** argv) {
                      gl->address(), gcu->address(), cu, heads, static_cast<uint32_t>(tokens)};
       AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
       for (Path path : paths) {
-        PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
-        // One launch per submission: the launcher rewrites its tile table per launch.
-        auto t = time_launches(ctx, timer.get(), 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
-        if (!t.ok()) die(t.status());
-        // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
-        const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
-        if (ctx.info().pipeline_stats && tokens == prefill_tokens.front()) {
-          std::cout << "varlen pipeline (" << dname << ", " << PagedAttentionVarlen::path_name(path)
-                    << "): " << varlen.pipeline_statistics(view, heads) << "\n";
+        // On tensor cores: the context staged as f16 first (the default), and read from the cache
+        // by the kernel itself, side by side.
+        for (const bool staging : {true, false}) {
+          PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
+          varlen.set_half_staging(staging);
+          if (!staging && !PagedAttentionVarlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path).stages(view, vb)) {
+            continue;
+          }
+          // One launch per submission: the launcher rewrites its tile table per launch.
+          auto t = time_launches(ctx, timer.get(), 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
+          if (!t.ok()) die(t.status());
+          // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
+          const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
+          if (ctx.info().pipeline_stats && tokens == prefill_tokens.front() && staging) {
+            std::cout << "varlen pipeline (" << dname << ", " << PagedAttentionVarlen::path_name(path)
+                      << "): " << varlen.pipeline_statistics(view, heads) << "\n";
+          }
+          std::string name = PagedAttentionVarlen::path_name(varlen.path(view, heads));
+          if (varlen.stages(view, vb)) name += ", staged as f16";
+          if (!staging) name += ", reading the cache directly";
+          prefill.add_row({std::to_string(tokens), dname, name, fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0),
+                           fmt_double(flops / *t / 1e12, 2)});
         }
-        prefill.add_row({std::to_string(tokens), dname,
-                         PagedAttentionVarlen::path_name(varlen.path(view, heads)),
-                         fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0), fmt_double(flops / *t / 1e12, 2)});
       }
     }
   }

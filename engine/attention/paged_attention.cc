@@ -239,7 +239,8 @@ PagedAttentionVarlen::Path PagedAttentionVarlen::path(const PagedKvView& cache, 
 
 Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(const PagedKvView& cache,
                                                                               uint32_t gqa, const Launch& l,
-                                                                              const AttentionOptions& o) {
+                                                                              const AttentionOptions& o,
+                                                                              bool staged) {
   if (l.path == Path::kCoopMat2) {
     return ctx_.pipeline("paged_attention_varlen_cm2",
                          {l.wg, cache.head_dim, cache.block_size, gqa, l.qt, kernel_dtype(cache.dtype), kSplitTokens,
@@ -253,7 +254,7 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(c
     const char* kernel = ctx_.info().coopmat_khr ? "paged_attention_varlen_khr" : "paged_attention_varlen_coopmat";
     return ctx_.pipeline(kernel,
                          {l.wg, cache.head_dim, cache.block_size, gqa, l.row_blocks, kernel_dtype(cache.dtype),
-                          kSplitTokens, l.chunk, raw_scores},
+                          kSplitTokens, l.chunk, raw_scores, staged ? 1u : 0u},
                          sizeof(VarlenParams));
   }
   return ctx_.pipeline("paged_attention_varlen",
@@ -269,6 +270,23 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
   if (!l.ok()) return l.status().to_string();
   auto p = varlen_pipeline(cache, gqa, *l, AttentionOptions{});  // no softcap: the common variant
   return p.ok() ? (*p)->statistics() : p.status().to_string();
+}
+
+bool PagedAttentionVarlen::stages(const PagedKvView& cache, const VarlenBatch& b) const {
+  if (!half_staging_ || b.host_cu_seqlens_q.size() < 2) return false;
+  if (!check_shapes(b.num_heads, cache).ok()) return false;
+  const auto launch = configure(cache, b.num_heads / cache.num_kv_heads);
+  if (!launch.ok() || launch->path != Path::kCoopMat) return false;
+  // A prefill: each sequence's chunks are read by at least kStageMinTiles tiles, so one copy
+  // costs less than converting them on every read. Decode rows and a short suffix after a
+  // restored prefix read their context about once: they convert in the kernel.
+  for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
+    if (b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s] < static_cast<int32_t>(kStageMinTiles * launch->qt)) {
+      return false;
+    }
+  }
+  const uint32_t num_seqs = static_cast<uint32_t>(b.host_cu_seqlens_q.size() - 1);
+  return KvHalfStaging::bytes(cache, num_seqs, b.max_blocks_per_seq) <= kMaxStagingBytes;
 }
 
 Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
@@ -323,7 +341,20 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     tile_values_ = tiles;
   }
   batch.retain(tiles_);
-  KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(cache, gqa, launch, o));
+  // A prefill on tensor cores reads an f16 copy of its context (same bits: the conversion is the
+  // kernel's). H100, one prompt: see KvHalfStaging's kernel.
+  PagedKvView kv = cache;
+  uint64_t block_tables = b.block_tables;
+  const bool staged = stages(cache, b);
+  if (staged) {
+    KVTIER_ASSIGN_OR_RETURN(const auto copy,
+                            staging_.record(batch, cache, b.block_tables, b.seq_lens,
+                                            static_cast<uint32_t>(b.host_cu_seqlens_q.size() - 1),
+                                            b.max_blocks_per_seq));
+    kv = copy.cache;
+    block_tables = copy.block_tables;
+  }
+  KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(kv, gqa, launch, o, staged));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);
   const uint32_t total_rows = static_cast<uint32_t>(b.host_cu_seqlens_q.back());
   const uint32_t max_splits = std::max<uint32_t>(1, (b.max_seq_len + kSplitTokens - 1) / kSplitTokens);
@@ -349,7 +380,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
     }
     batch.retain(partial_);
   }
-  VarlenParams vp{b.q, b.out, cache.k, cache.v, b.block_tables, b.seq_lens, b.cu_seqlens_q,
+  VarlenParams vp{b.q, b.out, kv.k, kv.v, block_tables, b.seq_lens, b.cu_seqlens_q,
                   tiles_->address(), split_launch ? partial_->address() : 0, cache.num_kv_heads,
                   b.max_blocks_per_seq, o.scale, o.softcap, o.window, max_splits};
   batch.dispatch(*pipeline, vp, num_tiles, cache.num_kv_heads, split_launch ? max_splits : 1);

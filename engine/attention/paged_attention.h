@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/attention/kv_half_staging.h"
 #include "engine/attention/paged_kv.h"
 #include "engine/vulkan/command_batch.h"
 
@@ -105,7 +106,12 @@ class PagedAttentionVarlen {
   explicit PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy = SplitPolicy::kAuto)
       : PagedAttentionVarlen(ctx, policy, default_path(ctx)) {}
   PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy, Path preferred)
-      : ctx_(ctx), policy_(policy), preferred_(preferred) {}
+      : ctx_(ctx), policy_(policy), preferred_(preferred), staging_(ctx) {}
+  // Prefill batches on the tensor-core path copy their context as f16 first (KvHalfStaging)
+  // unless this is off. The same bits either way; off exists so tests and benchmarks can compare.
+  void set_half_staging(bool on) { half_staging_ = on; }
+  // Whether a batch of this shape stages its context as f16 (see record()).
+  bool stages(const PagedKvView& cache, const VarlenBatch& b) const;
   Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
                 const AttentionOptions& options);
   // The path this launcher takes for a cache of this shape and this many query heads: the
@@ -125,6 +131,10 @@ class PagedAttentionVarlen {
   // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
   static constexpr uint32_t kMinWorkgroups = 256;
   static constexpr uint64_t kMaxPartialBytes = 256ull << 20;
+  // Staging: every sequence at least this many tiles of rows (a chunk is then read that many
+  // times), and at most this much memory.
+  static constexpr uint32_t kStageMinTiles = 4;
+  static constexpr uint64_t kMaxStagingBytes = 512ull << 20;
   // Rows (and keys per chunk) of the cooperative-matrix-2 kernel's tiles.
   static constexpr uint32_t kCoopMat2Rows = 64;
 
@@ -137,8 +147,10 @@ class PagedAttentionVarlen {
     uint32_t chunk;       // cooperative matrices: keys per K/V chunk in shared memory
   };
   Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+  // staged: `cache` is a KvHalfStaging copy, its block table the identity the kernel can compute.
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
-                                                           const Launch& launch, const AttentionOptions& o);
+                                                           const Launch& launch, const AttentionOptions& o,
+                                                           bool staged = false);
 
   VulkanContext& ctx_;
   SplitPolicy policy_;
@@ -151,6 +163,8 @@ class PagedAttentionVarlen {
   std::shared_ptr<GpuBuffer> tiles_;  // holds tile_values_
   std::vector<int32_t> tile_values_;
   std::shared_ptr<GpuBuffer> partial_;  // per-split states of a split launch, as the decode's
+  KvHalfStaging staging_;
+  bool half_staging_ = true;
 };
 
 }  // namespace kvtier

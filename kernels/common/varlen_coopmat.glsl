@@ -37,6 +37,7 @@
 #include "common/attention_merge.glsl"
 #include "common/mma_fragment.glsl"
 #include "common/coopmat_types.glsl"
+#include "common/half_pack.glsl"
 
 layout(constant_id = 0) const uint WG = 128;  // 32 * RB * GQA
 layout(constant_id = 1) const uint HEAD_DIM = 128;
@@ -47,6 +48,9 @@ layout(constant_id = 5) const uint DTYPE = DT_BF16;
 layout(constant_id = 6) const uint SPLIT = 256;  // a multiple of CT
 layout(constant_id = 7) const uint CT = 64;      // keys per chunk: 64, or 32 where 64 do not fit
 layout(constant_id = 8) const uint RAW_SCORES = 0;  // 1: no softcap and scale > 0 (see score())
+// 1: the cache is a staging copy (engine/attention/kv_half_staging.h) whose block j of sequence s
+// is block s * max_blocks_per_seq + j, so a chunk's loads need no block table read before them.
+layout(constant_id = 9) const uint IDENTITY_TABLE = 0;
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
@@ -58,7 +62,6 @@ const uint QT = 16 * RB;
 const uint EPL = DTYPE == DT_F32 ? 4 : 8;
 const uint VECS = HEAD_DIM / EPL;
 const uint NL = (CT * VECS + WG - 1) / WG;
-const float F16_MAX = 65504.0;
 
 layout(push_constant) uniform Params {
   uint64_t q;
@@ -98,7 +101,8 @@ void fetch_chunk(int c, int seq, int ctx, uint kh, uint tid) {
     kw[n] = uvec4(0);
     vw[n] = uvec4(0);
     if (idx < CT * VECS && tok < ctx) {
-      const int blk = I32Ref(pc.block_tables).v[seq * int(pc.max_blocks_per_seq) + tok / int(BLOCK_SIZE)];
+      const int slot = seq * int(pc.max_blocks_per_seq) + tok / int(BLOCK_SIZE);
+      const int blk = IDENTITY_TABLE != 0 ? slot : I32Ref(pc.block_tables).v[slot];
       const uint64_t e = (uint64_t(blk) * BLOCK_SIZE + uint(tok) % BLOCK_SIZE) * row_stride + kh * HEAD_DIM +
                          (idx % VECS) * EPL;
       kw[n] = U32x4Ref(pc.k_cache + e * esize).v[0];
@@ -108,9 +112,7 @@ void fetch_chunk(int c, int seq, int ctx, uint kh, uint tid) {
 }
 
 // k_s / v_s rows hold f16 values packed 8 to a uvec4, so a thread stores a 16-byte load with one
-// 16-byte store (bf16 converted pairwise), not eight 2-byte ones.
-uint pack_half2(float a, float b) { return packHalf2x16(clamp(vec2(a, b), -F16_MAX, F16_MAX)); }
-
+// 16-byte store (bf16 converted pairwise, common/half_pack.glsl), not eight 2-byte ones.
 void store_chunk(uint tid) {
   [[unroll]] for (uint n = 0; n < NL; ++n) {
     const uint idx = tid + n * WG;
@@ -120,22 +122,15 @@ void store_chunk(uint tid) {
       k_s[t * KS4 + v] = kw[n];
       v_s[t * KS4 + v] = vw[n];
     } else if (DTYPE == DT_BF16) {
-      float kf[8], vf[8];
-      unpack8(kw[n], DTYPE, kf);
-      unpack8(vw[n], DTYPE, vf);
-      uvec4 kp, vp;
-      [[unroll]] for (uint w = 0; w < 4; ++w) {
-        kp[w] = pack_half2(kf[2 * w], kf[2 * w + 1]);
-        vp[w] = pack_half2(vf[2 * w], vf[2 * w + 1]);
-      }
-      k_s[t * KS4 + v] = kp;
-      v_s[t * KS4 + v] = vp;
+      k_s[t * KS4 + v] = half8_from_bf16(kw[n]);
+      v_s[t * KS4 + v] = half8_from_bf16(vw[n]);
     } else {  // f32: 4 values, half a uvec4
       const uint at_ = t * KS4 + v / 2, w = (v % 2) * 2;
-      k_s[at_][w] = pack_half2(uintBitsToFloat(kw[n].x), uintBitsToFloat(kw[n].y));
-      k_s[at_][w + 1] = pack_half2(uintBitsToFloat(kw[n].z), uintBitsToFloat(kw[n].w));
-      v_s[at_][w] = pack_half2(uintBitsToFloat(vw[n].x), uintBitsToFloat(vw[n].y));
-      v_s[at_][w + 1] = pack_half2(uintBitsToFloat(vw[n].z), uintBitsToFloat(vw[n].w));
+      const uvec2 kp = half4_from_f32(kw[n]), vp = half4_from_f32(vw[n]);
+      k_s[at_][w] = kp.x;
+      k_s[at_][w + 1] = kp.y;
+      v_s[at_][w] = vp.x;
+      v_s[at_][w + 1] = vp.y;
     }
   }
 }

@@ -109,18 +109,23 @@ struct PagedProblem {
     return from_gpu<float>(out, count * row);
   }
   std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto,
-                            PagedAttentionVarlen::Path path = PagedAttentionVarlen::Path::kScalar) {
+                            PagedAttentionVarlen::Path path = PagedAttentionVarlen::Path::kScalar,
+                            bool half_staging = true) {
     GpuBuffer out = testing::gpu_zeros(q.size() * 4);
     PagedAttentionVarlen k(gpu(), policy, path);
+    k.set_half_staging(half_staging);
     EXPECT_EQ(k.path(view, static_cast<uint32_t>(num_heads)), path) << "this shape cannot take the path under test";
-    VarlenBatch b{gq.address(), out.address(), gtables.address(), static_cast<uint32_t>(max_blocks),
-                  glens.address(), gcu.address(), cu, static_cast<uint32_t>(num_heads),
-                  static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end()))};
     auto batch = std::move(CommandBatch::begin(gpu())).value();
-    Status st = k.record(batch, b, view, options);
+    Status st = k.record(batch, batch_view(out.address()), view, options);
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_TRUE(batch.submit_and_wait().ok());
     return from_gpu<float>(out, q.size());
+  }
+
+  VarlenBatch batch_view(uint64_t out) const {
+    return VarlenBatch{gq.address(), out, gtables.address(), static_cast<uint32_t>(max_blocks), glens.address(),
+                       gcu.address(), cu, static_cast<uint32_t>(num_heads),
+                       static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end()))};
   }
 
   int num_heads = 0, max_blocks = 0;
@@ -430,6 +435,31 @@ TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
     ASSERT_TRUE(again.submit_and_wait().ok());
     expect_close(from_gpu<float>(redo, 300 * row), std::vector<float>(ref.begin() + 200 * row, ref.end()),
                  tolerance(path, c), "after a dropped batch");
+  }
+}
+
+// A prefill on tensor cores reads its context from an f16 copy (KvHalfStaging): it must give the
+// bits of the kernel reading the cache itself, on every split policy (on the H100; lavapipe checks
+// that the scalar path does not stage).
+TEST(AttentionVarlen, StagingTheContextAsF16ChangesNoBit) {
+  using Policy = PagedAttentionVarlen::SplitPolicy;
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    // A first chunk of a long prompt after 100 cached tokens, and a whole prompt: both at least
+    // four 32-row tiles, so the tensor-core path stages them.
+    const AttnCase c{"staged", dtype, 128, 4, 2, 16, {300, 700}};
+    PagedProblem s(c, {200, 700});
+    for (Path path : testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads))) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + PagedAttentionVarlen::path_name(path));
+      PagedAttentionVarlen launcher(gpu(), Policy::kAuto, path);
+      const bool stages = launcher.stages(s.view, s.batch_view(0));
+      EXPECT_EQ(stages, path == Path::kCoopMat);
+      if (!stages) continue;  // one computation either way
+      for (Policy policy : {Policy::kWalkSplits, Policy::kWorkgroupPerSplit}) {
+        const auto staged = s.varlen(policy, path, true), converted = s.varlen(policy, path, false);
+        EXPECT_EQ(std::memcmp(staged.data(), converted.data(), staged.size() * 4), 0)
+            << "policy " << static_cast<int>(policy);
+      }
+    }
   }
 }
 
