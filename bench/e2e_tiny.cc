@@ -98,17 +98,32 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     run(gen, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
     cases[0] = TinyCase("not cached");
     for (int r = 0; r < reps; ++r) run(gen, false, cases[0]);
+    // Each cached case's first request is untimed, as the uncached one's: a tier's first restore
+    // only warms the cost model up (hit_cost_model.h), so until the next one the plan has no
+    // estimate and loads; what that costs is one request per tier in a process's life.
     must(gen.generate(prompt, 1, true).status());  // publishes the prompt's blocks
-    for (int r = 0; r < reps; ++r) run(gen, true, cases[1]);
-    for (int r = 0; r < reps; ++r) {
+    // Its logits are still compared.
+    auto untimed_first = [](TinyCase& c, int r) {
+      if (r > 0) return;
+      const bool same = c.identical;
+      c = TinyCase(c.name);
+      c.identical = same;
+    };
+    for (int r = 0; r <= reps; ++r) {
+      run(gen, true, cases[1]);
+      untimed_first(cases[1], r);
+    }
+    for (int r = 0; r <= reps; ++r) {
       must(stack->evict_gpu());
       run(gen, true, cases[2]);
+      untimed_first(cases[2], r);
     }
     must(ssd_gen.generate(prompt, 1, true).status());
-    for (int r = 0; r < reps; ++r) {
+    for (int r = 0; r <= reps; ++r) {
       must(ssd_stack->evict_gpu());
       ssd_stack->ssd()->flush();
       run(ssd_gen, true, cases[3]);
+      untimed_first(cases[3], r);
     }
     const double base = median(cases[0].ttft);
     for (const TinyCase& c : cases) {

@@ -87,7 +87,10 @@ Status CachedGenerator::calibrate(size_t tokens) {
     return ok_status();
   };
   const size_t half = tokens / 2, short_run = std::min<size_t>(4 * bs, half);
-  KVTIER_RETURN_IF_ERROR(run(0, half, false));  // pipelines compiled, scratch grown
+  // Pipelines compiled and scratch grown for the whole length, untimed: the first forward of a
+  // length builds what it needs, and timed it teaches the cost model a prefill several times the
+  // real one (hit_cost_model.h).
+  KVTIER_RETURN_IF_ERROR(run(0, tokens, false));
   for (int round = 0; round < 2; ++round) {
     KVTIER_RETURN_IF_ERROR(run(0, short_run, true));
     KVTIER_RETURN_IF_ERROR(run(0, half, true));

@@ -1,7 +1,10 @@
 #include "cache/hit_cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
+
+#include <spdlog/spdlog.h>
 
 namespace kvtier {
 namespace {
@@ -74,19 +77,6 @@ HitCostModel::HitCostModel()
                DecayingLeastSquares<2>(kDecay)},
       prefill_(kDecay) {}
 
-void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) {
-  if (tier >= kMaxTiers || bytes == 0 || !(seconds >= 0)) return;
-  std::lock_guard lock(mu_);
-  if (!std::exchange(restore_warm_[tier], true)) return;
-  restore_[tier].add({1.0, static_cast<double>(bytes) / kMiB}, seconds);
-}
-
-void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
-  if (tokens == 0 || !(seconds >= 0)) return;
-  std::lock_guard lock(mu_);
-  prefill_.add(prefill_inputs(tokens, context), seconds);
-}
-
 namespace {
 
 // A tier whose restores all had one size has no determined fixed cost: its rate then comes from a
@@ -96,6 +86,67 @@ std::optional<std::array<double, 2>> restore_fit(const DecayingLeastSquares<2>& 
   if (f.samples() == 0) return std::nullopt;
   return f.fit_through_origin();
 }
+
+// Coefficients below zero (noise on few samples) count as zero: an estimate is never less than
+// what its positive terms say.
+template <size_t N>
+double evaluate(const std::array<double, N>& c, const std::array<double, N>& x) {
+  double s = 0;
+  for (size_t i = 0; i < N; ++i) s += std::max(0.0, c[i]) * x[i];
+  return s;
+}
+
+}  // namespace
+
+template <size_t N>
+void HitCostModel::add_guarded(DecayingLeastSquares<N>& fit, Held<N>& held, std::optional<double> estimate,
+                               const std::array<double, N>& x, double y, uint64_t& dropped, const char* what) {
+  const bool high = estimate && *estimate > 0 && y > kOutlierFactor * *estimate;
+  if (high && !held.any) {
+    held = {true, x, y, *estimate};
+    return;
+  }
+  if (held.any) {
+    if (high) {
+      fit.add(held.x, held.y);  // two in a row: the machine is slower now
+    } else {
+      ++dropped;
+      if (auto n = outlier_log_.admit()) {
+        spdlog::info("hit cost model: dropped a {} sample of {:.3f} ms, over {}x the estimate of {:.3f} ms, "
+                     "as a one-off ({} similar since)", what, held.y * 1e3, kOutlierFactor,
+                     held.estimate * 1e3, *n);
+      }
+    }
+    held.any = false;
+  }
+  fit.add(x, y);
+}
+
+void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) {
+  if (tier >= kMaxTiers || bytes == 0 || !(seconds >= 0)) return;
+  std::lock_guard lock(mu_);
+  if (!std::exchange(restore_warm_[tier], true)) return;
+  const std::array<double, 2> x{1.0, static_cast<double>(bytes) / kMiB};
+  std::optional<double> estimate;
+  if (const auto c = restore_fit(restore_[tier])) estimate = evaluate(*c, x);
+  add_guarded(restore_[tier], restore_held_[tier], estimate, x, seconds, restore_dropped_, "restore");
+}
+
+void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
+  if (tokens == 0 || !(seconds >= 0)) return;
+  std::lock_guard lock(mu_);
+  const auto x = prefill_inputs(tokens, context);
+  std::optional<double> estimate;
+  if (const auto c = prefill_.fit()) estimate = evaluate(*c, x);
+  add_guarded(prefill_, prefill_held_, estimate, x, seconds, prefill_dropped_, "prefill");
+}
+
+std::pair<uint64_t, uint64_t> HitCostModel::outliers_dropped() const {
+  std::lock_guard lock(mu_);
+  return {prefill_dropped_, restore_dropped_};
+}
+
+namespace {
 
 }  // namespace
 
@@ -118,10 +169,7 @@ std::optional<double> HitCostModel::Snapshot::restore_seconds(size_t tier, uint6
 std::optional<double> HitCostModel::Snapshot::prefill_seconds(uint64_t tokens, uint64_t context) const {
   if (tokens == 0) return 0.0;
   if (!prefill) return std::nullopt;
-  const auto x = prefill_inputs(tokens, context);
-  double s = 0;
-  for (size_t i = 0; i < 3; ++i) s += std::max(0.0, (*prefill)[i]) * x[i];
-  return s;
+  return evaluate(*prefill, prefill_inputs(tokens, context));
 }
 
 std::optional<double> HitCostModel::restore_seconds(size_t tier, uint64_t bytes) const {
@@ -154,6 +202,10 @@ void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token, d
 
 void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string>& tier_names) const {
   std::lock_guard lock(mu_);
+  for (const auto& [kind, n] : {std::pair<const char*, uint64_t>{"prefill", prefill_dropped_}, {"restore", restore_dropped_}}) {
+    v.counter("kvtier_hit_cost_outliers_dropped_total",
+              "Cost samples dropped as one-offs: over 3x the estimate, and the next sample was not", {{"kind", kind}}, n);
+  }
   for (size_t t = 0; t < tier_names.size() && t < kMaxTiers; ++t) {
     const auto c = restore_fit(restore_[t]);
     if (!c) continue;

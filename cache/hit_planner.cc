@@ -41,7 +41,9 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
     std::pair<double, double> out{0, 0};
     for (size_t t = 1; t < kMaxTiers; ++t) {
       if (suffix[s][t] == 0) continue;
-      const auto sec = costs.restore_seconds(t, suffix[s][t]);
+      // A tier without an estimate takes the nearest slower one's (see the header).
+      std::optional<double> sec;
+      for (size_t from = t; from < kMaxTiers && !sec; ++from) sec = costs.restore_seconds(from, suffix[s][t]);
       if (!sec) return std::nullopt;
       (in.overlaps_compute[t] ? out.first : out.second) += *sec;
     }
@@ -71,6 +73,7 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
         s = k;
       }
     }
+    if (s < n && best > (1.0 - in.min_gain) * *plan.compute_only) s = n;  // too close to call: compute
   }
   plan.compute_blocks = s;
   plan.predicted = predict(s);

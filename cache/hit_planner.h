@@ -37,6 +37,12 @@ struct HitPlanInput {
   // upload, and although uploads now run on a lane of their own, a RAM load overlapping a
   // computed front has not been measured (the plan tables' RAM rows pick pure loads).
   std::array<bool, kMaxTiers> overlaps_compute{};
+  // kCost loads anything only where that is predicted to beat recomputing by this fraction. The
+  // predictions miss by up to ~30 % (docs/benchmarks.md, hit plans), and they miss in one
+  // direction more: a split's second launch and a load's contention with compute are not in the
+  // model. H100, the tiny model, 8192 tokens from the SSD: a split predicted to beat recomputing
+  // (8.5 ms) took 9.8. Recomputing when a load would have won by less costs at most this fraction.
+  double min_gain = 0.1;
 };
 
 struct HitPlan {
@@ -51,8 +57,11 @@ struct HitPlan {
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill
-// falls back to a pure load (what kvtier did before plans). A split that computes every cached
-// block is one prefill of them and the uncached rest together (no second launch). O(blocks).
+// falls back to a pure load (what kvtier did before plans). A tier no fetch has timed yet — every
+// fetch that read from it read from a slower tier too, and was charged to that one — is estimated
+// at the pace of the nearest slower tier that has been: not faster than it is. A split that
+// computes every cached block is one prefill of them and the uncached rest together (no second
+// launch). O(blocks).
 HitPlan plan_hit(const HitPlanInput& input, const HitCostModel& costs, HitPolicy policy);
 
 }  // namespace kvtier

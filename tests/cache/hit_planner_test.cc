@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 namespace kvtier {
@@ -49,6 +50,30 @@ TEST(HitCostModel, RecoversAPrefillCostWithItsAttentionTerm) {
     m.observe_prefill(t, ctx, cost(t, ctx));
   }
   EXPECT_NEAR(*m.prefill_seconds(4096, 16384), cost(4096, 16384), 1e-9);
+}
+
+// One slow sample (a pipeline compiled for a new shape, a scratch buffer grown) must not rule
+// the fit; two in a row are the machine getting slower, and are taken.
+TEST(HitCostModel, AOneOffSlowSampleIsDroppedAndCountedTwoInARowAreTaken) {
+  HitCostModel m;
+  auto cost = [](double t, double ctx) { return 0.0003 + 1e-6 * t + 1e-10 * t * (ctx + t / 2); };
+  for (auto [t, ctx] : {std::pair{64, 0}, {4096, 0}, {4096, 4096}, {8192, 0}}) m.observe_prefill(t, ctx, cost(t, ctx));
+  const double before = *m.prefill_seconds(16, 8176);
+  m.observe_prefill(8192, 0, 15 * cost(8192, 0));  // the first forward of this length
+  m.observe_prefill(8192, 0, cost(8192, 0));
+  EXPECT_NEAR(*m.prefill_seconds(16, 8176), before, 1e-9) << "the one-off moved the estimate";
+  EXPECT_EQ(m.outliers_dropped(), std::make_pair(uint64_t{1}, uint64_t{0}));
+  for (int i = 0; i < 2; ++i) m.observe_prefill(8192, 0, 15 * cost(8192, 0));
+  EXPECT_GT(*m.prefill_seconds(8192, 0), 4 * cost(8192, 0)) << "a slower machine must be seen";
+  EXPECT_EQ(m.outliers_dropped().first, 1u);
+
+  // Restores likewise, per tier: a disk's hiccup.
+  m.observe_restore(2, 8ull << 20, 0.010);  // warm-up
+  for (int i = 0; i < 3; ++i) m.observe_restore(2, 8ull << 20, 0.010);
+  m.observe_restore(2, 8ull << 20, 0.100);
+  m.observe_restore(2, 8ull << 20, 0.010);
+  EXPECT_NEAR(*m.restore_seconds(2, 8ull << 20), 0.010, 1e-9);
+  EXPECT_EQ(m.outliers_dropped().second, 1u);
 }
 
 struct Costs {
@@ -115,6 +140,33 @@ TEST(HitPlanner, WithoutEstimatesItLoads) {
   EXPECT_EQ(p.compute_blocks, 0u);
   EXPECT_FALSE(p.predicted);
   EXPECT_FALSE(p.load_seconds);
+}
+
+// An SSD stack's one-block RAM tier holds the prefix's last block now and then; a fetch that reads
+// it reads the SSD too and is charged to the SSD, so RAM is never timed there. Its block must not
+// make the whole plan unknown (a pure load then: the H100's tiny model lost 2x to recomputing).
+TEST(HitPlanner, ATierNotTimedYetTakesTheNextSlowerTiersPace) {
+  std::vector<int> tiers(63, 2);
+  tiers.push_back(1);
+  HitCostModel m;
+  m.set_restore(2, 0, 0.5e9);    // 64 MiB from the SSD: 134 ms
+  m.set_prefill(0, 1e-6, 0);     // 1024 tokens: 1 ms
+  const HitPlan p = plan_hit(input(tiers), m, HitPolicy::kCost);
+  ASSERT_TRUE(p.load_only && p.compute_only);
+  EXPECT_EQ(p.compute_blocks, 64u);
+  EXPECT_NEAR(*p.load_only, 0.001 * 16 / 1024 + 64 * (1 << 20) / 0.5e9, 1e-6) << "RAM's block at the SSD's pace";
+}
+
+// A load predicted to win by less than min_gain is not worth its risk; by more it is taken.
+TEST(HitPlanner, ALoadThatWinsByLessThanTheMarginIsComputed) {
+  const std::vector<int> ram(64, 1);  // 64 MiB; RAM loads do not overlap compute: no splits
+  for (auto [ram_gbps, computes] : {std::pair{0.0671e9 / 0.95, true}, {0.0671e9 / 0.8, false}}) {
+    HitCostModel m;
+    m.set_restore(1, 0, ram_gbps);  // 64 MiB in ~0.95 or ~0.8 of a second
+    m.set_prefill(0, 1.0 / 1024, 0);  // 1024 tokens: 1 s
+    const HitPlan p = plan_hit(input(ram, 0), m, HitPolicy::kCost);
+    EXPECT_EQ(p.compute_blocks, computes ? 64u : 0u) << "load " << *p.load_only << " s, compute " << *p.compute_only;
+  }
 }
 
 TEST(HitPlanner, PoliciesForceTheirEnds) {
