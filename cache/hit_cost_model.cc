@@ -16,6 +16,9 @@ constexpr double kKiloTokens = 1e3;
 constexpr double kMegaPairs = 1e6;
 // Each sample's weight shrinks by this per later sample: the last ~20 requests dominate.
 constexpr double kDecay = 0.95;
+// The overlap factor follows the last three or four splits: a plan repeats per request, so a
+// split that lost should stop being chosen within a few requests, not twenty.
+constexpr double kOverlapWeight = 0.3;
 
 std::array<double, 3> prefill_inputs(uint64_t tokens, uint64_t context) {
   const double t = static_cast<double>(tokens);
@@ -141,6 +144,20 @@ void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double sec
   add_guarded(prefill_, prefill_held_, estimate, x, seconds, prefill_dropped_, "prefill");
 }
 
+void HitCostModel::observe_overlap(double predicted, double seconds) {
+  if (!(predicted > 0) || !(seconds >= 0)) return;
+  // Bounded: one split that waited on something else (a disk's hiccup) moves plans a little, not
+  // to never splitting again; a factor below 1 (overlap better than predicted) is allowed too.
+  const double ratio = std::clamp(seconds / predicted, 0.5, 4.0);
+  std::lock_guard lock(mu_);
+  overlap_ += kOverlapWeight * (ratio - overlap_);
+}
+
+double HitCostModel::overlap_factor() const {
+  std::lock_guard lock(mu_);
+  return overlap_;
+}
+
 std::pair<uint64_t, uint64_t> HitCostModel::outliers_dropped() const {
   std::lock_guard lock(mu_);
   return {prefill_dropped_, restore_dropped_};
@@ -155,6 +172,7 @@ HitCostModel::Snapshot HitCostModel::snapshot() const {
   Snapshot s;
   for (size_t t = 0; t < kMaxTiers; ++t) s.restore[t] = restore_fit(restore_[t]);
   s.prefill = prefill_.fit();
+  s.overlap = overlap_;
   return s;
 }
 
@@ -216,6 +234,9 @@ void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string
     v.gauge("kvtier_hit_cost_restore_fixed_seconds", "Fitted fixed cost of one fetch from a tier", tier,
             std::max(0.0, (*c)[0]));
   }
+  v.gauge("kvtier_hit_cost_overlap_factor",
+          "Recent split plans' time over their prediction (front and load each alone); scales the next plans'", {},
+          overlap_);
   if (const auto c = prefill_.fit()) {
     v.gauge("kvtier_hit_cost_prefill_seconds_per_token", "Fitted prefill cost per computed token", {},
             std::max(0.0, (*c)[1]) / kKiloTokens);

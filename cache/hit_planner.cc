@@ -50,13 +50,21 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
     return out;
   };
   const auto rest = costs.prefill_seconds(in.uncached_tokens, n * bs);
-  // Predicted time to the first token when blocks [g, s) are computed while [s, n) load.
-  auto predict = [&](size_t s) -> std::optional<double> {
-    if (s == n) return costs.prefill_seconds((n - g) * bs + in.uncached_tokens, g * bs);
+  // The front [g, s) computed beside the overlapping part of the load of [s, n), each alone.
+  auto alone = [&](size_t s) -> std::optional<double> {
     const auto front = costs.prefill_seconds((s - g) * bs, g * bs);
     const auto l = load(s);
-    if (!front || !l || !rest) return std::nullopt;
-    return std::max(*front, l->first) + l->second + *rest;
+    if (!front || !l) return std::nullopt;
+    return std::max(*front, l->first);
+  };
+  // Predicted time to the first token when blocks [g, s) are computed while [s, n) load. Side by
+  // side they run slower than alone: by the overlap factor the model learned from past splits.
+  auto predict = [&](size_t s) -> std::optional<double> {
+    if (s == n) return costs.prefill_seconds((n - g) * bs + in.uncached_tokens, g * bs);
+    const auto both = alone(s);
+    const auto l = load(s);
+    if (!both || !l || !rest) return std::nullopt;
+    return (s > g ? costs.overlap : 1.0) * *both + l->second + *rest;
   };
   plan.load_only = predict(g);
   plan.compute_only = predict(n);
@@ -78,6 +86,7 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
   plan.compute_blocks = s;
   plan.predicted = predict(s);
   if (const auto l = load(s)) plan.load_seconds = l->first + l->second;
+  if (s > g && s < n) plan.overlap_alone = alone(s);
   return plan;
 }
 

@@ -54,6 +54,9 @@ struct HitPlan {
   std::optional<double> predicted, load_only, compute_only;
   // Predicted seconds of the load of [s, cached) alone: the deadline is set from it.
   std::optional<double> load_seconds;
+  // A split's front and the part of its load beside it, predicted each alone: the longer of the
+  // two (what the cost model's overlap factor scales). Set only for a split.
+  std::optional<double> overlap_alone;
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill

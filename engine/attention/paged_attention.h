@@ -107,8 +107,9 @@ class PagedAttentionVarlen {
       : PagedAttentionVarlen(ctx, policy, default_path(ctx)) {}
   PagedAttentionVarlen(VulkanContext& ctx, SplitPolicy policy, Path preferred)
       : ctx_(ctx), policy_(policy), preferred_(preferred), staging_(ctx) {}
-  // Prefill batches on the tensor-core path copy their context as f16 first (KvHalfStaging)
-  // unless this is off. The same bits either way; off exists so tests and benchmarks can compare.
+  // Prefill batches of a bf16 or f32 cache on the tensor-core path copy their context as f16
+  // first (KvHalfStaging) unless this is off. The same bits either way; off exists so tests and
+  // benchmarks can compare.
   void set_half_staging(bool on) { half_staging_ = on; }
   // Whether a batch of this shape stages its context as f16 (see record()).
   bool stages(const PagedKvView& cache, const VarlenBatch& b) const;

@@ -4,9 +4,9 @@
 // kv_half_staging.h says when). The attention kernel then takes its f16 path, whose chunk loads
 // are plain copies, and computes block addresses instead of reading the block table before each
 // load. A long prompt reads each chunk once per tile of rows below it: on the H100 (bf16, 16k
-// tokens) converting every chunk in the kernel ran at 157 TFLOP/s, this copy first at 174, and
-// an f16 cache read through its block table at 170. The conversion is the kernel's own
-// (common/half_pack.glsl): same bits either way.
+// tokens) converting every chunk in the kernel ran at 156-157 TFLOP/s, with this copy first at
+// 172-174. An f16 cache is copied only by request (no launcher stages one: no gain measured).
+// The conversion is the kernel's own (common/half_pack.glsl): same bits either way.
 //
 // Workgroup (j, s) converts block j of sequence s to staging block s * max_blocks_per_seq + j and
 // writes that number into the staging block table. Blocks past the sequence's length are left as

@@ -169,6 +169,21 @@ TEST(HitPlanner, ALoadThatWinsByLessThanTheMarginIsComputed) {
   }
 }
 
+// Side by side, a front and a load run slower than each alone; splits that took longer than
+// predicted raise the model's overlap factor until a split no longer looks worth it.
+TEST(HitPlanner, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
+  const std::vector<int> ssd(64, 2);
+  Costs c(20, 1, 15e3);  // load 67 ms, compute 68 ms: a split predicted at about half
+  const HitPlan before = plan_hit(input(ssd), c.model, HitPolicy::kCost);
+  ASSERT_TRUE(before.compute_blocks > 0 && before.compute_blocks < 64 && before.overlap_alone);
+  EXPECT_DOUBLE_EQ(c.model.overlap_factor(), 1.0);
+  for (int i = 0; i < 5; ++i) c.model.observe_overlap(*before.overlap_alone, 2.5 * *before.overlap_alone);
+  EXPECT_GT(c.model.overlap_factor(), 2.0);
+  const HitPlan after = plan_hit(input(ssd), c.model, HitPolicy::kCost);
+  EXPECT_EQ(after.compute_blocks, 64u) << "load 67 ms does not beat compute 68 by 10 %: compute";
+  EXPECT_FALSE(after.overlap_alone);
+}
+
 TEST(HitPlanner, PoliciesForceTheirEnds) {
   const std::vector<int> ram(16, 1);
   Costs c(20, 1, 15e3);
