@@ -31,6 +31,16 @@ def column(report, name):
     return report["columns"].index(name)
 
 
+def series_name(path):
+    """engine_bench's path column as one series per kernel: the default tensor-core path is
+    "coopmat f16" for an f16 cache and "coopmat f16, staged as f16" for a bf16 one."""
+    if path in ("coopmat f16", "coopmat f16, staged as f16"):
+        return "coopmat f16 (default)"
+    if path == "coopmat f16, reading the cache directly":
+        return "coopmat f16, bf16 converted per chunk"
+    return path
+
+
 def prefill_panel(ax, prefill, sdpa):
     tokens_col, dtype_col = column(prefill, "tokens"), column(prefill, "dtype")
     path_col, rate_col = column(prefill, "path"), column(prefill, "attention TFLOP/s")
@@ -39,9 +49,10 @@ def prefill_panel(ax, prefill, sdpa):
         shape = (int(row[tokens_col]), row[dtype_col])
         if shape not in shapes:
             shapes.append(shape)
-        if row[path_col] not in paths:
-            paths.append(row[path_col])
-        rates[(shape, row[path_col])] = float(row[rate_col])
+        name = series_name(row[path_col])
+        if name not in paths:
+            paths.append(name)
+        rates[(shape, name)] = float(row[rate_col])
     reference = {(p["tokens"], p["dtype"]): p["tflops"] for p in sdpa["prefill"]}
     series = paths + ["PyTorch SDPA (flash)"]
     width = 0.8 / len(series)
@@ -54,7 +65,7 @@ def prefill_panel(ax, prefill, sdpa):
                 values.append(reference.get((tokens, TORCH_DTYPE[dtype]), 0.0))
         xs = [s + (i - (len(series) - 1) / 2) * width for s in range(len(shapes))]
         bars = ax.bar(xs, values, width, label=name)
-        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+        ax.bar_label(bars, labels=[f"{v:.0f}" if v else "" for v in values], fontsize=7)  # no bar, no label
     for s, (tokens, dtype) in enumerate(shapes):  # the goals: 0.8 of SDPA at 16k, 0.6 at 4k
         goal = (0.8 if tokens >= 16384 else 0.6) * reference.get((tokens, TORCH_DTYPE[dtype]), 0.0)
         ax.hlines(goal, s - 0.4, s + 0.4, colors="black", linestyles="dashed", linewidth=1)
