@@ -198,17 +198,15 @@ Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const Paged
     // A subgroup per 16 rows of one query head, up to 8 subgroups sharing each K/V chunk (rows
     // of every query head of the KV head). Measured on the H100 (bf16, GQA 4, 4k/16k tokens, the
     // kernel before the softmax moved into registers): 8 subgroups 48/59 TFLOP/s, 4 subgroups
-    // 26/31. Shared memory: K and V chunks (f16, the kernel's padded stride) and a 16x16 f32
-    // staging tile per subgroup. Chunks of 64 keys where they fit (the kernel's first version:
+    // 26/31. Shared memory: K and V chunks (f16, the kernel's padded stride), where q is staged
+    // too before the first chunk. Chunks of 64 keys where they fit (the kernel's first version:
     // 74 TFLOP/s at 16k against 70 for 32), else 32 (head_dim 256).
-    auto shared_bytes = [&](uint32_t chunk, uint32_t subgroups) {
-      return 2ull * chunk * (cache.head_dim + 8) * 2 + subgroups * 16ull * 20 * 4;
-    };
+    auto shared_bytes = [&](uint32_t chunk) { return 2ull * chunk * (cache.head_dim + 8) * 2; };
     for (uint32_t chunk : {64u, 32u}) {
       for (uint32_t rb = std::max<uint32_t>(1, 8 / gqa); rb >= 1; rb /= 2) {
         const uint32_t subgroups = rb * gqa;
         if (subgroups * 32 <= info.max_workgroup_invocations &&
-            shared_bytes(chunk, subgroups) <= info.max_shared_memory) {
+            shared_bytes(chunk) <= info.max_shared_memory) {
           return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb, chunk};
         }
         if (rb == 1) break;

@@ -19,7 +19,9 @@
 // up to 128) and the scores of 4 key tiles accumulate independently. H100, 16k tokens, bf16: the
 // round trip with 32-key chunks ran at 60 TFLOP/s, this structure's first version at 74, with the
 // later steps (no look-ahead, 16-byte stores, unmasked whole chunks, RAW_SCORES) at 107; the KHR
-// spelling 140, row sums by shuffles 144. Tried and slower there (2026-11-26): the next chunk's
+// spelling 140, row sums by shuffles 144; with the context staged as f16 (attention/
+// kv_half_staging.comp) 174, q staged at once 184, 8-byte output stores 189. A workgroup fills an
+// SM (255 registers a thread), so its start and end are time the SM does nothing else. Tried and slower there (2026-11-26): the next chunk's
 // loads in flight during compute (registers spill: 128 against 144), two 32-key buffers with one
 // barrier per chunk (118), the running output merged in the output buffer instead of registers
 // (no spills, 127), one row block per workgroup (two workgroups per SM, K/V read twice as often).
@@ -55,7 +57,6 @@ layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
 const uint KS4 = HEAD_DIM / 8 + 1;  // k_s, v_s row stride in uvec4s (8 f16), padded off the banks' period
-const uint TS = 20;                 // t_s row stride (f32)
 const uint DT = HEAD_DIM / 16;
 const uint NT = CT / 16;            // 16-key tiles per chunk
 const uint QT = 16 * RB;
@@ -83,7 +84,6 @@ layout(push_constant) uniform Params {
 
 shared uvec4 k_s[CT * KS4];
 shared uvec4 v_s[CT * KS4];
-shared float t_s[NSG * 16 * TS];  // a subgroup's staging for one f32 16x16 tile
 
 // A chunk's keys and values go from global memory to registers to k_s / v_s (as f16), with no
 // look-ahead: holding the next chunk in registers while this one computes (NL uvec4s each for K
@@ -148,13 +148,19 @@ float quad_max(float x) {
   return max(x, subgroupShuffleXor(x, 2));
 }
 
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer F32x2Ref { vec2 v[]; };
+
 // Writes a subgroup's 16 x HEAD_DIM accumulator rows (f32), row of group g to dst[g] + d, divided
-// by div[g] when normalize.
+// by div[g] when normalize. A lane's elements e and e + 1 are adjacent columns: one 8-byte store
+// (a split partial's row of HEAD_DIM + 2 floats is 8-byte aligned, not 16). A workgroup's last
+// act is writing its rows, and one workgroup fills an SM: H100, 4096 tokens, 162 -> 169 TFLOP/s
+// against 4-byte stores; 16-byte ones (each lane's pair joined with its neighbour's) gained nothing.
 void write_rows(ACC t[DT], uint lane, bool valid[2], uint64_t dst[2], bool normalize, float div[2]) {
   [[unroll]] for (uint j = 0; j < DT; ++j) {
-    [[unroll]] for (uint e = 0; e < 8; ++e) {
+    [[unroll]] for (uint e = 0; e < 8; e += 2) {
       const uint g = frag_group(e);
-      if (valid[g]) F32Ref(dst[g] + (j * 16 + frag_col(lane, e)) * 4).v[0] = normalize ? t[j][e] / div[g] : t[j][e];
+      const vec2 x = vec2(t[j][e], t[j][e + 1]);
+      if (valid[g]) F32x2Ref(dst[g] + (j * 16 + frag_col(lane, e)) * 4).v[0] = normalize ? x / div[g] : x;
     }
   }
 }
@@ -185,7 +191,6 @@ void main() {
   const int c_lo = key_lo / int(CT);
   const int c_hi = key_hi < key_lo ? c_lo - 1 : key_hi / int(CT);
 
-  const uint t_base = sg * 16 * TS;
   // This lane's two rows (elements 0-3 and 4-7 of each fragment).
   int r[2], pos[2], lo[2];
   bool valid[2];
@@ -198,26 +203,60 @@ void main() {
     orow[g] = uint64_t(q_start + r[g]) * num_heads + h;
   }
 
-  // q as f16 fragments, staged as f32 (clamped to f16's range) and converted.
+  // q as f16 fragments. Before the first chunk, k_s and v_s are free: each subgroup converts its
+  // 16 rows there (clamped to f16's range) and loads them as A operands. Every lane's loads of a
+  // round are in flight together; staging one 16 x 16 f32 tile at a time in a scratch of its own
+  // waited on the loads DT times, while the rest of the SM waited on this workgroup (H100, bf16
+  // staged, 4096 / 16384 tokens: 152 / 175 -> 162 / 184 TFLOP/s). Subgroups take turns where
+  // their rows do not all fit (32-key chunks of head_dim 256).
   HALF qf[DT];
   {
-    const uint qr = lane / 2;
-    const int rq = row0 + int(rb * 16 + qr);
-    const bool qvalid = rq < q_len;
-    const uint64_t qrow = (uint64_t(q_start + (qvalid ? rq : 0)) * num_heads + h) * HEAD_DIM;
-    [[unroll]] for (uint j = 0; j < DT; ++j) {
-      for (uint k = 0; k < 8; ++k) {
-        const uint d = j * 16 + (lane % 2) * 8 + k;
-        t_s[t_base + qr * TS + (lane % 2) * 8 + k] =
-            qvalid ? clamp(F32Ref(pc.q + (qrow + d) * 4).v[0], -F16_MAX, F16_MAX) : 0.0;
+    const uint QV = HEAD_DIM / 8;              // 8-value units per row
+    const uint Q_PER_ARRAY = CT / 16;          // subgroups' rows per shared array
+    const uint Q_TURN = 2 * Q_PER_ARRAY;       // subgroups staging at once
+    const uint Q_UNITS = 16 * QV / 32;         // units per lane
+    const uint Q_BATCH = Q_UNITS < 8 ? Q_UNITS : 8;
+    const int qrow0 = row0 + int(rb * 16);
+    for (uint turn = 0; turn < (NSG + Q_TURN - 1) / Q_TURN; ++turn) {
+      const bool mine = sg / Q_TURN == turn;
+      const uint slot = sg % Q_TURN;
+      const uint base = (slot % Q_PER_ARRAY) * 16 * KS4;
+      if (mine) {
+        for (uint b0 = 0; b0 < Q_UNITS; b0 += Q_BATCH) {
+          vec4 lo[Q_BATCH], hi[Q_BATCH];
+          [[unroll]] for (uint b = 0; b < Q_BATCH; ++b) {
+            const uint u = lane + (b0 + b) * 32, r = u / QV, c = u % QV;
+            const int rq = qrow0 + int(r);
+            lo[b] = vec4(0.0);
+            hi[b] = vec4(0.0);
+            if (rq < q_len) {
+              const uint64_t at_ = ((uint64_t(q_start + rq) * num_heads + h) * HEAD_DIM + c * 8) * 4;
+              lo[b] = uintBitsToFloat(U32x4Ref(pc.q + at_).v[0]);
+              hi[b] = uintBitsToFloat(U32x4Ref(pc.q + at_ + 16).v[0]);
+            }
+          }
+          [[unroll]] for (uint b = 0; b < Q_BATCH; ++b) {
+            const uint u = lane + (b0 + b) * 32, r = u / QV, c = u % QV;
+            const uvec4 packed = uvec4(pack_half2(lo[b].x, lo[b].y), pack_half2(lo[b].z, lo[b].w),
+                                       pack_half2(hi[b].x, hi[b].y), pack_half2(hi[b].z, hi[b].w));
+            if (slot < Q_PER_ARRAY) {
+              k_s[base + r * KS4 + c] = packed;
+            } else {
+              v_s[base + r * KS4 + c] = packed;
+            }
+          }
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        [[unroll]] for (uint j = 0; j < DT; ++j) {
+          if (slot < Q_PER_ARRAY) {
+            LOAD(qf[j], k_s, base + j * 2, KS4, false);
+          } else {
+            LOAD(qf[j], v_s, base + j * 2, KS4, false);
+          }
+        }
       }
-      subgroupMemoryBarrierShared();
-      subgroupBarrier();
-      ACC qa;
-      LOAD(qa, t_s, t_base, TS, false);
-      qf[j] = HALF(qa);
-      subgroupMemoryBarrierShared();
-      subgroupBarrier();
+      barrier();  // the next turn, or the first chunk, writes where these rows were
     }
   }
   const float k2 = pc.scale * 1.4426950408889634;  // log2(e)
