@@ -28,6 +28,7 @@
 #include "common/dtype.glsl"
 #include "common/attention_params.glsl"
 #include "common/attention_merge.glsl"
+#include "common/half_pack.glsl"
 
 layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const uint HEAD_DIM = 128;
@@ -44,7 +45,6 @@ const uint KS4 = HEAD_DIM / 8 + 1;  // k_s, v_s row stride in uvec4s (8 f16), pa
 const uint EPL = DTYPE == DT_F32 ? 4 : 8;
 const uint VECS = HEAD_DIM / EPL;
 const uint NL = (CT * VECS + WG - 1) / WG;
-const float F16_MAX = 65504.0;
 // The running maximum starts here, not at -inf: e^(S - M) and e^(M_old - M) stay defined (0 or
 // 1) for rows no key has reached yet. A row's maximum over real scores is never below it.
 const float NO_MAX = -1.7014118e38;  // -FLT_MAX / 2
@@ -76,8 +76,6 @@ layout(push_constant) uniform Params {
 shared uvec4 k_s[CT * KS4];
 shared uvec4 v_s[CT * KS4];
 
-uint pack_half2(float a, float b) { return packHalf2x16(clamp(vec2(a, b), -F16_MAX, F16_MAX)); }
-
 // A chunk's keys and values, gathered from their cache blocks, as f16 rows of k_s / v_s.
 void stage_chunk(int c, int seq, int ctx, uint kh, uint tid) {
   const uint64_t row_stride = uint64_t(pc.num_kv_heads) * HEAD_DIM;
@@ -106,22 +104,15 @@ void stage_chunk(int c, int seq, int ctx, uint kh, uint tid) {
       k_s[t * KS4 + v] = kw[n];
       v_s[t * KS4 + v] = vw[n];
     } else if (DTYPE == DT_BF16) {
-      float kf[8], vf[8];
-      unpack8(kw[n], DTYPE, kf);
-      unpack8(vw[n], DTYPE, vf);
-      uvec4 kp, vp;
-      [[unroll]] for (uint w = 0; w < 4; ++w) {
-        kp[w] = pack_half2(kf[2 * w], kf[2 * w + 1]);
-        vp[w] = pack_half2(vf[2 * w], vf[2 * w + 1]);
-      }
-      k_s[t * KS4 + v] = kp;
-      v_s[t * KS4 + v] = vp;
+      k_s[t * KS4 + v] = half8_from_bf16(kw[n]);
+      v_s[t * KS4 + v] = half8_from_bf16(vw[n]);
     } else {  // f32: 4 values, half a uvec4
       const uint at_ = t * KS4 + v / 2, w = (v % 2) * 2;
-      k_s[at_][w] = pack_half2(uintBitsToFloat(kw[n].x), uintBitsToFloat(kw[n].y));
-      k_s[at_][w + 1] = pack_half2(uintBitsToFloat(kw[n].z), uintBitsToFloat(kw[n].w));
-      v_s[at_][w] = pack_half2(uintBitsToFloat(vw[n].x), uintBitsToFloat(vw[n].y));
-      v_s[at_][w + 1] = pack_half2(uintBitsToFloat(vw[n].z), uintBitsToFloat(vw[n].w));
+      const uvec2 kp = half4_from_f32(kw[n]), vp = half4_from_f32(vw[n]);
+      k_s[at_][w] = kp.x;
+      k_s[at_][w + 1] = kp.y;
+      v_s[at_][w] = vp.x;
+      v_s[at_][w + 1] = vp.y;
     }
   }
   barrier();
