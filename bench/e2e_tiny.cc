@@ -87,13 +87,13 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
       // Each repetition's plan against what it got: a row's median hides a plan that changed.
       if (use_cache) {
         auto opt_ms = [](std::optional<double> v) { return v ? ms(*v) : std::string("?"); };
+        const double overlap = (&g == &gen ? stack : ssd_stack)->cache().costs().overlap_factor();
         std::fprintf(stderr,
                      "tiny %d %s: plan load %s / compute %s / chosen %s ms (front beside load alone %s, overlap "
                      "factor %.2f), cached %zu, restore %s, TTFT %s ms\n",
                      p, c.name.c_str(), opt_ms(out.plan.load_only).c_str(), opt_ms(out.plan.compute_only).c_str(),
                      opt_ms(out.plan.predicted).c_str(), opt_ms(out.plan.overlap_alone).c_str(),
-                     (&g == &gen ? stack : ssd_stack)->cache().costs().overlap_factor(), out.cached_tokens, ms(out.restore_seconds).c_str(),
-                     ms(out.first_token_seconds).c_str());
+                     overlap, out.cached_tokens, ms(out.restore_seconds).c_str(), ms(out.first_token_seconds).c_str());
       }
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;

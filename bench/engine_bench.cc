@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
     }
   }
   for (const std::string& name : dtypes) {  // names as safetensors spells them: BF16, F16, F32
-    if (!parse_dtype(name).ok() || !is_kv_dtype(*parse_dtype(name))) {
+    const auto dtype = parse_dtype(name);
+    if (!dtype.ok() || !is_kv_dtype(*dtype)) {
       std::cerr << "--dtypes: '" << name << "' is not a KV dtype (BF16, F16, F32)\n";
       return 2;
     }
@@ -291,12 +292,11 @@ int main(int argc, char** argv) {
       for (Path path : paths) {
         // On tensor cores: the context staged as f16 first (the default), and read from the cache
         // by the kernel itself, side by side.
+        const bool stages = PagedAttentionVarlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path).stages(view, vb);
         for (const bool staging : {true, false}) {
+          if (!staging && !stages) continue;
           PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
           varlen.set_half_staging(staging);
-          if (!staging && !PagedAttentionVarlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path).stages(view, vb)) {
-            continue;
-          }
           // One launch per submission: the launcher rewrites its tile table per launch.
           auto t = time_launches(ctx, timer.get(), 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
           if (!t.ok()) die(t.status());
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
                       << "): " << varlen.pipeline_statistics(view, heads) << "\n";
           }
           std::string name = PagedAttentionVarlen::path_name(varlen.path(view, heads));
-          if (varlen.stages(view, vb)) name += ", staged as f16";
+          if (staging && stages) name += ", staged as f16";
           if (!staging) name += ", reading the cache directly";
           prefill.add_row({std::to_string(tokens), dname, name, fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0),
                            fmt_double(flops / *t / 1e12, 2)});

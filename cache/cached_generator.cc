@@ -248,12 +248,14 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
         deadline = load_started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)) +
                    hit_.deadline_slack;
       }
-      if (back.wait_until(deadline)) {
-        // The plan's own split, front and load side by side: how much slower than each alone
-        // (the cost model's overlap factor). Splits forced by a benchmark teach nothing.
-        if (overlapped && split == s.out.plan.compute_blocks && s.out.plan.overlap_alone) {
-          cache_.costs().observe_overlap(*s.out.plan.overlap_alone, seconds_since(load_started));
-        }
+      const bool in_time = back.wait_until(deadline);
+      // The plan's own split, front and load side by side: how much slower than each alone (the
+      // cost model's overlap factor); one given up at its deadline was at least this slow. Splits
+      // forced by a benchmark teach nothing.
+      if (overlapped && split == s.out.plan.compute_blocks && s.out.plan.overlap_alone) {
+        cache_.costs().observe_overlap(*s.out.plan.overlap_alone, seconds_since(load_started));
+      }
+      if (in_time) {
         loaded = take_pinned(s, back.wait());
       } else {
         // Given up: its blocks are computed below. The load still finishes (and unpins what it
@@ -261,10 +263,6 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
         // outlives it.
         s.out.load_deadline_passed = true;
         s.given_up = std::move(back);
-        // At least this slow: a split that ran into its deadline teaches its plans too.
-        if (overlapped && split == s.out.plan.compute_blocks && s.out.plan.overlap_alone) {
-          cache_.costs().observe_overlap(*s.out.plan.overlap_alone, seconds_since(load_started));
-        }
       }
     }
     // A load given up at its deadline: the front is computed again with everything after it, in

@@ -163,10 +163,6 @@ std::pair<uint64_t, uint64_t> HitCostModel::outliers_dropped() const {
   return {prefill_dropped_, restore_dropped_};
 }
 
-namespace {
-
-}  // namespace
-
 HitCostModel::Snapshot HitCostModel::snapshot() const {
   std::lock_guard lock(mu_);
   Snapshot s;

@@ -68,8 +68,8 @@ class HitCostModel {
   // A split plan's front computed while its back loaded took `seconds`; its parts alone were
   // predicted to take `predicted` (the longer of the two). They share the machine — the loader's
   // copies and uploads against the prefill's launches — so together they run slower than either
-  // alone: the tiny model's 8192-token SSD splits on the H100 took 1.3-1.4x their prediction and
-  // lost to recomputing. The ratio, averaged over recent splits, scales the next plans' overlap.
+  // alone: the tiny model's SSD splits on the H100 (8192 and 32768 tokens) took 1.3-1.8x their
+  // prediction, and at 8192 lost to recomputing. The ratio, averaged over recent splits, scales the next plans' overlap.
   void observe_overlap(double predicted, double seconds);
   double overlap_factor() const;
 

@@ -36,34 +36,40 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
     const int t = in.block_tiers[i];
     if (t > 0 && static_cast<size_t>(t) < kMaxTiers) suffix[i][t] += in.block_bytes;
   }
+  // Whose estimate each tier's blocks take: its own, else the nearest slower tier's (see the
+  // header); kMaxTiers where none is known.
+  std::array<size_t, kMaxTiers> pace{};
+  for (size_t t = kMaxTiers; t-- > 0;) {
+    pace[t] = costs.restore[t] ? t : (t + 1 < kMaxTiers ? pace[t + 1] : kMaxTiers);
+  }
   // Seconds of the load of [s, n): the part that runs beside compute, and the part after it.
   auto load = [&](size_t s) -> std::optional<std::pair<double, double>> {
     std::pair<double, double> out{0, 0};
     for (size_t t = 1; t < kMaxTiers; ++t) {
       if (suffix[s][t] == 0) continue;
-      // A tier without an estimate takes the nearest slower one's (see the header).
-      std::optional<double> sec;
-      for (size_t from = t; from < kMaxTiers && !sec; ++from) sec = costs.restore_seconds(from, suffix[s][t]);
+      if (pace[t] == kMaxTiers) return std::nullopt;
+      const auto sec = costs.restore_seconds(pace[t], suffix[s][t]);
       if (!sec) return std::nullopt;
       (in.overlaps_compute[t] ? out.first : out.second) += *sec;
     }
     return out;
   };
   const auto rest = costs.prefill_seconds(in.uncached_tokens, n * bs);
-  // The front [g, s) computed beside the overlapping part of the load of [s, n), each alone.
-  auto alone = [&](size_t s) -> std::optional<double> {
+  // The front [g, s) computed beside the overlapping part `beside` of the load of [s, n), each
+  // alone: the longer of the two.
+  auto alone = [&](size_t s, double beside) -> std::optional<double> {
     const auto front = costs.prefill_seconds((s - g) * bs, g * bs);
-    const auto l = load(s);
-    if (!front || !l) return std::nullopt;
-    return std::max(*front, l->first);
+    if (!front) return std::nullopt;
+    return std::max(*front, beside);
   };
   // Predicted time to the first token when blocks [g, s) are computed while [s, n) load. Side by
   // side they run slower than alone: by the overlap factor the model learned from past splits.
   auto predict = [&](size_t s) -> std::optional<double> {
     if (s == n) return costs.prefill_seconds((n - g) * bs + in.uncached_tokens, g * bs);
-    const auto both = alone(s);
     const auto l = load(s);
-    if (!both || !l || !rest) return std::nullopt;
+    if (!l || !rest) return std::nullopt;
+    const auto both = alone(s, l->first);
+    if (!both) return std::nullopt;
     return (s > g ? costs.overlap : 1.0) * *both + l->second + *rest;
   };
   plan.load_only = predict(g);
@@ -85,8 +91,10 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
   }
   plan.compute_blocks = s;
   plan.predicted = predict(s);
-  if (const auto l = load(s)) plan.load_seconds = l->first + l->second;
-  if (s > g && s < n) plan.overlap_alone = alone(s);
+  if (const auto l = load(s)) {
+    plan.load_seconds = l->first + l->second;
+    if (s > g && s < n) plan.overlap_alone = alone(s, l->first);
+  }
   return plan;
 }
 

@@ -271,17 +271,23 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
 }
 
 bool PagedAttentionVarlen::stages(const PagedKvView& cache, const VarlenBatch& b) const {
-  // An f16 cache gains nothing by it: its chunk loads are plain copies already, and the block
-  // addresses computed instead of read were worth -1 to +2 % (H100, 4k and 16k tokens, two calls).
-  if (!half_staging_ || cache.dtype == DType::kF16 || b.host_cu_seqlens_q.size() < 2) return false;
   if (!check_shapes(b.num_heads, cache).ok()) return false;
   const auto launch = configure(cache, b.num_heads / cache.num_kv_heads);
-  if (!launch.ok() || launch->path != Path::kCoopMat) return false;
+  return launch.ok() && stages(cache, b, *launch);
+}
+
+bool PagedAttentionVarlen::stages(const PagedKvView& cache, const VarlenBatch& b, const Launch& launch) const {
+  // An f16 cache gains nothing by it: its chunk loads are plain copies already, and the block
+  // addresses computed instead of read were worth -1 to +2 % (H100, 4k and 16k tokens, two calls).
+  if (!half_staging_ || cache.dtype == DType::kF16 || launch.path != Path::kCoopMat ||
+      b.host_cu_seqlens_q.size() < 2) {
+    return false;
+  }
   // A prefill: each sequence's chunks are read by at least kStageMinTiles tiles, so one copy
   // costs less than converting them on every read. Decode rows and a short suffix after a
   // restored prefix read their context about once: they convert in the kernel.
   for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
-    if (b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s] < static_cast<int32_t>(kStageMinTiles * launch->qt)) {
+    if (b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s] < static_cast<int32_t>(kStageMinTiles * launch.qt)) {
       return false;
     }
   }
@@ -345,7 +351,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   // conversion is the kernel's). H100, one prompt: see KvHalfStaging's kernel.
   PagedKvView kv = cache;
   uint64_t block_tables = b.block_tables;
-  const bool staged = stages(cache, b);
+  const bool staged = stages(cache, b, launch);
   if (staged) {
     KVTIER_ASSIGN_OR_RETURN(const auto copy,
                             staging_.record(batch, cache, b.block_tables, b.seq_lens,

@@ -93,7 +93,7 @@ class PagedAttentionVarlen {
   // Which arithmetic: the scalar kernel (f32 FMAs, everywhere), the cooperative-matrix one
   // (tensor cores, f16 inputs, f32 accumulation; paged_attention_varlen_coopmat.comp) or the
   // cooperative-matrix-2 one (the same inputs on workgroup-scope tiles;
-  // attention_cm2/paged_attention_varlen_cm2.comp). Each has its own bits and keeps the parity
+  // coopmat2/paged_attention_varlen_cm2.comp). Each has its own bits and keeps the parity
   // contract on its own, so a launcher settles on one from the device and the cache's shape alone
   // — never from a batch.
   enum class Path { kScalar, kCoopMat, kCoopMat2 };
@@ -148,6 +148,7 @@ class PagedAttentionVarlen {
     uint32_t chunk;       // cooperative matrices: keys per K/V chunk in shared memory
   };
   Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+  bool stages(const PagedKvView& cache, const VarlenBatch& b, const Launch& launch) const;
   // staged: `cache` is a KvHalfStaging copy, its block table the identity the kernel can compute.
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
                                                            const Launch& launch, const AttentionOptions& o,
