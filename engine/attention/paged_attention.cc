@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 namespace kvtier {
 
 namespace {
@@ -351,14 +353,23 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   // conversion is the kernel's). H100, one prompt: see KvHalfStaging's kernel.
   PagedKvView kv = cache;
   uint64_t block_tables = b.block_tables;
-  const bool staged = stages(cache, b, launch);
+  bool staged = stages(cache, b, launch);
   if (staged) {
-    KVTIER_ASSIGN_OR_RETURN(const auto copy,
-                            staging_.record(batch, cache, b.block_tables, b.seq_lens,
-                                            static_cast<uint32_t>(b.host_cu_seqlens_q.size() - 1),
-                                            b.max_blocks_per_seq));
-    kv = copy.cache;
-    block_tables = copy.block_tables;
+    auto copy = staging_.record(batch, cache, b.block_tables, b.seq_lens,
+                                static_cast<uint32_t>(b.host_cu_seqlens_q.size() - 1), b.max_blocks_per_seq);
+    if (copy.ok()) {
+      kv = copy->cache;
+      block_tables = copy->block_tables;
+    } else {
+      // Staging only saves time: without its buffer (the device's memory full) the kernel
+      // converts each chunk itself, to the same bits, rather than the prefill failing.
+      staged = false;
+      ++staging_fallbacks_;
+      if (auto n = staging_log_.admit()) {
+        spdlog::warn("attention: no f16 copy of the context ({}): converting per chunk instead ({} more since)",
+                     copy.status().to_string(), *n);
+      }
+    }
   }
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(kv, gqa, launch, o, staged));
   const uint32_t num_tiles = static_cast<uint32_t>(tiles.size() / 2);

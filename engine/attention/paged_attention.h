@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "base/log.h"
 #include "engine/attention/kv_half_staging.h"
 #include "engine/attention/paged_kv.h"
 #include "engine/vulkan/command_batch.h"
@@ -113,6 +114,9 @@ class PagedAttentionVarlen {
   void set_half_staging(bool on) { half_staging_ = on; }
   // Whether a batch of this shape stages its context as f16 (see record()).
   bool stages(const PagedKvView& cache, const VarlenBatch& b) const;
+  // Prefills that would have staged but could not get the staging buffer (each logged, throttled)
+  // and converted per chunk instead: the same bits, slower.
+  uint64_t staging_fallbacks() const { return staging_fallbacks_; }
   Status record(CommandBatch& batch, const VarlenBatch& b, const PagedKvView& cache,
                 const AttentionOptions& options);
   // The path this launcher takes for a cache of this shape and this many query heads: the
@@ -167,6 +171,8 @@ class PagedAttentionVarlen {
   std::shared_ptr<GpuBuffer> partial_;  // per-split states of a split launch, as the decode's
   KvHalfStaging staging_;
   bool half_staging_ = true;
+  uint64_t staging_fallbacks_ = 0;
+  LogThrottle staging_log_;
 };
 
 }  // namespace kvtier

@@ -463,6 +463,50 @@ TEST(AttentionVarlen, StagingTheContextAsF16ChangesNoBit) {
   }
 }
 
+// Staging only saves time, so a prefill whose staging buffer cannot be had (the device's memory
+// full) converts per chunk instead of failing: the same bits, counted. Runs where the tensor-core
+// path does (the H100); lavapipe has no cooperative matrices.
+TEST(AttentionVarlen, AContextThatCannotBeStagedIsConvertedToTheSameBits) {
+  using Policy = PagedAttentionVarlen::SplitPolicy;
+  PagedProblem s(AttnCase{"staged", DType::kBF16, 128, 4, 2, 16, {300, 700}}, {200, 700});
+  const auto paths = testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads));
+  if (std::find(paths.begin(), paths.end(), Path::kCoopMat) == paths.end()) {
+    GTEST_SKIP() << "no tensor-core path on " << gpu().info().name;
+  }
+  const auto converted = s.varlen(Policy::kAuto, Path::kCoopMat, false);
+  GpuBuffer out = testing::gpu_zeros(s.q.size() * 4);
+  PagedAttentionVarlen launcher(gpu(), Policy::kAuto, Path::kCoopMat);
+  ASSERT_TRUE(launcher.stages(s.view, s.batch_view(out.address())));
+  auto run = [&]() -> Status {
+    KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(gpu()));
+    KVTIER_RETURN_IF_ERROR(launcher.record(batch, s.batch_view(out.address()), s.view, s.options));
+    return batch.submit_and_wait();
+  };
+  // Once unstaged, so the launcher's other scratch buffers exist before the memory runs out.
+  launcher.set_half_staging(false);
+  ASSERT_TRUE(run().ok());
+  launcher.set_half_staging(true);
+  std::vector<GpuBuffer> filler;
+  bool full = false;
+  for (uint64_t size : {1ull << 30, 64ull << 20, 1ull << 20, 64ull << 10}) {
+    for (int i = 0; i < 256; ++i) {
+      auto b = GpuBuffer::create(gpu(), size, MemoryKind::kDevice);
+      if (!b.ok()) {
+        full = true;
+        break;
+      }
+      filler.push_back(std::move(b).value());
+    }
+  }
+  if (!full) GTEST_SKIP() << "the device's memory did not run out";
+  const Status st = run();
+  filler.clear();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(launcher.staging_fallbacks(), 1u);
+  const auto got = from_gpu<float>(out, s.q.size());
+  EXPECT_EQ(std::memcmp(got.data(), converted.data(), got.size() * 4), 0);
+}
+
 // The path is settled from the device and the cache's shape: the same for every batch a launcher
 // records (the signature has no batch to look at), the scalar one where cooperative matrices are
 // missing or the shape does not suit them, and the device's fastest by default.
