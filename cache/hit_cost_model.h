@@ -6,8 +6,10 @@
 // model; kvtierd's /v1/lookup hands its restore estimates to engines that plan for themselves.
 //
 // Estimates are exponentially weighted least-squares fits (recent requests count most: a disk
-// that got busier is seen within a few fetches). Until a tier or the prefill has two samples of
-// different sizes its estimate is unknown (nullopt) and a planner falls back to loading.
+// that got busier is seen within a few fetches). A tier's first restore only warms up; from its
+// second on, restores of one size give a rate through the origin, and two sizes a fixed cost and
+// a rate. The prefill needs three samples that determine its fit. Until then an estimate is
+// unknown (nullopt) and a planner falls back to loading.
 // A sample more than kOutlierFactor times the current estimate is held back, and taken only if
 // the next one is high too (the machine got slower); alone it is dropped and counted. One-offs —
 // a pipeline compiled for a new shape, a scratch buffer grown, a disk's hiccup — would otherwise
@@ -69,7 +71,8 @@ class HitCostModel {
   // predicted to take `predicted` (the longer of the two). They share the machine — the loader's
   // copies and uploads against the prefill's launches — so together they run slower than either
   // alone: the tiny model's SSD splits on the H100 (8192 and 32768 tokens) took 1.3-1.8x their
-  // prediction, and at 8192 lost to recomputing. The ratio, averaged over recent splits, scales the next plans' overlap.
+  // prediction, and at 8192 lost to recomputing. The ratio, averaged over recent splits, scales
+  // the next plans' overlap.
   void observe_overlap(double predicted, double seconds);
   double overlap_factor() const;
 
