@@ -106,6 +106,32 @@ Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, in
   return std::move(all.front());
 }
 
+void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_tiers) {
+  if (hit_.policy != HitPolicy::kCost) return;
+  HitCostModel& costs = cache_.costs();
+  if (plan.probe) {
+    costs.note_probe(plan.probe_tier);
+    if (auto n = probe_log_.admit()) {
+      const auto& tiers = cache_.tiers();
+      spdlog::info("hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
+                   "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks ({} similar since)",
+                   plan.cached_blocks - plan.gpu_blocks,
+                   plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
+                   plan.load_only.value_or(0) * 1e3,
+                   plan.compute_only.value_or(0) * 1e3, *n);
+    }
+    return;
+  }
+  std::array<bool, kMaxTiers> unloaded{};
+  for (size_t i = plan.gpu_blocks; i < plan.compute_blocks && i < block_tiers.size(); ++i) {
+    const int t = block_tiers[i];
+    if (t > 0 && static_cast<size_t>(t) < kMaxTiers) unloaded[t] = true;
+  }
+  for (size_t t = 1; t < kMaxTiers; ++t) {
+    if (unloaded[t]) costs.note_unloaded(t);
+  }
+}
+
 Result<std::vector<Generation>> CachedGenerator::generate_batch(
     const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens, bool use_cache,
     bool async_fetch) {
@@ -211,9 +237,14 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     for (size_t t = 0; t < cache_.tiers().size() && t < kMaxTiers; ++t) {
       input.overlaps_compute[t] = cache_.tiers()[t]->reads_wait_on_io();
     }
+    input.probe_after = hit_.forced_compute_blocks ? 0 : hit_.probe_after;
     s.out.plan = plan_hit(input, cache_.costs(), hit_.policy);
     size_t split = s.out.plan.compute_blocks;
-    if (hit_.forced_compute_blocks) split = std::min(n, s.out.plan.gpu_blocks + *hit_.forced_compute_blocks);
+    if (hit_.forced_compute_blocks) {
+      split = std::min(n, s.out.plan.gpu_blocks + *hit_.forced_compute_blocks);
+    } else {
+      note_plan(s.out.plan, tiers);
+    }
     // Blocks on the GPU: pinned in place, no transfer. One evicted since the lookup moves the
     // split's start back (it is computed).
     const size_t g = take_pinned(s, cache_.fetch(std::span(keys).first(s.out.plan.gpu_blocks)));
@@ -241,10 +272,14 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
       // Giving up costs a recompute from the GPU's blocks (one launch, for exactness), so the load
       // is given until a recompute would have finished, and at least deadline_factor times its own
       // prediction: a load a little late is still cheaper than starting over.
+      // A probe's load was predicted to lose: it is given only until a recompute would have
+      // finished.
       auto deadline = Clock::time_point::max();
       if (hit_.deadline_factor > 0 && s.out.plan.load_seconds) {
-        const double wait = std::max(hit_.deadline_factor * *s.out.plan.load_seconds,
-                                     s.out.plan.compute_only.value_or(0.0));
+        const double wait = s.out.plan.probe && s.out.plan.compute_only
+                                ? *s.out.plan.compute_only
+                                : std::max(hit_.deadline_factor * *s.out.plan.load_seconds,
+                                           s.out.plan.compute_only.value_or(0.0));
         deadline = load_started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)) +
                    hit_.deadline_slack;
       }

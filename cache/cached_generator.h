@@ -74,6 +74,10 @@ struct HitOptions {
   // however long it takes.
   double deadline_factor = 2.0;
   std::chrono::microseconds deadline_slack{2000};
+  // kCost: every probe_after-th plan in a row that computes a tier's blocks loads them instead,
+  // to time the tier again (HitPlanInput::probe_after; 0: never). A probe is waited for no longer
+  // than the predicted recompute, so at worst it costs that request one recompute more.
+  size_t probe_after = 32;
 };
 
 // Not thread-safe (the model's scratch buffers); one per thread.
@@ -103,11 +107,15 @@ class CachedGenerator {
                                                  bool async_fetch = false);
 
  private:
+  // Tells the cost model what a kCost plan left unloaded, or that it probes (and logs the probe).
+  void note_plan(const HitPlan& plan, std::span<const int> block_tiers);
+
   LlamaModel& model_;
   GpuTier& gpu_;
   TieredCache& cache_;
   PrefixHasher hasher_;
   HitOptions hit_;
+  LogThrottle probe_log_;
 };
 
 }  // namespace kvtier

@@ -132,7 +132,50 @@ void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) 
   const std::array<double, 2> x{1.0, static_cast<double>(bytes) / kMiB};
   std::optional<double> estimate;
   if (const auto c = restore_fit(restore_[tier])) estimate = evaluate(*c, x);
+  unloaded_[tier] = 0;
+  // Far below the estimate: the tier is faster than believed. Plans may have stopped loading
+  // from it, so the next one probes again; a second such restore in a row starts the fit over
+  // from the two (decay alone would take dozens of restores to forget the old rate, and plans
+  // load from a tier they believe slow only when probing).
+  const bool low = estimate && seconds * kOutlierFactor < *estimate;
+  probe_now_[tier] = low;
+  Held<2>& prev = restore_low_[tier];
+  if (low && prev.any) {
+    if (auto n = probe_log_.admit()) {
+      spdlog::info("hit cost model: tier {} restored {:.3f} MiB in {:.3f} ms against an estimate of {:.3f} ms, "
+                   "the second restore in a row under a third of it: its estimate starts over ({} similar since)",
+                   tier, x[1], seconds * 1e3, *estimate * 1e3, *n);
+    }
+    restore_[tier] = DecayingLeastSquares<2>(kDecay);
+    restore_[tier].add(prev.x, prev.y);
+    restore_[tier].add(x, seconds);
+    restore_held_[tier].any = false;
+    prev.any = false;
+    probe_now_[tier] = false;  // the estimate is now these restores'
+    return;
+  }
+  prev = {low, x, seconds, estimate.value_or(0)};
   add_guarded(restore_[tier], restore_held_[tier], estimate, x, seconds, restore_dropped_, "restore");
+}
+
+void HitCostModel::note_unloaded(size_t tier) {
+  if (tier >= kMaxTiers) return;
+  std::lock_guard lock(mu_);
+  ++unloaded_[tier];
+}
+
+void HitCostModel::note_probe(size_t tier) {
+  if (tier >= kMaxTiers) return;
+  std::lock_guard lock(mu_);
+  ++probes_[tier];
+  unloaded_[tier] = 0;
+  probe_now_[tier] = false;
+}
+
+uint64_t HitCostModel::probes(size_t tier) const {
+  if (tier >= kMaxTiers) return 0;
+  std::lock_guard lock(mu_);
+  return probes_[tier];
 }
 
 void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
@@ -169,6 +212,8 @@ HitCostModel::Snapshot HitCostModel::snapshot() const {
   for (size_t t = 0; t < kMaxTiers; ++t) s.restore[t] = restore_fit(restore_[t]);
   s.prefill = prefill_.fit();
   s.overlap = overlap_;
+  s.unloaded = unloaded_;
+  s.probe_now = probe_now_;
   return s;
 }
 
@@ -219,6 +264,12 @@ void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string
   for (const auto& [kind, n] : {std::pair<const char*, uint64_t>{"prefill", prefill_dropped_}, {"restore", restore_dropped_}}) {
     v.counter("kvtier_hit_cost_outliers_dropped_total",
               "Cost samples dropped as one-offs: over 3x the estimate, and the next sample was not", {{"kind", kind}}, n);
+  }
+  for (size_t t = 1; t < tier_names.size() && t < kMaxTiers; ++t) {
+    v.counter("kvtier_hit_cost_probes_total",
+              "Hit plans that loaded a tier's blocks only to time them: computing had won on its estimate for many plans, "
+              "or its last restore came in far below it",
+              {{"tier", tier_names[t]}}, probes_[t]);
   }
   for (size_t t = 0; t < tier_names.size() && t < kMaxTiers; ++t) {
     const auto c = restore_fit(restore_[t]);

@@ -17,6 +17,11 @@
 // a 26 ms prefill for one that took 8.6, after the run's first forward of that length (untimed
 // calibration had stopped at half of it). Fed a sequence like that run's (one 150 ms forward
 // among 8.6 ms ones), this fit predicts 22-27 ms without the guard and 8.5 with it.
+// An estimate is refreshed only by restores, and a planner that believes a tier slow stops
+// loading from it: one slow moment would then cost that tier its hits for the process's life.
+// So a planner counts the plans that computed a tier's blocks (note_unloaded) and, after enough
+// of them, loads once to time it (a probe, note_probe). A restore far below its estimate asks for
+// the next plan to probe again, and two in a row replace the tier's fit: the machine got faster.
 // Thread-safe.
 #pragma once
 
@@ -76,12 +81,23 @@ class HitCostModel {
   void observe_overlap(double predicted, double seconds);
   double overlap_factor() const;
 
+  // A plan computed blocks of `tier` it could have loaded (its estimate said computing wins).
+  void note_unloaded(size_t tier);
+  // A plan loads `tier`'s blocks to time them although its estimate says computing wins.
+  void note_probe(size_t tier);
+  // Probes so far, per tier.
+  uint64_t probes(size_t tier) const;
+
   // The fitted coefficients at one moment, to evaluate many times without locking (a planner
   // tries every split of a prefix of thousands of blocks).
   struct Snapshot {
     std::array<std::optional<std::array<double, 2>>, kMaxTiers> restore;  // seconds ~ a + b * MiB
     std::optional<std::array<double, 3>> prefill;
     double overlap = 1.0;  // overlap_factor()
+    // Per tier: plans that computed its blocks since its last restore or probe, and whether its
+    // last restore came in far below the estimate (the next plan should probe it again).
+    std::array<uint64_t, kMaxTiers> unloaded{};
+    std::array<bool, kMaxTiers> probe_now{};
     std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
     std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
   };
@@ -92,7 +108,8 @@ class HitCostModel {
   void set_prefill(double fixed_seconds, double seconds_per_token, double seconds_per_token_pair);
 
   // kvtier_hit_cost_* gauges: each tier's fitted rate and fixed cost, the prefill's coefficients;
-  // kvtier_hit_cost_outliers_dropped_total per kind (prefill, restore).
+  // kvtier_hit_cost_outliers_dropped_total per kind (prefill, restore); kvtier_hit_cost_probes_total
+  // per tier.
   void visit_metrics(MetricVisitor& visitor, const std::vector<std::string>& tier_names) const;
 
   static constexpr double kOutlierFactor = 3.0;
@@ -116,6 +133,12 @@ class HitCostModel {
   std::array<DecayingLeastSquares<2>, kMaxTiers> restore_;  // seconds ~ a + b * bytes
   std::array<bool, kMaxTiers> restore_warm_{};                // the tier's first restore was seen
   std::array<Held<2>, kMaxTiers> restore_held_{};
+  // A restore far below its estimate, kept to start a new fit if the next one is far below too.
+  std::array<Held<2>, kMaxTiers> restore_low_{};
+  std::array<uint64_t, kMaxTiers> unloaded_{};
+  std::array<bool, kMaxTiers> probe_now_{};
+  std::array<uint64_t, kMaxTiers> probes_{};
+  LogThrottle probe_log_;
   // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
   DecayingLeastSquares<3> prefill_;
   Held<3> prefill_held_;

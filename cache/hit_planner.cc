@@ -88,6 +88,19 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
       }
     }
     if (s < n && best > (1.0 - in.min_gain) * *plan.compute_only) s = n;  // too close to call: compute
+    // A tier whose blocks keep being computed on its own estimate is loaded once to time it
+    // again (the slowest such tier named): otherwise an estimate gone high is never corrected.
+    if (in.probe_after > 0) {
+      for (size_t i = g; i < s; ++i) {
+        const int t = in.block_tiers[i];
+        if (t <= 0 || static_cast<size_t>(t) >= kMaxTiers || !costs.restore[t]) continue;
+        if (costs.probe_now[t] || costs.unloaded[t] + 1 >= in.probe_after) {
+          plan.probe = true;
+          plan.probe_tier = std::max(plan.probe_tier, static_cast<size_t>(t));
+        }
+      }
+      if (plan.probe) s = g;
+    }
   }
   plan.compute_blocks = s;
   plan.predicted = predict(s);

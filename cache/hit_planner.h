@@ -43,6 +43,11 @@ struct HitPlanInput {
   // model. H100, the tiny model, 8192 tokens from the SSD: a split predicted to beat recomputing
   // (8.5 ms) took 9.8. Recomputing when a load would have won by less costs at most this fraction.
   double min_gain = 0.1;
+  // kCost: the probe_after-th plan in a row that would compute blocks of a tier with an estimate
+  // of its own (the earlier ones counted by HitCostModel::note_unloaded), or the first after that
+  // tier's restore came in far below its estimate, is a probe: it loads every cached block, to
+  // time the tier again. 0: never.
+  size_t probe_after = 0;
 };
 
 struct HitPlan {
@@ -57,6 +62,11 @@ struct HitPlan {
   // A split's front and the part of its load beside it, predicted each alone: the longer of the
   // two (what the cost model's overlap factor scales). Set only for a split.
   std::optional<double> overlap_alone;
+  // A probe (see HitPlanInput::probe_after): a pure load where computing was predicted to win,
+  // for the sake of `probe_tier`'s estimate. Its caller waits for it no longer than the predicted
+  // recompute, and reports it (HitCostModel::note_probe).
+  bool probe = false;
+  size_t probe_tier = 0;
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill

@@ -184,6 +184,64 @@ TEST(HitPlanner, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
   EXPECT_FALSE(after.overlap_alone);
 }
 
+// A tier believed slow is never loaded from, so its estimate would never be corrected: every
+// probe_after-th plan in a row that computes its blocks loads them instead, to time it again.
+TEST(HitPlanner, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
+  const std::vector<int> blocks{1, 2, 2, 2};  // RAM, then SSD
+  Costs c(20, 0.001, 1e6);  // the SSD believed at 1 MB/s: 3 MiB in 3 s against 80 tokens in 0.08 ms
+  HitPlanInput in = input(blocks);
+  in.probe_after = 3;
+  for (int i = 0; i < 2; ++i) {
+    const HitPlan p = plan_hit(in, c.model, HitPolicy::kCost);
+    EXPECT_EQ(p.compute_blocks, 4u) << "plan " << i;
+    EXPECT_FALSE(p.probe) << "plan " << i;
+    c.model.note_unloaded(1);
+    c.model.note_unloaded(2);
+  }
+  const HitPlan probe = plan_hit(in, c.model, HitPolicy::kCost);
+  EXPECT_TRUE(probe.probe);
+  EXPECT_EQ(probe.probe_tier, 2u) << "the slowest tier it probes";
+  EXPECT_EQ(probe.compute_blocks, 0u) << "a probe loads everything: only a pure load is timed";
+  EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCompute).probe) << "only the cost policy probes";
+  in.probe_after = 0;
+  EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "0: never";
+
+  // Reported, the count starts over; a restore in line with the estimate leaves the next plans computing.
+  in.probe_after = 3;
+  c.model.note_probe(2);
+  c.model.note_probe(1);
+  EXPECT_EQ(c.model.probes(2), 1u);
+  c.model.observe_restore(2, 3ull << 20, 3.0);
+  EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe);
+}
+
+// A probe that finds the tier far faster than believed asks for another at once, and two such
+// restores in a row replace the tier's estimate: with the default decay, old samples would
+// outweigh new ones for dozens of restores, and a tier believed slow is loaded only by probes.
+TEST(HitCostModel, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
+  const std::vector<int> ssd(4, 2);
+  Costs c(20, 0.001, 1e6);
+  HitPlanInput in = input(ssd);
+  in.probe_after = 32;
+  EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe);
+  c.model.observe_restore(2, 4ull << 20, 0.002);  // 2 ms for what was believed to take 4 s
+  EXPECT_TRUE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "far below: probe again at once";
+  EXPECT_GT(*c.model.restore_seconds(2, 4ull << 20), 1.0) << "one fast restore is not yet a faster machine";
+  c.model.observe_restore(2, 4ull << 20, 0.002);
+  EXPECT_NEAR(*c.model.restore_seconds(2, 4ull << 20), 0.002, 1e-9);
+  const HitPlan after = plan_hit(in, c.model, HitPolicy::kCost);
+  EXPECT_FALSE(after.probe);
+  EXPECT_EQ(after.compute_blocks, 4u) << "2 ms still loses to 0.08 ms of compute";
+
+  // One fast restore between ordinary ones is only a sample.
+  HitCostModel m;
+  m.observe_restore(1, 8ull << 20, 0.010);  // warm-up
+  for (int i = 0; i < 3; ++i) m.observe_restore(1, 8ull << 20, 0.010);
+  m.observe_restore(1, 8ull << 20, 0.001);
+  m.observe_restore(1, 8ull << 20, 0.010);
+  EXPECT_GT(*m.restore_seconds(1, 8ull << 20), 0.007);
+}
+
 TEST(HitPlanner, PoliciesForceTheirEnds) {
   const std::vector<int> ram(16, 1);
   Costs c(20, 1, 15e3);

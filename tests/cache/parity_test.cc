@@ -308,6 +308,43 @@ TEST_P(ParityTest, AFrontComputedAndALoadPastItsDeadlineEqualRecomputed) {
   expect_bit_identical(*b, want_b, "B: one block computed, then its SSD load given up and the rest computed");
 }
 
+// An SSD believed slow (after one slow moment, say) is never loaded from on that estimate, so the
+// estimate would never be corrected, and the tier would lose its hits for good. With A's blocks
+// on a real SSD and a cost model that believes a fetch takes 30 s: the first plans compute them,
+// the probe_after-th loads them to time the SSD, that restore (far below 30 s) asks for a second
+// probe at once, and from then on plans load on their own. Every run has the recomputation's bits.
+TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) {
+  const Generation want_b = reference(kPromptB);
+  testing::TempDir dir;
+  Stack s(GetParam(), ssd_stack(dir.str()));
+  s.run(kPromptA);
+  s.evict_gpu();
+  s.ssd->flush();
+  HitCostModel& costs = s.tiers->cache().costs();
+  costs.set_restore(2, 30.0, 1e6);
+  costs.set_prefill(0, 0.005, 0);  // B recomputed in 0.34 s: also how long a probe is waited for
+  s.gen->hit_options().probe_after = 3;
+  for (int i = 0; i < 6; ++i) {
+    const std::string what = "run " + std::to_string(i) + " of B";
+    const Generation b = s.run(kPromptB);
+    expect_bit_identical(b, want_b, what);
+    const bool probe = i == 2 || i == 3;
+    EXPECT_EQ(b.plan.probe, probe) << what;
+    if (i < 2) {
+      EXPECT_EQ(b.plan.compute_blocks, b.plan.cached_blocks) << what << ": computed on the estimate";
+      EXPECT_EQ(b.restored_blocks_by_tier[2], 0u) << what;
+    } else {
+      EXPECT_EQ(b.plan.compute_blocks, 0u) << what << (probe ? ": a probe is a pure load" : ": loaded on the estimate");
+      EXPECT_FALSE(b.load_deadline_passed) << what;
+      EXPECT_GT(b.restored_blocks_by_tier[2], 0u) << what;
+      EXPECT_EQ(b.recomputed_blocks, 0u) << what;
+    }
+    s.evict_gpu();  // B's blocks go back below the GPU for the next run
+  }
+  EXPECT_EQ(costs.probes(2), 2u);
+  EXPECT_LT(*costs.restore_seconds(2, 4 * s.layout->dense_block_bytes()), 1.0);
+}
+
 // A cached prefix followed by a long uncached suffix, computed in one launch after the restored
 // blocks: a turn of a chat that adds a long document. `prefix` and `suffix` tokens.
 void expect_long_suffix_equals_recomputed(DType dt, int prefix, int suffix) {
