@@ -98,6 +98,14 @@ struct Stack {
     ASSERT_EQ(pool->cached_blocks(), 0u);
   }
 
+  // A computed, then its blocks pushed off the GPU and (with ssd_stack's one-block RAM) on to the
+  // SSD, written out.
+  void put_a_on_ssd() {
+    run(kPromptA);
+    evict_gpu();
+    ssd->flush();
+  }
+
   std::vector<BlockKey> keys(const std::vector<int32_t>& prompt) const {
     return hasher().keys(std::vector<uint32_t>(prompt.begin(), prompt.end()), {});
   }
@@ -182,9 +190,7 @@ TEST_P(ParityTest, PrefixRestoredFromSsdEqualsRecomputed) {
   const Generation want_b = reference(kPromptB);
   testing::TempDir dir;
   Stack s(GetParam(), ssd_stack(dir.str()));
-  s.run(kPromptA);
-  s.evict_gpu();
-  s.ssd->flush();
+  s.put_a_on_ssd();
   const auto keys = s.keys(kPromptB);
   for (int i = 0; i < 3; ++i) {
     ASSERT_FALSE(s.ram->contains(keys[i].hash)) << "block " << i << " should have left RAM";
@@ -269,9 +275,7 @@ TEST_P(ParityTest, EverySplitOfComputeAndLoadEqualsRecomputed) {
 Result<Generation> run_b_over_a_held_ssd(DType dt, std::optional<size_t> forced_compute) {
   testing::TempDir dir;
   Stack s(dt, ssd_stack(dir.str()));
-  s.run(kPromptA);
-  s.evict_gpu();
-  s.ssd->flush();
+  s.put_a_on_ssd();
   HitCostModel& costs = s.tiers->cache().costs();
   costs.set_restore(2, 0.0005, 2e9);
   costs.set_prefill(0.02, 0.003, 0);  // a recompute of B predicted at 0.27 s: the deadline
@@ -317,9 +321,7 @@ TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) 
   const Generation want_b = reference(kPromptB);
   testing::TempDir dir;
   Stack s(GetParam(), ssd_stack(dir.str()));
-  s.run(kPromptA);
-  s.evict_gpu();
-  s.ssd->flush();
+  s.put_a_on_ssd();
   HitCostModel& costs = s.tiers->cache().costs();
   costs.set_restore(2, 30.0, 1e6);
   costs.set_prefill(0, 0.005, 0);  // B recomputed in 0.34 s: also how long a probe is waited for
@@ -387,9 +389,7 @@ TEST_P(ParityTest, ASequenceJoinsWhenItsSsdPrefixIsInWhileOthersDecodeAndAllEqua
   for (const auto& p : prompts) want.push_back(reference(p, 8));
   testing::TempDir dir;
   Stack s(GetParam(), ssd_stack(dir.str()));
-  s.run(kPromptA);
-  s.evict_gpu();
-  s.ssd->flush();
+  s.put_a_on_ssd();
   Result<std::vector<Generation>> got = std::vector<Generation>{};
   {
     testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
