@@ -78,7 +78,9 @@ template class DecayingLeastSquares<3>;
 HitCostModel::HitCostModel()
     : restore_{DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay),
                DecayingLeastSquares<2>(kDecay)},
-      prefill_(kDecay) {}
+      prefill_(kDecay) {
+  probe_backoff_.fill(1);
+}
 
 namespace {
 
@@ -139,6 +141,9 @@ void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) 
   // load from a tier they believe slow only when probing).
   const bool low = estimate && seconds * kOutlierFactor < *estimate;
   probe_now_[tier] = low;
+  if (std::exchange(probing_[tier], false)) {
+    probe_backoff_[tier] = low ? 1 : std::min(kMaxProbeBackoff, 2 * probe_backoff_[tier]);
+  }
   Held<2>& prev = restore_low_[tier];
   if (low && prev.any) {
     if (auto n = probe_log_.admit()) {
@@ -170,6 +175,7 @@ void HitCostModel::note_probe(size_t tier) {
   ++probes_[tier];
   unloaded_[tier] = 0;
   probe_now_[tier] = false;
+  probing_[tier] = true;
 }
 
 uint64_t HitCostModel::probes(size_t tier) const {
@@ -214,6 +220,7 @@ HitCostModel::Snapshot HitCostModel::snapshot() const {
   s.overlap = overlap_;
   s.unloaded = unloaded_;
   s.probe_now = probe_now_;
+  s.probe_backoff = probe_backoff_;
   return s;
 }
 

@@ -22,6 +22,8 @@
 // So a planner counts the plans that computed a tier's blocks (note_unloaded) and, after enough
 // of them, loads once to time it (a probe, note_probe). A restore far below its estimate asks for
 // the next plan to probe again, and two in a row replace the tier's fit: the machine got faster.
+// A probe that finds the estimate right doubles the wait for the next one (up to 32 times): on
+// the H100 a probe where computing wins cost its request 1.7-2.2x the plan's time.
 // Thread-safe.
 #pragma once
 
@@ -94,10 +96,13 @@ class HitCostModel {
     std::array<std::optional<std::array<double, 2>>, kMaxTiers> restore;  // seconds ~ a + b * MiB
     std::optional<std::array<double, 3>> prefill;
     double overlap = 1.0;  // overlap_factor()
-    // Per tier: plans that computed its blocks since its last restore or probe, and whether its
-    // last restore came in far below the estimate (the next plan should probe it again).
+    // Per tier: plans that computed its blocks since its last restore or probe; whether its last
+    // restore came in far below the estimate (the next plan should probe it again); and how many
+    // times the planner's interval the next probe waits (probes that found the estimate right
+    // double it, up to kMaxProbeBackoff: where computing keeps winning, probes grow rare).
     std::array<uint64_t, kMaxTiers> unloaded{};
     std::array<bool, kMaxTiers> probe_now{};
+    std::array<uint64_t, kMaxTiers> probe_backoff{};
     std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
     std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
   };
@@ -113,6 +118,7 @@ class HitCostModel {
   void visit_metrics(MetricVisitor& visitor, const std::vector<std::string>& tier_names) const;
 
   static constexpr double kOutlierFactor = 3.0;
+  static constexpr uint64_t kMaxProbeBackoff = 32;
   // Samples dropped as one-off outliers so far: prefill, restore (any tier).
   std::pair<uint64_t, uint64_t> outliers_dropped() const;
 
@@ -138,6 +144,8 @@ class HitCostModel {
   std::array<uint64_t, kMaxTiers> unloaded_{};
   std::array<bool, kMaxTiers> probe_now_{};
   std::array<uint64_t, kMaxTiers> probes_{};
+  std::array<uint64_t, kMaxTiers> probe_backoff_{};  // 1 each (the constructor)
+  std::array<bool, kMaxTiers> probing_{};  // a probe's restore has not come in yet
   LogThrottle probe_log_;
   // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
   DecayingLeastSquares<3> prefill_;

@@ -94,7 +94,7 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
       for (size_t i = g; i < s; ++i) {
         const int t = in.block_tiers[i];
         if (t <= 0 || static_cast<size_t>(t) >= kMaxTiers || !costs.restore[t]) continue;
-        if (costs.probe_now[t] || costs.unloaded[t] + 1 >= in.probe_after) {
+        if (costs.probe_now[t] || costs.unloaded[t] + 1 >= in.probe_after * std::max<uint64_t>(1, costs.probe_backoff[t])) {
           plan.probe = true;
           plan.probe_tier = std::max(plan.probe_tier, static_cast<size_t>(t));
         }

@@ -46,7 +46,8 @@ struct HitPlanInput {
   // kCost: the probe_after-th plan in a row that would compute blocks of a tier with an estimate
   // of its own (the earlier ones counted by HitCostModel::note_unloaded), or the first after that
   // tier's restore came in far below its estimate, is a probe: it loads every cached block, to
-  // time the tier again. 0: never.
+  // time the tier again. 0: never. Each probe that found the tier's estimate right doubles the
+  // interval for that tier, up to 32 times (HitCostModel::Snapshot::probe_backoff).
   size_t probe_after = 0;
 };
 

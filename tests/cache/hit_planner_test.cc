@@ -206,13 +206,19 @@ TEST(HitPlanner, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
   in.probe_after = 0;
   EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "0: never";
 
-  // Reported, the count starts over; a restore in line with the estimate leaves the next plans computing.
+  // Reported, the count starts over; a restore in line with the estimate leaves the next plans
+  // computing.
   in.probe_after = 3;
   c.model.note_probe(2);
   c.model.note_probe(1);
   EXPECT_EQ(c.model.probes(2), 1u);
   c.model.observe_restore(2, 3ull << 20, 3.0);
   EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe);
+  // That probe found the estimate right: the next one waits twice as long (6 plans, not 3).
+  for (int i = 0; i < 4; ++i) c.model.note_unloaded(2);
+  EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "the 5th plan of 6";
+  c.model.note_unloaded(2);
+  EXPECT_TRUE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "the 6th";
 }
 
 // A probe that finds the tier far faster than believed asks for another at once, and two such
