@@ -44,7 +44,7 @@ std::string nonzero_failures(TieredCache& cache) {
 
 std::vector<std::string> plan_columns() {
   return {"model", "prompt", "prefix in", "uncached ms", "load-only ms", "plan ms (s)", "best sweep ms (s)",
-          "plan / min", "plan / best", "predicted load / compute ms", "same logits"};
+          "plan / min", "plan / best", "predicted load / compute ms", "probe ms", "same logits"};
 }
 
 void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) {
@@ -127,16 +127,23 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         }
       }
       const Measured plan = measure(true, HitOptions{});  // the default: cost, with a deadline
+      // What a probe costs its request where the plan computes: every cached block loaded to time
+      // the tiers again, waited for no longer than the predicted recompute (HitOptions::probe_after;
+      // here every plan that computes probes). After the plan's row, whose estimates it changes.
+      HitOptions probing;
+      probing.probe_after = 1;
+      const Measured probe = measure(true, probing);
       const double floor = std::min(uncached.ttft, load_only.ttft);
       bool sweep_same = true;
       for (const bool b : sweep_identical) sweep_same = sweep_same && b;
-      const bool same = uncached.identical && load_only.identical && sweep_same && plan.identical;
+      const bool same = uncached.identical && load_only.identical && sweep_same && plan.identical && probe.identical;
       report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft), ms(load_only.ttft),
                       ms(plan.ttft) + " (" + std::to_string(plan.recomputed) + (plan.deadline ? ", deadline" : "") + ")",
                       ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
                       fmt_double(plan.ttft / best.ttft, 2),
                       (plan.plan.load_only ? ms(*plan.plan.load_only) : "?") + " / " +
                           (plan.plan.compute_only ? ms(*plan.plan.compute_only) : "?"),
+                      ms(probe.ttft) + (!probe.plan.probe ? " (no probe)" : probe.deadline ? " (deadline)" : " (loaded)"),
                       same ? "yes" : "NO"});
     }
   }
