@@ -109,6 +109,17 @@ Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, in
 void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_tiers) {
   if (hit_.policy != HitPolicy::kCost) return;
   HitCostModel& costs = cache_.costs();
+  if (plan.split_probe) {
+    costs.note_split_probe();
+    if (auto n = split_probe_log_.admit()) {
+      spdlog::info("hit plan: computing {} of {} cached blocks while the rest load, to time the overlap again: the "
+                   "overlap factor {:.2f} had ruled such splits out ({} similar since)",
+                   plan.compute_blocks - plan.gpu_blocks, plan.cached_blocks - plan.gpu_blocks,
+                   costs.overlap_factor(), *n);
+    }
+  } else if (plan.split_passed_over) {
+    costs.note_unsplit();
+  }
   if (plan.probe) {
     costs.note_probe(plan.probe_tier);
     if (auto n = probe_log_.admit()) {

@@ -115,7 +115,7 @@ class CachedGenerator {
   TieredCache& cache_;
   PrefixHasher hasher_;
   HitOptions hit_;
-  LogThrottle probe_log_;
+  LogThrottle probe_log_, split_probe_log_;
 };
 
 }  // namespace kvtier

@@ -23,7 +23,10 @@
 // of them, loads once to time it (a probe, note_probe). A restore far below its estimate asks for
 // the next plan to probe again, and two in a row replace the tier's fit: the machine got faster.
 // A probe that finds the estimate right doubles the wait for the next one (up to 32 times): on
-// the H100 a probe where computing wins cost its request 1.7-2.2x the plan's time.
+// the H100 a probe where computing wins cost its request 1.7-2.2x the plan's time. The overlap
+// factor has the same trap (splits that ran slow stop being chosen, so none is timed again) and
+// the same remedy: a split that would win at factor 1 but is passed over is tried now and then
+// (note_unsplit, note_split_probe).
 // Thread-safe.
 #pragma once
 
@@ -89,6 +92,11 @@ class HitCostModel {
   void note_probe(size_t tier);
   // Probes so far, per tier.
   uint64_t probes(size_t tier) const;
+  // A plan passed over a split that would win were the overlap factor 1.
+  void note_unsplit();
+  // A plan tries such a split to time the overlap again.
+  void note_split_probe();
+  uint64_t split_probes() const;
 
   // The fitted coefficients at one moment, to evaluate many times without locking (a planner
   // tries every split of a prefix of thousands of blocks).
@@ -103,6 +111,12 @@ class HitCostModel {
     std::array<uint64_t, kMaxTiers> unloaded{};
     std::array<bool, kMaxTiers> probe_now{};
     std::array<uint64_t, kMaxTiers> probe_backoff{};
+    // The same for splits: plans that passed one over since the last split, whether the last
+    // split probe ran well under the factor (the next plan should try again), and the wait's
+    // multiple.
+    uint64_t unsplit = 0;
+    bool split_probe_now = false;
+    uint64_t split_backoff = 1;
     std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
     std::optional<double> prefill_seconds(uint64_t tokens, uint64_t context) const;
   };
@@ -114,7 +128,7 @@ class HitCostModel {
 
   // kvtier_hit_cost_* gauges: each tier's fitted rate and fixed cost, the prefill's coefficients;
   // kvtier_hit_cost_outliers_dropped_total per kind (prefill, restore); kvtier_hit_cost_probes_total
-  // per tier.
+  // per tier; kvtier_hit_cost_split_probes_total.
   void visit_metrics(MetricVisitor& visitor, const std::vector<std::string>& tier_names) const;
 
   static constexpr double kOutlierFactor = 3.0;
@@ -146,6 +160,8 @@ class HitCostModel {
   std::array<uint64_t, kMaxTiers> probes_{};
   std::array<uint64_t, kMaxTiers> probe_backoff_{};  // 1 each (the constructor)
   std::array<bool, kMaxTiers> probing_{};  // a probe's restore has not come in yet
+  uint64_t unsplit_ = 0, split_backoff_ = 1, split_probes_ = 0;
+  bool split_probe_now_ = false, split_probing_ = false;
   LogThrottle probe_log_;
   // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
   DecayingLeastSquares<3> prefill_;

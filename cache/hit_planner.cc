@@ -64,14 +64,15 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
   };
   // Predicted time to the first token when blocks [g, s) are computed while [s, n) load. Side by
   // side they run slower than alone: by the overlap factor the model learned from past splits.
-  auto predict = [&](size_t s) -> std::optional<double> {
+  auto predict_at = [&](size_t s, double overlap) -> std::optional<double> {
     if (s == n) return costs.prefill_seconds((n - g) * bs + in.uncached_tokens, g * bs);
     const auto l = load(s);
     if (!l || !rest) return std::nullopt;
     const auto both = alone(s, l->first);
     if (!both) return std::nullopt;
-    return (s > g ? costs.overlap : 1.0) * *both + l->second + *rest;
+    return (s > g ? overlap : 1.0) * *both + l->second + *rest;
   };
+  auto predict = [&](size_t s) { return predict_at(s, costs.overlap); };
   plan.load_only = predict(g);
   plan.compute_only = predict(n);
   size_t s = g;
@@ -100,6 +101,28 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
         }
       }
       if (plan.probe) s = g;
+    }
+    // Likewise a split that would win were the overlap factor 1, passed over because splits ran
+    // slow before: now and then it is tried, to time the overlap again.
+    if (in.probe_after > 0 && !plan.probe && costs.overlap > 1.0 && (s == g || s == n)) {
+      const double chosen = s == n ? *plan.compute_only : *plan.load_only;
+      size_t k1 = n;
+      double t1 = chosen;
+      for (size_t k = g + 1; k < n; ++k) {
+        const auto t = predict_at(k, 1.0);
+        if (t && *t < t1) {
+          t1 = *t;
+          k1 = k;
+        }
+      }
+      if (k1 < n && t1 < (1.0 - in.min_gain) * chosen) {
+        if (costs.split_probe_now || costs.unsplit + 1 >= in.probe_after * std::max<uint64_t>(1, costs.split_backoff)) {
+          plan.split_probe = true;
+          s = k1;
+        } else {
+          plan.split_passed_over = true;
+        }
+      }
     }
   }
   plan.compute_blocks = s;

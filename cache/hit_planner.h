@@ -47,7 +47,9 @@ struct HitPlanInput {
   // of its own (the earlier ones counted by HitCostModel::note_unloaded), or the first after that
   // tier's restore came in far below its estimate, is a probe: it loads every cached block, to
   // time the tier again. 0: never. Each probe that found the tier's estimate right doubles the
-  // interval for that tier, up to 32 times (HitCostModel::Snapshot::probe_backoff).
+  // interval for that tier, up to 32 times (HitCostModel::Snapshot::probe_backoff). The same
+  // interval, doubled the same way, applies to plans that pass over a split only because of the
+  // overlap factor: the next one tries the split (HitPlan::split_probe).
   size_t probe_after = 0;
 };
 
@@ -68,6 +70,11 @@ struct HitPlan {
   // recompute, and reports it (HitCostModel::note_probe).
   bool probe = false;
   size_t probe_tier = 0;
+  // kCost with probe_after: a split that would win were the overlap factor 1 was passed over
+  // (HitCostModel::note_unsplit), or is tried now to time the overlap again (a split probe,
+  // HitCostModel::note_split_probe).
+  bool split_passed_over = false;
+  bool split_probe = false;
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill

@@ -248,6 +248,56 @@ TEST(HitCostModel, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
   EXPECT_GT(*m.restore_seconds(1, 8ull << 20), 0.007);
 }
 
+// The overlap factor has the same trap: once splits ran slow, none is chosen, so none is timed
+// again. A split that would win at factor 1 is tried every probe_after-th plan that passes it
+// over; one that runs well asks for the next try at once, one that runs slow doubles the wait.
+TEST(HitPlanner, ASplitPassedOverForTheOverlapFactorIsTriedNowAndThen) {
+  const std::vector<int> ssd(64, 2);
+  HitPlanInput in = input(ssd);
+  in.probe_after = 3;
+  auto slowed = [&](Costs& c) {
+    const HitPlan first = plan_hit(in, c.model, HitPolicy::kCost);
+    for (int i = 0; i < 5; ++i) c.model.observe_overlap(*first.overlap_alone, 2.5 * *first.overlap_alone);
+  };
+  auto pass_over_twice = [&](Costs& c, int plans) {
+    for (int i = 0; i < plans; ++i) {
+      const HitPlan p = plan_hit(in, c.model, HitPolicy::kCost);
+      EXPECT_EQ(p.compute_blocks, 64u) << "plan " << i;
+      EXPECT_TRUE(p.split_passed_over) << "plan " << i;
+      EXPECT_FALSE(p.split_probe) << "plan " << i;
+      c.model.note_unsplit();
+    }
+  };
+  Costs good(20, 1, 15e3);  // load 67 ms, compute 68 ms: a split predicted at about half
+  slowed(good);
+  pass_over_twice(good, 2);
+  HitPlan p = plan_hit(in, good.model, HitPolicy::kCost);
+  ASSERT_TRUE(p.split_probe);
+  EXPECT_TRUE(p.compute_blocks > 0 && p.compute_blocks < 64);
+  int tries = 0;
+  while (p.split_probe && tries < 10) {  // each try runs as predicted alone
+    good.model.note_split_probe();
+    ++tries;
+    good.model.observe_overlap(*p.overlap_alone, *p.overlap_alone);
+    p = plan_hit(in, good.model, HitPolicy::kCost);
+  }
+  EXPECT_LE(tries, 4) << "each good try asks for the next at once";
+  EXPECT_TRUE(p.compute_blocks > 0 && p.compute_blocks < 64) << "then plans split on their own";
+  EXPECT_EQ(good.model.split_probes(), static_cast<uint64_t>(tries));
+
+  Costs bad(20, 1, 15e3);
+  slowed(bad);
+  pass_over_twice(bad, 2);
+  p = plan_hit(in, bad.model, HitPolicy::kCost);
+  ASSERT_TRUE(p.split_probe);
+  bad.model.note_split_probe();
+  bad.model.observe_overlap(*p.overlap_alone, 2.5 * *p.overlap_alone);
+  pass_over_twice(bad, 5);
+  EXPECT_TRUE(plan_hit(in, bad.model, HitPolicy::kCost).split_probe) << "after 6 plans, not 3";
+  in.probe_after = 0;
+  EXPECT_FALSE(plan_hit(in, bad.model, HitPolicy::kCost).split_probe) << "0: never";
+}
+
 TEST(HitPlanner, PoliciesForceTheirEnds) {
   const std::vector<int> ram(16, 1);
   Costs c(20, 1, 15e3);

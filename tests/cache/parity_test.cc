@@ -347,6 +347,33 @@ TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) 
   EXPECT_LT(*costs.restore_seconds(2, 4 * s.layout->dense_block_bytes()), 1.0);
 }
 
+// The overlap factor's counterpart: splits that ran slow raised it until no split is chosen, so
+// none would be timed again. A plan that passes over a split that would win at factor 1 tries it
+// (every plan here: probe_after 1), and its time teaches the factor, with the recomputation's bits.
+TEST_P(ParityTest, ASplitRuledOutByTheOverlapFactorIsTriedAgain) {
+  const Generation want_b = reference(kPromptB);
+  testing::TempDir dir;
+  Stack s(GetParam(), ssd_stack(dir.str()));
+  s.put_a_on_ssd();
+  HitCostModel& costs = s.tiers->cache().costs();
+  // B's 3 cached blocks: computed in 0.24 s or loaded in 0.2 s (a pure load wins: nothing is
+  // computed, so no tier is probed), and a split of them predicted at 0.13; then splits "ran" 4x
+  // slower than predicted.
+  costs.set_prefill(0, 0.005, 0);
+  costs.set_restore(2, 0, 3.0 * static_cast<double>(s.layout->dense_block_bytes()) / 0.2);
+  for (int i = 0; i < 8; ++i) costs.observe_overlap(1.0, 4.0);
+  const double factor = costs.overlap_factor();
+  ASSERT_GT(factor, 3.0);
+  s.gen->hit_options().probe_after = 1;
+  const Generation b = s.run(kPromptB);
+  expect_bit_identical(b, want_b, "B, a split tried to time the overlap");
+  EXPECT_TRUE(b.plan.split_probe);
+  EXPECT_GT(b.plan.compute_blocks, 0u);
+  EXPECT_LT(b.plan.compute_blocks, 3u);
+  EXPECT_EQ(costs.split_probes(), 1u);
+  EXPECT_NE(costs.overlap_factor(), factor) << "the split's time was observed";
+}
+
 // A cached prefix followed by a long uncached suffix, computed in one launch after the restored
 // blocks: a turn of a chat that adds a long document. `prefix` and `suffix` tokens.
 void expect_long_suffix_equals_recomputed(DType dt, int prefix, int suffix) {
