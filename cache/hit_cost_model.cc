@@ -19,7 +19,8 @@ constexpr double kDecay = 0.95;
 // The overlap factor follows the last three or four splits: a plan repeats per request, so a
 // split that lost should stop being chosen within a few requests, not twenty.
 constexpr double kOverlapWeight = 0.3;
-// A split probe that ran this much under the overlap factor (in units of the factor) is news.
+// A split probe whose time over its prediction came in this much under the overlap factor is
+// news: the factor is coming down, so the next plan tries again.
 constexpr double kSplitProbeMargin = 0.25;
 
 std::array<double, 3> prefill_inputs(uint64_t tokens, uint64_t context) {
