@@ -125,7 +125,8 @@ void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_
     if (auto n = probe_log_.admit()) {
       const auto& tiers = cache_.tiers();
       spdlog::info("hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
-                   "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks ({} similar since)",
+                   "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks, or its last restore came in "
+                   "far under its estimate ({} similar since)",
                    plan.cached_blocks - plan.gpu_blocks,
                    plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
                    plan.load_only.value_or(0) * 1e3,

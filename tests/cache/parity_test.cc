@@ -269,21 +269,27 @@ TEST_P(ParityTest, EverySplitOfComputeAndLoadEqualsRecomputed) {
   }
 }
 
+// A stack whose SSD holds A's blocks (off the GPU and RAM), and its cost model, for tests that
+// set what the planner believes before B runs.
+struct SsdHoldingA {
+  explicit SsdHoldingA(DType dt) : s(dt, ssd_stack(dir.str())), costs(s.tiers->cache().costs()) { s.put_a_on_ssd(); }
+  testing::TempDir dir;
+  Stack s;
+  HitCostModel& costs;
+};
+
 // B over an SSD that holds A's blocks and every read of which is held 1.5 s, with a cost model
 // that believes the SSD fast (these blocks in about a millisecond) and computing slower: the plan
 // loads, `forced_compute` blocks first computed if given.
 Result<Generation> run_b_over_a_held_ssd(DType dt, std::optional<size_t> forced_compute) {
-  testing::TempDir dir;
-  Stack s(dt, ssd_stack(dir.str()));
-  s.put_a_on_ssd();
-  HitCostModel& costs = s.tiers->cache().costs();
-  costs.set_restore(2, 0.0005, 2e9);
-  costs.set_prefill(0.02, 0.003, 0);  // a recompute of B predicted at 0.27 s: the deadline
-  s.gen->hit_options().forced_compute_blocks = forced_compute;
-  testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(dir.path()).string() + "/",
+  SsdHoldingA h(dt);
+  h.costs.set_restore(2, 0.0005, 2e9);
+  h.costs.set_prefill(0.02, 0.003, 0);  // a recompute of B predicted at 0.27 s: the deadline
+  h.s.gen->hit_options().forced_compute_blocks = forced_compute;
+  testing::ScopedIoFault slow(testing::IoFault{IoSite::kRead, std::filesystem::canonical(h.dir.path()).string() + "/",
                                                0, 0, std::numeric_limits<uint64_t>::max(),
                                                std::chrono::milliseconds(1500)});
-  return s.gen->generate(kPromptB, kNewTokens);
+  return h.s.gen->generate(kPromptB, kNewTokens);
 }
 
 // The load is given up at its deadline and its blocks computed, so the first token comes long
@@ -319,10 +325,8 @@ TEST_P(ParityTest, AFrontComputedAndALoadPastItsDeadlineEqualRecomputed) {
 // probe at once, and from then on plans load on their own. Every run has the recomputation's bits.
 TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) {
   const Generation want_b = reference(kPromptB);
-  testing::TempDir dir;
-  Stack s(GetParam(), ssd_stack(dir.str()));
-  s.put_a_on_ssd();
-  HitCostModel& costs = s.tiers->cache().costs();
+  SsdHoldingA h(GetParam());
+  auto& [dir, s, costs] = h;
   costs.set_restore(2, 30.0, 1e6);
   costs.set_prefill(0, 0.005, 0);  // B recomputed in 0.34 s: also how long a probe is waited for
   s.gen->hit_options().probe_after = 3;
@@ -352,10 +356,8 @@ TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) 
 // (every plan here: probe_after 1), and its time teaches the factor, with the recomputation's bits.
 TEST_P(ParityTest, ASplitRuledOutByTheOverlapFactorIsTriedAgain) {
   const Generation want_b = reference(kPromptB);
-  testing::TempDir dir;
-  Stack s(GetParam(), ssd_stack(dir.str()));
-  s.put_a_on_ssd();
-  HitCostModel& costs = s.tiers->cache().costs();
+  SsdHoldingA h(GetParam());
+  auto& [dir, s, costs] = h;
   // B's 3 cached blocks: computed in 0.24 s or loaded in 0.2 s (a pure load wins: nothing is
   // computed, so no tier is probed), and a split of them predicted at 0.13; then splits "ran" 4x
   // slower than predicted.
