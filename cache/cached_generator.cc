@@ -259,7 +259,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     }
     // Blocks on the GPU: pinned in place, no transfer. One evicted since the lookup moves the
     // split's start back (it is computed).
-    const size_t g = take_pinned(s, cache_.fetch(std::span(keys).first(s.out.plan.gpu_blocks)));
+    const size_t g = take_pinned(s, cache_.fetch(std::span(keys).first(s.out.plan.gpu_blocks), found));
     split = std::max(split, g);
     PendingFetch back;
     const auto load_started = Clock::now();

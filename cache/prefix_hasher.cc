@@ -1,5 +1,6 @@
 #include "cache/prefix_hasher.h"
 
+#include <bit>
 #include <cstring>
 
 #include <openssl/evp.h>
@@ -96,7 +97,16 @@ BlockHash PrefixHasher::hash_block(const BlockHash& parent, std::span<const uint
   buf.insert(buf.end(), parent.bytes.begin(), parent.bytes.end());
   buf.insert(buf.end(), ns_digest_.bytes.begin(), ns_digest_.bytes.end());
   append_u32(buf, static_cast<uint32_t>(tokens.size()));
-  for (uint32_t t : tokens) append_u32(buf, t);
+  // The tokens as little-endian u32s: on a little-endian host that is their memory, copied at
+  // once (byte by byte, building the buffer cost more than SHA-256 on it: a 2047-block prefix
+  // hashed in 0.95 ms on this project's VM, see docs/benchmarks.md).
+  if constexpr (std::endian::native == std::endian::little) {
+    const size_t at = buf.size();
+    buf.resize(at + tokens.size_bytes());
+    std::memcpy(buf.data() + at, tokens.data(), tokens.size_bytes());
+  } else {
+    for (uint32_t t : tokens) append_u32(buf, t);
+  }
   append_u32(buf, static_cast<uint32_t>(extra_keys.size()));
   for (const std::string& k : extra_keys) append_str(buf, k);
   return digest(buf);

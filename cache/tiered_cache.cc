@@ -22,9 +22,12 @@ PinnedBlocks& PinnedBlocks::operator=(PinnedBlocks&& o) noexcept {
 
 void PinnedBlocks::release() {
   if (top_) {
+    std::vector<BlockHash> pinned;
+    pinned.reserve(entries_.size());
     for (const Entry& e : entries_) {
-      if (e.pinned) top_->unpin(e.hash);
+      if (e.pinned) pinned.push_back(e.hash);
     }
+    top_->unpin_many(pinned);
   }
   entries_.clear();
   top_.reset();
@@ -300,6 +303,14 @@ PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys) {
   return fetch_located(keys, locate(keys));
 }
 
+PinnedBlocks TieredCache::fetch(std::span<const BlockKey> keys, const LookupResult& found) {
+  std::vector<int> where;
+  const size_t n = std::min(keys.size(), found.blocks.size());
+  where.reserve(n);
+  for (size_t i = 0; i < n && found.blocks[i].hash == keys[i].hash; ++i) where.push_back(found.blocks[i].tier);
+  return fetch_located(keys.first(where.size()), std::move(where));
+}
+
 int TieredCache::relocate(const BlockHash& hash, int skip) const {
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (static_cast<int>(t) != skip && tiers_[t]->contains(hash)) return static_cast<int>(t);
@@ -311,16 +322,28 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
   metrics_.fetches.inc();
   const auto fetch_started = std::chrono::steady_clock::now();
   PinnedBlocks out;
+  out.entries_.reserve(where.size());
   out.top_ = tiers_.front();
   Tier& top = *tiers_.front();
   std::vector<BlockRef> blocks(where.size());
   // Bytes, not vector<bool>'s packed bits: a slice read on another thread sets its own entries.
   std::vector<uint8_t> failed(where.size(), 0);
   std::vector<bool> top_pinned(where.size(), false);
+  // The top tier's blocks are pinned first, all in one call, so none can be evicted between the
+  // check and the use; a device tier's answer carries each block's slot and token check.
+  std::vector<BlockRequest> top_requests;
+  std::vector<size_t> top_at;
   for (size_t i = 0; i < where.size(); ++i) {
     if (where[i] != 0) continue;
-    // Pin first, so the block cannot be evicted between the check and the use.
-    if (!top.pin(keys[i].hash)) {
+    top_requests.push_back({keys[i].hash, keys[i].tokens});
+    top_at.push_back(i);
+  }
+  const std::vector<Tier::PinResult> top_pins = top.pin_many(top_requests);
+  std::vector<Tier::Presence> top_presence(where.size(), Tier::Presence::kAbsent);
+  std::vector<int32_t> top_slot(where.size(), -1);
+  for (size_t k = 0; k < top_at.size(); ++k) {
+    const size_t i = top_at[k];
+    if (!top_pins[k].pinned) {
       // Evicted since locate(): on its way down (still readable here, unpinned) or below now.
       if (auto r = top.read({keys[i].hash, keys[i].tokens}); r.ok()) {
         blocks[i] = *r;
@@ -335,7 +358,11 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
       continue;
     }
     top_pinned[i] = true;
-    if (top.device_slot(keys[i].hash)) continue;  // device tier: checked by probe below, no copy
+    if (top_pins[k].slot) {  // device tier: no copy
+      top_slot[i] = *top_pins[k].slot;
+      top_presence[i] = top_pins[k].presence;
+      continue;
+    }
     auto r = top.read({keys[i].hash, keys[i].tokens});
     if (r.ok()) blocks[i] = *r;
     else failed[i] = 1;
@@ -450,8 +477,7 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
       if (failed[good]) break;
       const bool same = blocks[good] ? BlockRequest{keys[good].hash, keys[good].tokens}.tokens_match(
                                            blocks[good]->identity().token_ids)
-                                     : top.probe({keys[good].hash, keys[good].tokens}) ==
-                                           Tier::Presence::kSameTokens;
+                                     : top_presence[good] == Tier::Presence::kSameTokens;
       if (!same) {
         metrics_.token_mismatches[t].inc();
         if (auto n = mismatch_log_.admit()) {
@@ -479,7 +505,9 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
         e.pinned = ok && top.pin(keys[i].hash);
         if (!e.pinned) metrics_.promote_failed.inc();
       }
-      if (e.pinned) {
+      if (t == 0) {
+        e.device_slot = top_slot[i];
+      } else if (e.pinned) {
         if (auto slot = top.device_slot(keys[i].hash)) e.device_slot = *slot;
       }
       metrics_.fetched_blocks[t].inc();
@@ -496,9 +524,11 @@ PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vec
     s.read.join();  // read past a broken prefix: dropped
   }
   // Pins taken past the point where the prefix broke are given back.
+  std::vector<BlockHash> unneeded;
   for (size_t i = good; i < where.size(); ++i) {
-    if (top_pinned[i]) top.unpin(keys[i].hash);
+    if (top_pinned[i]) unneeded.push_back(keys[i].hash);
   }
+  top.unpin_many(unneeded);
   // What the restore cost, for hit plans: all of it charged to the slowest tier it read from
   // (a fetch's tiers overlap, and the slowest one sets its pace).
   uint64_t moved = 0;

@@ -118,6 +118,9 @@ class TieredCache {
   // return intact; the result holds the blocks before it. With the GPU on top, hits there are
   // pinned in place (no copy) and blocks from below are uploaded in one batch.
   PinnedBlocks fetch(std::span<const BlockKey> keys);
+  // fetch() of the first keys.size() blocks a lookup() of these keys just `found`, without
+  // locating them again (a block moved since is read where it went, as in fetch()).
+  PinnedBlocks fetch(std::span<const BlockKey> keys, const LookupResult& found);
   // fetch() without waiting on a disk or the network: when any block of the prefix lies in such a
   // tier (the SSD, a remote tier), the whole fetch runs on a loader thread and the caller polls or
   // waits on the handle; otherwise it runs now. The prefix is located again when the load starts,

@@ -384,6 +384,47 @@ void GpuTier::unpin(const BlockHash& hash) {
   if (--it->second.second == 0) pinned_.erase(it);
 }
 
+std::vector<bool> GpuTier::contains_many(std::span<const BlockHash> hashes) const {
+  return pool_.contains_many(hashes);
+}
+
+// pin() for a whole prefix: the pool's books taken once, the tokens compared where they lie
+// (probe() copies the block's identity). A 2047-block GPU hit on this project's VM: 1.0 ms
+// pinned block by block with its lookup repeated, see docs/benchmarks.md.
+std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> requests) {
+  std::vector<BlockHash> hashes;
+  std::vector<std::span<const uint32_t>> tokens;
+  hashes.reserve(requests.size());
+  tokens.reserve(requests.size());
+  for (const BlockRequest& r : requests) {
+    hashes.push_back(r.hash);
+    tokens.push_back(r.tokens);
+  }
+  std::vector<PinResult> out(requests.size());
+  std::lock_guard lock(pin_mu_);
+  const std::vector<GpuBlockPool::Found> found = pool_.find_and_ref_many(hashes, tokens);
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i].id < 0) continue;
+    auto [it, fresh] = pinned_.try_emplace(hashes[i], found[i].id, 0);
+    ++it->second.second;
+    out[i] = {true, found[i].id, found[i].same_tokens ? Presence::kSameTokens : Presence::kDifferentTokens};
+  }
+  return out;
+}
+
+void GpuTier::unpin_many(std::span<const BlockHash> hashes) {
+  std::vector<int32_t> ids;
+  ids.reserve(hashes.size());
+  std::lock_guard lock(pin_mu_);
+  for (const BlockHash& h : hashes) {
+    auto it = pinned_.find(h);
+    if (it == pinned_.end()) continue;
+    ids.push_back(it->second.first);
+    if (--it->second.second == 0) pinned_.erase(it);
+  }
+  pool_.unref_many(ids);
+}
+
 std::optional<int32_t> GpuTier::device_slot(const BlockHash& hash) const {
   {
     std::lock_guard lock(pin_mu_);

@@ -57,6 +57,9 @@ class GpuTier final : public Tier {
   bool erase(const BlockHash& hash) override;
   bool pin(const BlockHash& hash) override;
   void unpin(const BlockHash& hash) override;
+  std::vector<bool> contains_many(std::span<const BlockHash> hashes) const override;
+  std::vector<PinResult> pin_many(std::span<const BlockRequest> requests) override;
+  void unpin_many(std::span<const BlockHash> hashes) override;
   std::optional<int32_t> device_slot(const BlockHash& hash) const override;
   uint64_t capacity_bytes() const override;
   uint64_t used_bytes() const override;

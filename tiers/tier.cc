@@ -23,6 +23,21 @@ std::vector<Result<InsertOutcome>> Tier::insert_many(std::span<const BlockRef> b
   return out;
 }
 
+std::vector<Tier::PinResult> Tier::pin_many(std::span<const BlockRequest> requests) {
+  std::vector<PinResult> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!pin(requests[i].hash)) continue;
+    out[i].pinned = true;
+    out[i].slot = device_slot(requests[i].hash);
+    if (out[i].slot) out[i].presence = probe(requests[i]);
+  }
+  return out;
+}
+
+void Tier::unpin_many(std::span<const BlockHash> hashes) {
+  for (const BlockHash& h : hashes) unpin(h);
+}
+
 void Tier::set_eviction_sink(EvictionSink sink) {
   std::lock_guard lock(sink_mu_);
   sink_ = std::move(sink);

@@ -85,6 +85,19 @@ class Tier {
   // For a device tier: where the block lives there (the GPU block id a block table names).
   virtual std::optional<int32_t> device_slot(const BlockHash&) const { return std::nullopt; }
 
+  // pin(), probe() and device_slot() for each request, in request order. A device tier answers a
+  // whole prefix in one pass (a GPU hit of thousands of blocks would otherwise take their locks
+  // for each block, several times).
+  struct PinResult {
+    bool pinned = false;
+    std::optional<int32_t> slot;
+    // For a block with a slot, probe()'s answer once pinned (blocks read from the tier are checked
+    // by what the read returns).
+    Presence presence = Presence::kAbsent;
+  };
+  virtual std::vector<PinResult> pin_many(std::span<const BlockRequest> requests);
+  virtual void unpin_many(std::span<const BlockHash> hashes);
+
   virtual uint64_t capacity_bytes() const = 0;
   virtual uint64_t used_bytes() const = 0;
   virtual size_t block_count() const = 0;

@@ -1,5 +1,6 @@
 #include "engine/blocks/gpu_block_pool.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "base/byte_size.h"
@@ -78,6 +79,40 @@ int32_t GpuBlockPool::find_and_ref(const BlockHash& hash) {
   Slot& s = slots_[it->second];
   if (s.ref++ == 0) free_.erase(s.free_pos);
   return it->second;
+}
+
+std::vector<bool> GpuBlockPool::contains_many(std::span<const BlockHash> hashes) const {
+  std::vector<bool> out(hashes.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < hashes.size(); ++i) out[i] = by_hash_.count(hashes[i]) > 0;
+  return out;
+}
+
+std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const BlockHash> hashes,
+                                                                 std::span<const std::span<const uint32_t>> tokens) {
+  std::vector<Found> out(hashes.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    auto it = by_hash_.find(hashes[i]);
+    if (it == by_hash_.end()) continue;
+    Slot& s = slots_[it->second];
+    if (s.ref++ == 0) free_.erase(s.free_pos);
+    out[i].id = it->second;
+    const std::span<const uint32_t> want = i < tokens.size() ? tokens[i] : std::span<const uint32_t>();
+    out[i].same_tokens = s.identity && (want.empty() || std::equal(s.identity->token_ids.begin(),
+                                                                   s.identity->token_ids.end(), want.begin(),
+                                                                   want.end()));
+  }
+  return out;
+}
+
+void GpuBlockPool::unref_many(std::span<const int32_t> ids) {
+  std::lock_guard lock(mu_);
+  for (const int32_t id : ids) {
+    Slot& s = slots_[id];
+    assert(s.ref > 0);
+    if (--s.ref == 0) s.free_pos = free_.insert(free_.end(), id);
+  }
 }
 
 std::optional<BlockIdentity> GpuBlockPool::identity(int32_t id) const {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -58,6 +59,18 @@ class GpuBlockPool {
   int32_t find(const BlockHash& hash) const;
   // find() and ref() as one step (a free cached block cannot be taken in between), or -1.
   int32_t find_and_ref(const BlockHash& hash);
+  // find() for many hashes under one lock.
+  std::vector<bool> contains_many(std::span<const BlockHash> hashes) const;
+  // find_and_ref() for many hashes under one lock (a GPU hit's prefix is thousands of blocks),
+  // with whether each found block holds the expected token ids (an empty span matches any).
+  struct Found {
+    int32_t id = -1;  // -1: not cached
+    bool same_tokens = false;
+  };
+  std::vector<Found> find_and_ref_many(std::span<const BlockHash> hashes,
+                                       std::span<const std::span<const uint32_t>> tokens);
+  // unref() for many blocks under one lock.
+  void unref_many(std::span<const int32_t> ids);
   std::optional<BlockIdentity> identity(int32_t id) const;
   void ref(int32_t id);
   // At reference count 0 the block joins the free queue's most recent end.

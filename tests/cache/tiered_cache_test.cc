@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/cache/cache_test_blocks.h"
+#include "tests/engine/engine_test_env.h"
+#include "tiers/gpu_tier.h"
 #include "tiers/ram_tier.h"
 
 namespace kvtier {
@@ -203,6 +205,45 @@ TEST(TieredCache, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
   EXPECT_EQ(got.size(), 1u) << "the prefix ends before the mismatched block";
   EXPECT_EQ(cache.metrics().token_mismatches[1].value(), 1u);
   EXPECT_FALSE(top->contains(keys[1].hash)) << "a mismatched block is not promoted";
+}
+
+// A GPU hit is located once (lookup) and pinned in one pass (fetch of what it found). What
+// changed in between is still caught: a block evicted from the GPU since is read where it went
+// and uploaded again, and a GPU block under the right hash with other tokens ends the prefix.
+TEST(TieredCache, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensOnTheGpu) {
+  auto h = small_hasher();
+  auto pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {8, 0})).value();
+  std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
+  auto lower = ram(10);
+  TieredCache cache({top, lower});
+  const auto tokens = prompt(4 * 5, 1);
+  auto keys = h.keys(tokens, {});
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
+  Block bad = computed_block(h, keys, 3)->clone();
+  bad.mutable_identity().token_ids[0] += 1;  // on the GPU under keys[3]'s hash, wrong tokens
+  ASSERT_TRUE(top->insert(std::make_shared<const Block>(std::move(bad))).ok());
+  ASSERT_TRUE(cache.insert(computed_block(h, keys, 4)).ok());
+  ASSERT_TRUE(lower->insert(computed_block(h, keys, 1)).ok());
+
+  const LookupResult found = cache.lookup(keys);
+  ASSERT_EQ(found.blocks.size(), 5u);
+  for (const auto& hit : found.blocks) EXPECT_EQ(hit.tier, 0);
+  ASSERT_TRUE(top->erase(keys[1].hash));  // gone from the GPU after the lookup; RAM has it
+  {
+    PinnedBlocks got = cache.fetch(keys, found);
+    ASSERT_EQ(got.size(), 3u) << "the prefix ends at the block whose tokens differ";
+    EXPECT_EQ(got.entries()[0].source_tier, 0);
+    EXPECT_EQ(got.entries()[0].device_slot, top->device_slot(keys[0].hash).value_or(-2));
+    EXPECT_EQ(got.entries()[1].source_tier, 1) << "read where it went";
+    EXPECT_TRUE(testing::same_bytes(*got.entries()[1].block, *computed_block(h, keys, 1)));
+    EXPECT_EQ(got.entries()[1].device_slot, top->device_slot(keys[1].hash).value_or(-2)) << "uploaded again";
+    EXPECT_EQ(got.entries()[2].source_tier, 0);
+    for (const auto& e : got.entries()) EXPECT_TRUE(e.pinned);
+    EXPECT_EQ(cache.metrics().relocated.value(), 1u);
+    EXPECT_EQ(cache.metrics().token_mismatches[0].value(), 1u);
+    EXPECT_EQ(pool->blocks_in_use(), 3u) << "the three served blocks pinned, none past the prefix";
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 0u) << "released";
 }
 
 TEST(TieredCache, RandomOperationsKeepEveryTierWithinCapacity) {

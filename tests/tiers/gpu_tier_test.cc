@@ -177,6 +177,45 @@ TEST(GpuTier, PinnedBlocksStayAndAFullPoolRefusesWithACountedError) {
   f.tier->unpin(a->hash());
 }
 
+// pin_many answers a prefix in one pass: each present block pinned with its slot and whether it
+// holds the request's tokens, an absent one not pinned; its pins nest with pin()'s and hold
+// blocks against eviction until unpin_many gives them back.
+TEST(GpuTier, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
+  Fixture f(3);
+  auto a = f.block(1, testing::Values::kRandom), b = f.block(2, testing::Values::kRandom);
+  auto absent = f.block(3);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  ASSERT_TRUE(f.tier->insert(b).ok());
+  std::vector<uint32_t> other_tokens = b->identity().token_ids;
+  other_tokens[0] ^= 1;
+  const std::vector<BlockRequest> reqs{request_for(a), {b->hash(), other_tokens}, request_for(absent)};
+  const auto pins = f.tier->pin_many(reqs);
+  ASSERT_EQ(pins.size(), 3u);
+  EXPECT_TRUE(pins[0].pinned);
+  EXPECT_EQ(pins[0].slot, f.tier->device_slot(a->hash()));
+  EXPECT_EQ(pins[0].presence, Tier::Presence::kSameTokens);
+  EXPECT_TRUE(pins[1].pinned);
+  EXPECT_EQ(pins[1].slot, f.tier->device_slot(b->hash()));
+  EXPECT_EQ(pins[1].presence, Tier::Presence::kDifferentTokens);
+  EXPECT_FALSE(pins[2].pinned);
+  EXPECT_FALSE(pins[2].slot.has_value());
+
+  // Both pinned (a twice): new blocks evict around them.
+  ASSERT_TRUE(f.tier->pin(a->hash()));
+  EXPECT_EQ(f.pool->free_blocks(), 1u);
+  ASSERT_TRUE(f.tier->insert(f.block(4)).ok());
+  ASSERT_TRUE(f.tier->insert(f.block(5)).ok());
+  ASSERT_EQ(f.evicted.size(), 1u);
+  EXPECT_EQ(f.evicted[0]->hash(), f.block(4)->hash());
+  const std::vector<BlockHash> all{a->hash(), b->hash(), absent->hash()};
+  EXPECT_EQ(f.tier->contains_many(all), (std::vector<bool>{true, true, false}));
+
+  f.tier->unpin_many(all);  // b free again, beside block 5; a still holds pin()'s pin
+  EXPECT_EQ(f.pool->free_blocks(), 2u);
+  f.tier->unpin(a->hash());
+  EXPECT_EQ(f.pool->free_blocks(), 3u);
+}
+
 TEST(GpuTier, ABlockOfAnotherLayoutIsRefusedAndNothingChanges) {
   Fixture f(2);
   auto other = testing::share_layout(KvLayout::uniform("other", 3, 2, 64, 16, DType::kF16));
