@@ -389,8 +389,8 @@ std::vector<bool> GpuTier::contains_many(std::span<const BlockHash> hashes) cons
 }
 
 // pin() for a whole prefix: the pool's books taken once, the tokens compared where they lie
-// (probe() copies the block's identity). A 2047-block GPU hit on this project's VM: 1.0 ms
-// pinned block by block with its lookup repeated, see docs/benchmarks.md.
+// (probe() copies the block's identity). H100 host, a 2047-block prefix: 0.62 ms pinned block by
+// block, 0.27 ms this way (cache_bench, docs/benchmarks.md).
 std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> requests) {
   std::vector<BlockHash> hashes;
   std::vector<std::span<const uint32_t>> tokens;

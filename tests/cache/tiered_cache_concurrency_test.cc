@@ -10,6 +10,8 @@
 
 #include "cache/tiered_cache.h"
 #include "tests/cache/cache_test_blocks.h"
+#include "tests/engine/engine_test_env.h"
+#include "tiers/gpu_tier.h"
 #include "tiers/ram_tier.h"
 
 namespace kvtier {
@@ -85,6 +87,55 @@ TEST_P(TieredCacheConcurrency, EightThreadsOfLookupInsertFetchKeepTheInvariants)
   uint64_t sum = 0;
   for (const BlockRef& b : top->blocks()) sum += b->size_bytes();
   EXPECT_EQ(sum, top->used_bytes());
+}
+
+// The same with the GPU on top, where fetches pin their prefix in one pass (GpuTier::pin_many)
+// while other threads publish, evict and release: every block a fetch hands out is pinned at a
+// slot that holds its tokens for as long as it is held, and every pin comes back.
+TEST(TieredCacheGpuConcurrency, FetchesPinningGpuPrefixesWhileOthersEvictKeepTheInvariants) {
+  auto h = testing::small_hasher();
+  auto pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {24, 0})).value();
+  std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
+  RamTierOptions o;
+  o.capacity_bytes = 200 * computed_block(h, h.keys(testing::prompt(4, 1), {}), 0)->size_bytes();
+  TieredCache cache({top, std::make_shared<RamTier>(o)});
+
+  std::vector<std::vector<uint32_t>> prompts;
+  for (uint32_t p = 0; p < 32; ++p) prompts.push_back(testing::prompt(4 * (1 + p % 6), p));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> fetched{0}, wrong{0};
+  auto worker = [&](int id) {
+    std::mt19937 rng(id);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto& tokens = prompts[rng() % prompts.size()];
+      auto keys = h.keys(tokens, {});
+      if (rng() % 2 == 0) {
+        (void)cache.insert(computed_block(h, keys, rng() % keys.size()));
+        continue;
+      }
+      const LookupResult found = cache.lookup(keys);
+      PinnedBlocks got = cache.fetch(std::span(keys).first(found.blocks.size()), found);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const auto& e = got.entries()[i];
+        const auto held = e.device_slot >= 0 ? pool->identity(e.device_slot) : std::nullopt;
+        if (!e.pinned || !held || held->hash != keys[i].hash ||
+            !std::equal(keys[i].tokens.begin(), keys[i].tokens.end(), held->token_ids.begin(),
+                        held->token_ids.end())) {
+          wrong.fetch_add(1);
+        }
+      }
+      fetched.fetch_add(got.size(), std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(worker, i);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  stop = true;
+  for (auto& t : threads) t.join();
+
+  EXPECT_GT(fetched.load(), 100u);
+  EXPECT_EQ(wrong.load(), 0u) << "every handed-out block pinned at a slot holding its tokens";
+  EXPECT_EQ(pool->blocks_in_use(), 0u) << "every pin released";
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, TieredCacheConcurrency, ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain"),
