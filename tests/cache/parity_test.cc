@@ -302,7 +302,9 @@ TEST_P(ParityTest, ALoadPastItsDeadlineIsComputedInstead) {
   EXPECT_TRUE(b->load_deadline_passed);
   EXPECT_EQ(b->recomputed_blocks, 3u);
   EXPECT_EQ(b->cached_tokens, 0u);
-  EXPECT_LT(b->first_token_seconds, 1.5) << "the first token did not wait for the disk";
+  // Before its prefill began, B had given the load up: well under the disk's 1.5 s. (Bounding the
+  // first token instead bounded lavapipe's recompute too, which takes 1.9 s on some 2-core VMs.)
+  EXPECT_LT(b->restore_seconds, 1.0) << "the prefill did not wait for the disk";
   expect_bit_identical(*b, want_b, "B, its SSD load given up at the deadline");
 }
 
