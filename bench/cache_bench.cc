@@ -4,7 +4,7 @@
 //     from tokens (hashing included) and from precomputed keys.
 //  3. Insert and fetch throughput of Llama-3-8B blocks (2 MiB, bf16) in the RAM tier, in GB/s of
 //     block data, against memcpy of the same bytes in the same run.
-//  4. A GPU hit's bookkeeping (a prefix the GPU tier holds, the tiny model's layout): hash, lookup,
+//  4. A GPU hit's bookkeeping (a prefix the GPU tier holds, a small 4-layer bf16 layout): hash, lookup,
 //     pin and release, against floors measured in the same run: SHA-256 of the same bytes in one
 //     call, and a hash-map find per block. On the default Vulkan device (lavapipe here).
 #include <openssl/evp.h>
@@ -70,7 +70,9 @@ void bench_gpu_hit_bookkeeping() {
     const auto keys = h.keys(tokens, {});
     auto ids = (*stack)->gpu()->allocate(blocks);
     if (!ids.ok()) std::abort();
-    for (uint32_t i = 0; i < blocks; ++i) (void)(*stack)->gpu()->publish((*ids)[i], h.identity(keys, i, {}));
+    for (uint32_t i = 0; i < blocks; ++i) {
+      if ((*stack)->gpu()->publish((*ids)[i], h.identity(keys, i, {}))) std::abort();  // a duplicate key: none here
+    }
     (*stack)->gpu()->release(*ids);
     std::unordered_map<BlockHash, int32_t> map;
     for (uint32_t i = 0; i < blocks; ++i) map.emplace(keys[i].hash, static_cast<int32_t>(i));

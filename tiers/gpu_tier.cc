@@ -405,8 +405,7 @@ std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> req
   const std::vector<GpuBlockPool::Found> found = pool_.find_and_ref_many(hashes, tokens);
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].id < 0) continue;
-    auto [it, fresh] = pinned_.try_emplace(hashes[i], found[i].id, 0);
-    ++it->second.second;
+    ++pinned_.try_emplace(hashes[i], found[i].id, 0).first->second.second;
     out[i] = {true, found[i].id, found[i].same_tokens ? Presence::kSameTokens : Presence::kDifferentTokens};
   }
   return out;
