@@ -217,7 +217,7 @@ int main() {
     auto ram = std::make_shared<RamTier>(o);
     TieredCache cache({ram});
     Timing ins = time_calls([&] {
-      for (const auto& b : blocks) cache.erase(b->hash());
+      for (const auto& b : blocks) (void)cache.erase(b->hash());
       for (const auto& b : blocks) (void)cache.insert(b);
     }, 7);
     Timing fetch = time_calls([&] {
@@ -225,7 +225,7 @@ int main() {
       if (p.size() != keys.size()) std::abort();
     }, 7);
     Timing copy_in = time_calls([&] {
-      for (const auto& b : blocks) cache.erase(b->hash());
+      for (const auto& b : blocks) (void)cache.erase(b->hash());
       for (const auto& b : blocks) (void)cache.insert(std::make_shared<const Block>(b->clone()));
     }, 7);
     auto row = [&](const std::string& name, const Timing& t) {

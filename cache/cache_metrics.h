@@ -34,6 +34,7 @@ struct CacheMetrics {
   Counter dropped_lower_tier_refused;  // an evicted block the tier below would not take
   Counter dropped_no_room;             // a published block no tier could take
   Counter dropped_not_admitted;        // evicted from RAM, refused by the SSD admission rule
+  Counter dropped_erased_in_flight;    // evicted, then erased before the tier below took it
 };
 
 }  // namespace kvtier

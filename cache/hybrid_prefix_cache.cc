@@ -128,6 +128,12 @@ Result<AlignedBuffer> HybridPrefixCache::fetch_snapshot(std::span<const BlockKey
   return snapshot_of(layout_, *record);
 }
 
+Result<bool> HybridPrefixCache::erase_snapshot(const BlockHash& block_hash) {
+  auto held = cache_.erase(hasher_.snapshot_key(block_hash));
+  if (held.ok() && *held) metrics_.snapshots_deleted.inc();
+  return held;
+}
+
 void HybridPrefixCache::on_dropped(const BlockRef& block) {
   if (is_state_record(*block)) {
     const auto& keys = block->identity().extra_keys;
@@ -137,7 +143,8 @@ void HybridPrefixCache::on_dropped(const BlockRef& block) {
   if (block->layout().fingerprint() != layout_.attention().fingerprint()) return;  // another model's
   // The snapshot ending at this block cannot be used without it: it goes too.
   const BlockHash key = hasher_.snapshot_key(block->hash());
-  if (cache_.presence(BlockRequest{key, {}}) != Tier::Presence::kAbsent && cache_.erase(key)) {
+  if (cache_.presence(BlockRequest{key, {}}) == Tier::Presence::kAbsent) return;
+  if (auto erased = cache_.erase(key); erased.ok() && *erased) {
     metrics_.snapshots_erased_with_block.inc();
   }
 }
@@ -163,6 +170,8 @@ void HybridPrefixCache::visit_metrics(MetricVisitor& v) const {
             {{"layout", layout_.name()}, {"reason", "evicted"}}, metrics_.snapshots_evicted.value());
   v.counter("kvtier_hybrid_snapshots_evicted_total", "Snapshots gone from the local tiers, by reason",
             {{"layout", layout_.name()}, {"reason", "block_dropped"}}, metrics_.snapshots_erased_with_block.value());
+  v.counter("kvtier_hybrid_snapshots_deleted_total", "Snapshots erased with their block by a delete", l,
+            metrics_.snapshots_deleted.value());
 }
 
 }  // namespace kvtier

@@ -42,6 +42,7 @@ struct HybridCacheMetrics {
   Counter snapshot_read_failures;  // found by lookup, not readable intact at fetch
   Counter snapshots_evicted;       // fell off the last local tier themselves
   Counter snapshots_erased_with_block;  // erased because their block fell off
+  Counter snapshots_deleted;       // erased with their block by a DELETE
 };
 
 // Thread-safe (the cache is; metrics are atomic). It listens to the cache's drops from creation
@@ -78,6 +79,9 @@ class HybridPrefixCache {
   // The snapshot at the end of keys[block], checked against the block's tokens; kNotFound when
   // no tier returns it intact (counted).
   Result<AlignedBuffer> fetch_snapshot(std::span<const BlockKey> keys, size_t block);
+  // Erases the snapshot at the end of block `block_hash` from every tier (its block was deleted).
+  // True if a tier held it; TieredCache::erase's error when one could not let it go.
+  Result<bool> erase_snapshot(const BlockHash& block_hash);
   // Whether keys[block] has a snapshot in any tier (a shared one asked too).
   bool has_snapshot(std::span<const BlockKey> keys, size_t block) const;
 

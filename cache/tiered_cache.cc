@@ -34,6 +34,7 @@ void PinnedBlocks::release() {
 TieredCache::TieredCache(std::vector<std::shared_ptr<Tier>> tiers) : tiers_(std::move(tiers)) {
   assert(!tiers_.empty() && tiers_.size() <= kMaxTiers);
   for (size_t i = 0; i < tiers_.size(); ++i) {
+    tiers_[i]->set_erase_fence(fence_);
     tiers_[i]->set_eviction_sink([this, i](BlockRef b) { on_evicted(i, std::move(b)); });
   }
 }
@@ -108,6 +109,11 @@ PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool alway
 
 void TieredCache::on_evicted(size_t from, BlockRef block) {
   metrics_.evictions[from].inc();
+  if (fence_->blocks(block->hash())) {
+    // Erased after it left `from`: the end of its life (the tiers below would refuse it too).
+    metrics_.dropped_erased_in_flight.inc();
+    return;
+  }
   // The next local tier down takes it; one that cannot (a block larger than it, everything
   // pinned) passes it further down rather than losing it.
   bool kept = false, lower_local = false;
@@ -252,6 +258,7 @@ Tier::Presence TieredCache::presence(const BlockRequest& request) const {
 }
 
 Result<InsertOutcome> TieredCache::insert(BlockRef block) {
+  fence_->revive(block->hash());  // written anew after an erase: live again
   if (admission_) admission_->used(block->hash());
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {
@@ -335,6 +342,7 @@ void TieredCache::tell_dropped(const BlockRef& block) {
 }
 
 Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
+  const EraseFence::Move move = fence_->begin_move();  // it may copy the record up
   for (size_t t = 0; t < tiers_.size(); ++t) {
     // A shared tier is read at once (a miss is a counted not-found: one round trip, not two).
     if (!tiers_[t]->remote() && !tiers_[t]->contains(request.hash)) continue;
@@ -362,9 +370,16 @@ Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
   return not_found("record " + request.hash.hex() + " is in no tier");
 }
 
-bool TieredCache::erase(const BlockHash& hash) {
+Result<bool> TieredCache::erase(const BlockHash& hash) {
+  const EraseFence::Erasure erasure = fence_->begin_erase(hash);
   bool any = false;
-  for (auto& t : tiers_) any = t->erase(hash) || any;
+  Status failed;
+  for (auto& t : tiers_) {
+    auto r = t->erase_durably(hash);
+    if (r.ok()) any = *r || any;
+    else failed = r.status();
+  }
+  if (!failed.ok()) return failed;
   return any;
 }
 

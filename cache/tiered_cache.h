@@ -138,8 +138,11 @@ class TieredCache {
   // returns it intact (counted as the tiers count their failures, and as a token mismatch here).
   Result<BlockRef> read_record(const BlockRequest& request);
 
-  // Removes a block from every tier. True if any tier held it.
-  bool erase(const BlockHash& hash);
+  // Removes a block from every tier. True if any tier held it. Final: a move that was carrying
+  // the block (a prefetch, a promotion, an eviction) does not put it back (tiers/erase_fence.h);
+  // only a later insert() does. An error when a tier could not make it last (an SSD index the
+  // disk refused, a remote store that did not answer): every other tier let it go.
+  Result<bool> erase(const BlockHash& hash);
   // Called with each block that falls off the last local tier (evicted, not admitted, refused)
   // and that no shared tier took: the end of its life here. On the evicting thread, without the
   // tiers' locks. Removing one waits for its calls in flight.
@@ -148,6 +151,10 @@ class TieredCache {
   void remove_drop_listener(size_t id);
 
   const CacheMetrics& metrics() const { return metrics_; }
+  const EraseFence& erase_fence() const { return *fence_; }
+  // For a caller that copies blocks between the tiers itself: begun before it reads them, so an
+  // erase meanwhile makes the tiers refuse them.
+  EraseFence::Move begin_move() { return fence_->begin_move(); }
   // What restores cost, learned from every fetch that moved blocks up (and, from an engine that
   // reports them, its prefills): what hit plans and /v1/lookup's estimates are made of.
   HitCostModel& costs() { return costs_; }
@@ -181,6 +188,8 @@ class TieredCache {
   void gone(const BlockHash& hash, size_t tier);
 
   std::vector<std::shared_ptr<Tier>> tiers_;
+  // Keeps an erase final against the moves in flight (promotions, prefetches, evictions).
+  std::shared_ptr<EraseFence> fence_ = std::make_shared<EraseFence>();
   CacheMetrics metrics_;
   HitCostModel costs_;
   std::unique_ptr<AdmissionPolicy> admission_;

@@ -32,6 +32,8 @@ int TieredCache::relocate(const BlockHash& hash, int skip) const {
 }
 
 PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where, bool timed) {
+  // Begun before the first read: a block erased while this fetch carries it up is refused above.
+  const EraseFence::Move move = fence_->begin_move();
   metrics_.fetches.inc();
   const auto fetch_started = std::chrono::steady_clock::now();
   PinnedBlocks out;

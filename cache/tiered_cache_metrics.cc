@@ -53,6 +53,13 @@ void TieredCache::visit_metrics(MetricVisitor& v) const {
             metrics_.dropped_no_room.value());
   v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "not_admitted"}},
             metrics_.dropped_not_admitted.value());
+  v.counter("kvtier_dropped_blocks_total", "Blocks dropped", {{"reason", "erased_in_flight"}},
+            metrics_.dropped_erased_in_flight.value());
+  v.counter("kvtier_erase_refused_moves_total",
+            "Moves (promotions, prefetches, evictions) refused because their block was erased meanwhile", {},
+            fence_->refused.value());
+  v.gauge("kvtier_erase_tombstones", "Erased hashes still fenced against moves in flight", {},
+          static_cast<double>(fence_->tombstones()));
   for (const auto& t : tiers_) t->visit_metrics(v);
 }
 

@@ -216,6 +216,7 @@ Status GpuTier::upload(std::span<const BlockRef> blocks, std::span<const size_t>
 Result<std::vector<int32_t>> GpuTier::allocate(uint32_t n) {
   std::vector<BlockRef> evicted;
   std::vector<int32_t> ids;
+  const EraseFence::Move eviction = begin_eviction();  // victims are carried from here to the sink
   {
     std::lock_guard lock(transfer_mu_);
     KVTIER_ASSIGN_OR_RETURN(GpuBlockPool::Allocation a, pool_.allocate(n));
@@ -300,7 +301,12 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   metrics_.upload_seconds.observe(since(t0));
   for (size_t k = 0; k < todo.size(); ++k) {
     const int32_t id = (*ids)[k];
-    if (publish(id, blocks[todo[k]]->identity())) {
+    const std::optional<int32_t> held =
+        pool_.cache(id, blocks[todo[k]]->identity(), [this](const BlockHash& h) { return refuse_erased(h); });
+    if (held == -1) {
+      out[todo[k]] = failed_precondition("gpu tier: block " + blocks[todo[k]]->hash().hex() +
+                                         " was erased while it was being moved here");
+    } else if (held) {
       metrics_.duplicate_inserts.inc();  // published by someone else meanwhile
     } else {
       metrics_.inserts.inc();

@@ -48,11 +48,16 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
                             format_byte_size(options_.capacity_bytes));
   }
   std::vector<BlockRef> victims;
+  const EraseFence::Move eviction = begin_eviction();  // victims are carried from here to the sink
   {
     std::lock_guard lock(mu_);
     if (index_.count(block->hash())) {
       metrics_.duplicate_inserts.inc();
       return InsertOutcome::kAlreadyPresent;
+    }
+    if (refuse_erased(block->hash())) {
+      return failed_precondition(options_.name + " tier: block " + block->hash().hex() +
+                                 " was erased while it was being moved here");
     }
     if (Status quota = namespaces_.charge(block->identity().namespace_id, bytes); !quota.ok()) {
       metrics_.rejected_quota.inc();
@@ -167,6 +172,7 @@ Result<BlockRef> RamTier::read(const BlockRequest& request) {
 bool RamTier::erase(const BlockHash& hash) {
   BlockRef dropped;  // released after the lock
   std::vector<BlockRef> orphans;
+  const EraseFence::Move eviction = begin_eviction();  // orphans it demotes are carried down
   {
     std::lock_guard lock(mu_);
     const bool was_leaving = leaving_.erase(hash) > 0;

@@ -43,6 +43,12 @@ void Tier::set_eviction_sink(EvictionSink sink) {
   sink_ = std::move(sink);
 }
 
+bool Tier::refuse_erased(const BlockHash& hash) const {
+  if (!fence_ || !fence_->blocks(hash)) return false;
+  fence_->refused.inc();
+  return true;
+}
+
 void Tier::evict_to_sink(std::vector<BlockRef>& victims) {
   EvictionSink sink;
   {

@@ -15,6 +15,7 @@
 #include "base/metrics/metrics.h"
 #include "base/status.h"
 #include "serialize/block.h"
+#include "tiers/erase_fence.h"
 
 namespace kvtier {
 
@@ -77,6 +78,10 @@ class Tier {
   // Reads several blocks; tiers with real I/O issue them together. Results are in request order.
   virtual std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests);
   virtual bool erase(const BlockHash& hash) = 0;
+  // erase(), saying when it could not be made to last: kIoError (an index the disk refused, a
+  // store that did not answer), and the block may then still be held. Tiers whose erase cannot
+  // fail answer erase().
+  virtual Result<bool> erase_durably(const BlockHash& hash) { return erase(hash); }
 
   // A pinned block is never evicted. Pins nest. pin() is false when the block is absent.
   virtual bool pin(const BlockHash& hash) = 0;
@@ -106,14 +111,24 @@ class Tier {
   virtual void visit_metrics(MetricVisitor& visitor) const = 0;
 
   void set_eviction_sink(EvictionSink sink);
+  // Set by TieredCache before the tier is shared: inserts of blocks erased while a move carried
+  // them are refused, and evictions count as moves (tiers/erase_fence.h).
+  // A tier made of other tiers passes it on.
+  virtual void set_erase_fence(std::shared_ptr<EraseFence> fence) { fence_ = std::move(fence); }
 
  protected:
+  // True when `hash` must not be taken in (erased while in flight); counts the refusal. Call
+  // under the lock the insert takes, so the erase of this tier and the insert are ordered.
+  bool refuse_erased(const BlockHash& hash) const;
+  // Begun before victims leave the tier's index; ends after evict_to_sink hands them down.
+  EraseFence::Move begin_eviction() const { return fence_ ? fence_->begin_move() : EraseFence::Move(); }
   // Hands evicted blocks down; call without holding the tier's locks.
   void evict_to_sink(std::vector<BlockRef>& victims);
 
  private:
   mutable std::mutex sink_mu_;
   EvictionSink sink_;
+  std::shared_ptr<EraseFence> fence_;
 };
 
 }  // namespace kvtier

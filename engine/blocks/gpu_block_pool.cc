@@ -134,9 +134,15 @@ void GpuBlockPool::unref(int32_t id) {
 }
 
 std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity) {
+  return cache(id, std::move(identity), nullptr);
+}
+
+std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity,
+                                           const std::function<bool(const BlockHash&)>& refuse) {
   std::lock_guard lock(mu_);
   auto it = by_hash_.find(identity.hash);
   if (it != by_hash_.end()) return it->second;
+  if (refuse && refuse(identity.hash)) return -1;
   Slot& s = slots_[id];
   if (s.identity) by_hash_.erase(s.identity->hash);
   by_hash_.emplace(identity.hash, id);

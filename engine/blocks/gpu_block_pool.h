@@ -9,6 +9,7 @@
 // is its caller's business (GpuTier).
 #pragma once
 
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,10 @@ class GpuBlockPool {
   // Publishes block `id`'s contents under identity.hash. If that hash is already cached in another
   // block, nothing changes and that block's id is returned.
   std::optional<int32_t> cache(int32_t id, BlockIdentity identity);
+  // cache(), unless `refuse(identity.hash)` says no: asked under the pool's lock, so an uncache()
+  // of that hash is ordered with it. A refusal returns -1 and leaves block `id` uncached.
+  std::optional<int32_t> cache(int32_t id, BlockIdentity identity,
+                               const std::function<bool(const BlockHash&)>& refuse);
   // Forgets a cached hash (the block itself stays where it is). False when not cached.
   bool uncache(const BlockHash& hash);
 

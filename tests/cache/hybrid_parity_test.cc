@@ -176,7 +176,7 @@ TEST(HybridParity, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
   // A's snapshot is gone: its KV blocks alone restore nothing.
   const std::vector<uint32_t> a(kPromptA.begin(), kPromptA.end());
   const auto keys = s.keys(a);
-  ASSERT_TRUE(s.tiers->cache().erase(s.hasher().snapshot_key(keys[3].hash)));
+  ASSERT_TRUE(*s.tiers->cache().erase(s.hasher().snapshot_key(keys[3].hash)));
   const Generation b = s.run(kPromptB);
   EXPECT_EQ(b.cached_tokens, 0u);
   expect_bit_identical(b, want_b, "B computed: no snapshot");

@@ -87,7 +87,7 @@ TEST(HybridPrefixCache, LookupEndsAtTheLastBlockWithASnapshot) {
   EXPECT_TRUE(same(*back, at3));
 
   // A hole in the KV chain at block 2: only the prefix up to the snapshot after block 1 is left.
-  ASSERT_TRUE(f.cache.erase(keys[2].hash));
+  ASSERT_TRUE(*f.cache.erase(keys[2].hash));
   r = f.hybrid_cache->lookup(keys);
   EXPECT_EQ(r.kv_blocks, 2u);
   EXPECT_EQ(r.blocks, 2u);

@@ -65,6 +65,9 @@ Result<InsertOutcome> RemoteTier::insert(BlockRef block) {
     metrics_.dropped_shutdown.inc();
     return failed_precondition("remote tier is closed");
   }
+  if (refuse_erased(block->hash())) {
+    return failed_precondition("remote tier: block " + block->hash().hex() + " was erased while it was being moved here");
+  }
   if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
     metrics_.dropped_queue_full.inc();
     if (auto n = write_log_.admit()) {
@@ -122,6 +125,7 @@ void RemoteTier::writer_loop() {
         queue_.pop_front();
       }
       in_flight_ = batch.size();
+      for (const BlockRef& b : batch) writing_.insert(b->hash());
       held = held_locally_;
       metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
       metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
@@ -144,6 +148,8 @@ void RemoteTier::writer_loop() {
     {
       std::lock_guard lock(queue_mu_);
       in_flight_ = 0;
+      writing_.clear();
+      batch_cv_.notify_all();
       schedule_retries_locked(failed, taken);
       metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
       if (queue_.empty()) idle_cv_.notify_all();
@@ -409,13 +415,42 @@ std::vector<Result<BlockRef>> RemoteTier::read_many(std::span<const BlockRequest
 }
 
 bool RemoteTier::erase(const BlockHash& hash) {
+  auto r = erase_durably(hash);
+  return r.ok() && *r;
+}
+
+Result<bool> RemoteTier::erase_durably(const BlockHash& hash) {
   const std::string key = key_of(hash);
   {
-    std::lock_guard lock(queue_mu_);
+    std::unique_lock lock(queue_mu_);
     if (written_.erase(hash)) std::erase(written_order_, hash);
+    // Not written later: neither queued nor retried, and a batch writing it now ends before the DEL.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->hash() != hash) {
+        ++it;
+        continue;
+      }
+      queued_bytes_ -= (*it)->size_bytes();
+      it = queue_.erase(it);
+    }
+    for (auto it = retries_.begin(); it != retries_.end();) {
+      if (it->block->hash() != hash) {
+        ++it;
+        continue;
+      }
+      queued_bytes_ -= it->block->size_bytes();
+      it = retries_.erase(it);
+    }
+    metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
+    metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
+    metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
+    if (queue_.empty()) idle_cv_.notify_all();
+    batch_cv_.wait(lock, [&] { return !writing_.count(hash); });
   }
   auto r = cluster_->execute(std::vector<RedisCommand>{{"DEL", key}});
-  return r.front().ok() && r.front()->is_integer() && r.front()->integer() > 0;
+  if (!r.front().ok()) return r.front().status().with_context("remote tier: DEL " + hash.hex());
+  if (!r.front()->is_integer()) return io_error("remote tier: DEL " + hash.hex() + " got an unexpected reply");
+  return r.front()->integer() > 0;
 }
 
 void RemoteTier::visit_metrics(MetricVisitor& v) const {

@@ -90,6 +90,8 @@ class RemoteTier final : public Tier {
   Result<BlockRef> read(const BlockRequest& request) override;
   std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
   bool erase(const BlockHash& hash) override;
+  // A DEL Redis did not answer is an error: the block may still be there for other hosts.
+  Result<bool> erase_durably(const BlockHash& hash) override;
   // Nothing can be pinned in a shared store; the cache pins only its top tier.
   bool pin(const BlockHash&) override { return false; }
   void unpin(const BlockHash&) override {}
@@ -147,6 +149,8 @@ class RemoteTier final : public Tier {
   std::deque<Retry> retries_;     // oldest first failure first
   uint64_t queued_bytes_ = 0;     // queue_ and retries_ together, bounded by write_queue_bytes
   size_t in_flight_ = 0;
+  std::unordered_set<BlockHash> writing_;  // the batch being written now
+  std::condition_variable batch_cv_;       // an erase waits for the batch writing its block
   bool stopping_ = false;
   // Hashes this host wrote lately, so a block published and later spilled is sent once.
   std::unordered_set<BlockHash> written_;

@@ -57,6 +57,8 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
             reinserted.value());
   v.counter("kvtier_ssd_reinsert_failed_total", "Reinsertions that failed", {}, reinsert_failed.value());
   v.counter("kvtier_ssd_erased_total", "Entries removed on request", {}, erased.value());
+  v.counter("kvtier_ssd_erase_failures_total", "Erases the index would not record (the delete failed)", {},
+            erase_failed.value());
   v.counter("kvtier_ssd_recovery_dropped_entries_total",
             "Entries dropped at open (pointing past what their segment holds)", {},
             recovery_dropped_entries.value());

@@ -45,6 +45,7 @@ struct SsdTierMetrics {
   Counter reinserted;
   Counter reinsert_failed;
   Counter erased;
+  Counter erase_failed;  // the index would not record an erase (a full disk): the DELETE failed
   // Recovery at open.
   Counter recovery_dropped_entries;
   Counter recovery_removed_orphan_files;

@@ -20,6 +20,10 @@ std::string SsdState::segment_path(uint64_t id) const {
 
 Status SsdState::remove_entry_if(const BlockHash& hash, const IndexEntry& seen) {
   std::lock_guard lock(index_mu);
+  return remove_entry_if_locked(hash, seen);
+}
+
+Status SsdState::remove_entry_if_locked(const BlockHash& hash, const IndexEntry& seen) {
   auto current = index->get(hash);
   if (!current.ok() || !current->has_value() || !(**current == seen)) return ok_status();
   SsdIndex::Batch batch;
@@ -36,6 +40,10 @@ Status SsdState::remove_entry_if(const BlockHash& hash, const IndexEntry& seen) 
 
 Status SsdState::remove_undecodable(const BlockHash& hash) {
   std::lock_guard lock(index_mu);
+  return remove_undecodable_locked(hash);
+}
+
+Status SsdState::remove_undecodable_locked(const BlockHash& hash) {
   SsdIndex::Batch batch;
   batch.remove_primary(hash);
   return index->commit(batch);

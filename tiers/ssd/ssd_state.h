@@ -64,6 +64,9 @@ struct SsdState {
   Status remove_entry_if(const BlockHash& hash, const IndexEntry& seen);
   // Removes an entry whose value cannot be decoded (its segment key is found by reclaim/fsck).
   Status remove_undecodable(const BlockHash& hash);
+  // The same, for a caller that holds index_mu.
+  Status remove_entry_if_locked(const BlockHash& hash, const IndexEntry& seen);
+  Status remove_undecodable_locked(const BlockHash& hash);
   void refresh_space_gauges();
 };
 

@@ -276,6 +276,9 @@ Result<InsertOutcome> SsdTier::insert(BlockRef block) {
 
   std::lock_guard lock(pending_mu_);
   if (pending_.count(item->hash)) return InsertOutcome::kAlreadyPresent;
+  if (refuse_erased(item->hash)) {
+    return failed_precondition("ssd tier: block " + item->hash.hex() + " was erased while it was being moved here");
+  }
   item->ticket = next_ticket_.load() + 1;
   if (!queue_.try_push(item)) {
     const bool shutting_down = queue_.closed();
@@ -375,9 +378,17 @@ std::vector<Result<BlockRef>> SsdTier::read_many(std::span<const BlockRequest> r
 }
 
 bool SsdTier::erase(const BlockHash& hash) {
+  auto r = erase_durably(hash);
+  return r.ok() && *r;
+}
+
+Result<bool> SsdTier::erase_durably(const BlockHash& hash) {
   std::shared_lock life(life_mu_);
   if (closed_.load()) return false;
   bool any = false;
+  // Under the index lock the writer commits under: a commit either indexed the block already
+  // (found and removed below) or has yet to ask whether it is still pending (it is not).
+  std::lock_guard index_lock(state_.index_mu);
   {
     std::lock_guard lock(pending_mu_);
     any = pending_.erase(hash) > 0;  // the writer will not index it
@@ -387,10 +398,21 @@ bool SsdTier::erase(const BlockHash& hash) {
     state_.erased_during_reinsert.insert(hash);
   }
   auto e = state_.index->get(hash);
+  Status removed;
   if (e.ok() && e->has_value()) {
-    any = state_.remove_entry_if(hash, **e).ok() || any;
+    removed = state_.remove_entry_if_locked(hash, **e);
+    any = any || removed.ok();
   } else if (!e.ok()) {
-    any = state_.remove_undecodable(hash).ok() || any;
+    removed = state_.remove_undecodable_locked(hash);
+    any = any || removed.ok();
+  }
+  if (!removed.ok()) {
+    state_.metrics.erase_failed.inc();
+    if (auto n = state_.write_fail_log.admit()) {
+      spdlog::error("ssd tier: erase of block {} not recorded in the index: {} ({} similar suppressed)", hash.hex(),
+                    removed.to_string(), *n);
+    }
+    return removed.with_context("ssd tier: erasing block " + hash.hex());
   }
   if (any) state_.metrics.erased.inc();
   return any;

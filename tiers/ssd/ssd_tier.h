@@ -51,6 +51,7 @@ class SsdTier final : public Tier {
   Result<BlockRef> read(const BlockRequest& request) override;
   std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
   bool erase(const BlockHash& hash) override;
+  Result<bool> erase_durably(const BlockHash& hash) override;
   // Reclaim is FIFO by segment and ignores pins; pinning is the top tier's business.
   bool pin(const BlockHash& hash) override { return contains(hash); }
   void unpin(const BlockHash&) override {}

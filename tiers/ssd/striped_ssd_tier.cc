@@ -108,6 +108,11 @@ Result<std::unique_ptr<StripedSsdTier>> StripedSsdTier::open(SsdTierOptions o,
 
 StripedSsdTier::~StripedSsdTier() { close(); }
 
+void StripedSsdTier::set_erase_fence(std::shared_ptr<EraseFence> fence) {
+  for (SsdTier* d : directories()) d->set_erase_fence(fence);
+  Tier::set_erase_fence(std::move(fence));
+}
+
 std::vector<SsdTier*> StripedSsdTier::directories() const {
   std::vector<SsdTier*> up;
   for (const Directory& d : dirs_) {
@@ -220,8 +225,19 @@ std::vector<Result<BlockRef>> StripedSsdTier::read_many(std::span<const BlockReq
 }
 
 bool StripedSsdTier::erase(const BlockHash& hash) {
+  auto r = erase_durably(hash);
+  return r.ok() && *r;
+}
+
+Result<bool> StripedSsdTier::erase_durably(const BlockHash& hash) {
   bool any = false;
-  for (SsdTier* d : directories()) any = d->erase(hash) || any;
+  Status failed;
+  for (SsdTier* d : directories()) {
+    auto r = d->erase_durably(hash);
+    if (r.ok()) any = *r || any;
+    else failed = r.status();
+  }
+  if (!failed.ok()) return failed;
   return any;
 }
 

@@ -37,6 +37,7 @@ class StripedSsdTier final : public Tier {
   Result<BlockRef> read(const BlockRequest& request) override;
   std::vector<Result<BlockRef>> read_many(std::span<const BlockRequest> requests) override;
   bool erase(const BlockHash& hash) override;
+  Result<bool> erase_durably(const BlockHash& hash) override;
   bool pin(const BlockHash& hash) override { return contains(hash); }
   void unpin(const BlockHash&) override {}
   uint64_t capacity_bytes() const override;
@@ -49,6 +50,7 @@ class StripedSsdTier final : public Tier {
   // Closes every directory (see SsdTier::close); returns the queued blocks dropped. Idempotent.
   size_t close();
 
+  void set_erase_fence(std::shared_ptr<EraseFence> fence) override;
   // The directories that are up, in the order given.
   std::vector<SsdTier*> directories() const;
   // Directories given but not served: unreadable at open, or back empty though the cache named
