@@ -76,17 +76,11 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   }
   // Half the spill queue at a time, so the queue never refuses one of them for being full.
   uint64_t queued = 0;
+  std::vector<BlockHash> handed;
   for (size_t i = 0; i < todo.size(); ++i) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      p.left = todo.size() - i;
-      break;
-    }
-    auto r = ssd_->insert(todo[i]);
-    if (!r.ok()) {
-      ++p.left;
-      continue;
-    }
-    ++p.written;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (!ssd_->insert(todo[i]).ok()) continue;
+    handed.push_back(todo[i]->hash());
     queued += layout_->dense_block_bytes();
     if (queued >= ssd_spill_queue_bytes_ / 2) {
       ssd_->flush();
@@ -94,6 +88,13 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
     }
   }
   ssd_->flush();
+  // Written means indexed after its data was made durable: a write the disk refused (ENOSPC, an
+  // I/O error) was counted and dropped by the writer, and a block written early may have been
+  // reclaimed by a later one when RAM held more than the SSD. Only what is still indexed now comes
+  // back after a restart.
+  const std::vector<bool> held = ssd_->contains_many(handed);
+  p.written = static_cast<size_t>(std::count(held.begin(), held.end(), true));
+  p.left = todo.size() - p.written;
   return p;
 }
 
@@ -109,6 +110,16 @@ size_t CacheStack::close() {
     remote_lost = remote_->metrics().dropped_shutdown.value() - before;
   }
   return ssd_lost + remote_lost;
+}
+
+void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
+  if (p.left == 0) {
+    spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
+    return;
+  }
+  spdlog::warn("{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (the disk refused "
+               "them, ENOSPC or an I/O error, see kvtier_spill_dropped_total and kvtier_spill_failed_total; or the shutdown deadline passed)",
+               who, p.written, p.written + p.left, p.left);
 }
 
 }  // namespace kvtier

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "cache/tiered_cache.h"
 #include "engine/blocks/gpu_block_pool.h"
@@ -79,5 +80,9 @@ class CacheStack {
   std::chrono::milliseconds remote_drain_timeout_{10000};
   bool closed_ = false;
 };
+
+// Logs a persist_to_ssd() result once, as `who` ("shutdown", "close"): info when all was written,
+// a warning naming what was not.
+void log_persisted(std::string_view who, const CacheStack::Persisted& p);
 
 }  // namespace kvtier

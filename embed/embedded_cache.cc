@@ -192,6 +192,14 @@ Status EmbeddedCache::Impl::check_block_ids(std::span<const int64_t> ids, size_t
                               " is outside the paged arrays' " + std::to_string(num_blocks) + " blocks");
     }
   }
+  // Two blocks of a prompt in one slot: a load would leave the later one there for both, a save
+  // would store one slot's KV under two blocks' hashes.
+  std::vector<int64_t> sorted(ids.begin(), ids.begin() + used);
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+    return invalid_argument("block_ids names block " + std::to_string(*dup) +
+                            " more than once: each block of a prompt needs a slot of its own");
+  }
   return ok_status();
 }
 
@@ -306,8 +314,7 @@ EmbeddedCache::EmbeddedCache(EmbeddedCacheOptions options)
     : options_(std::move(options)), impl_(std::make_shared<Impl>()) {}
 
 Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOptions& o) {
-  if (o.ns.empty()) return invalid_argument("namespace is empty");
-  if (o.ns.size() > 256) return invalid_argument("namespace is longer than 256 bytes");
+  KVTIER_RETURN_IF_ERROR(check_namespace(o.ns));  // as kvtierd's doors check it
   std::optional<HybridLayout> hybrid;
   if (!o.hybrid_layout.empty()) {
     auto h = hybrid_layout_from(o.hybrid_layout);
@@ -580,7 +587,7 @@ size_t EmbeddedCache::close() {
   if (options_.persist_on_close && stack.ssd()) {
     const CacheStack::Persisted p = stack.persist_to_ssd(deadline);
     lost += p.left;
-    spdlog::info("close: wrote {} blocks that only RAM held to the SSD; {} left unwritten", p.written, p.left);
+    log_persisted("close", p);
   }
   impl_->close_device();
   const size_t dropped = stack.close();

@@ -29,6 +29,9 @@ using namespace kvtier;
 
 namespace {
 
+// The exit status of a shutdown that could not write every block it held (docs/operations.md).
+constexpr int kExitBlocksLost = 3;
+
 std::string describe_tiers(CacheStack& stack) {
   std::string out;
   for (const auto& t : stack.cache().tiers()) {
@@ -97,6 +100,7 @@ int serve(const ServerOptions& o) {
       o.hybrid ? std::make_unique<BlockService>(**stack, o.hash, o.max_body_memory, *o.hybrid)
                : std::make_unique<BlockService>(**stack, o.hash, o.max_body_memory);
   BlockService& service = *service_owner;
+  if (o.hybrid && !service.hybrid_layout()) return 2;  // logged by the service: never serve it as a plain layout
   if (o.hybrid) {
     spdlog::info("hybrid layout {} (fingerprint {}): {} of {} layers Gated DeltaNet, {} per state snapshot",
                  o.hybrid->name(), o.hybrid->fingerprint_hex(), o.hybrid->gdn_layers(), o.hybrid->pattern().size(),
@@ -193,9 +197,11 @@ int serve(const ServerOptions& o) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + o.shutdown_timeout;
+  size_t unwritten = 0;
   if (o.persist_on_shutdown && (*stack)->ssd()) {
     const CacheStack::Persisted p = (*stack)->persist_to_ssd(deadline);
-    spdlog::info("wrote {} blocks that only RAM held to the SSD; {} left unwritten", p.written, p.left);
+    unwritten = p.left;
+    log_persisted("shutdown", p);
   }
   const size_t dropped = (*stack)->close();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -203,7 +209,9 @@ int serve(const ServerOptions& o) {
     spdlog::warn("shutdown: {} queued blocks could not be written in time and are lost", dropped);
   }
   spdlog::info("stopped {} in {:.2f} s", served ? "cleanly" : "after a listener failure", s);
-  return served ? 0 : 1;
+  if (!served) return 1;
+  // A shutdown that lost blocks says so to whatever supervises it (docs/operations.md).
+  return unwritten + dropped > 0 ? kExitBlocksLost : 0;
 }
 
 }  // namespace
