@@ -6,7 +6,19 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include "base/text/client_text.h"
+
 namespace kvtier {
+
+Status check_namespace(std::string_view ns) {
+  if (ns.empty()) return invalid_argument("namespace is empty");
+  if (ns.size() > kMaxNamespaceBytes) {
+    return invalid_argument("a namespace is at most " + std::to_string(kMaxNamespaceBytes) + " bytes; this one has " +
+                            std::to_string(ns.size()));
+  }
+  if (!is_valid_utf8(ns)) return invalid_argument("namespace '" + escaped_text(ns, 64) + "' is not valid UTF-8");
+  return ok_status();
+}
 
 namespace {
 

@@ -22,6 +22,11 @@ enum class HashAlgorithm { kSha256, kXxh3 };
 std::string_view hash_algorithm_name(HashAlgorithm a);  // "sha256", "xxh3"
 Result<HashAlgorithm> parse_hash_algorithm(std::string_view name);
 
+// A namespace is 1 to kMaxNamespaceBytes bytes of UTF-8 on every door (kvtierd's two, Python,
+// C): anything else is kInvalidArgument, whichever door it came through.
+inline constexpr size_t kMaxNamespaceBytes = 1024;
+Status check_namespace(std::string_view ns);
+
 struct Namespace {
   std::string model_id;       // stored with each block (metadata "namespace")
   uint64_t layout_fingerprint = 0;

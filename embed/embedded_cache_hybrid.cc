@@ -44,6 +44,11 @@ Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::s
   if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
   if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
   const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+  // As kvtierd answers it (422): a snapshot is of no use without the block it ends at.
+  if (impl_->stack->cache().presence({keys.back().hash, keys.back().tokens}) == Tier::Presence::kAbsent) {
+    return impl_->reject(failed_precondition("the block ending at token " + std::to_string(tokens.size()) +
+                                             " is not cached: store a prompt's blocks before its state"));
+  }
   auto r = impl_->hybrid->store_snapshot(keys, keys.size() - 1, extra_keys, snapshot);
   if (!r.ok()) {
     if (r.status().code() == StatusCode::kInvalidArgument) return impl_->reject(r.status());

@@ -78,6 +78,16 @@ Result<HybridLayout> HybridLayout::from_json(const json& j) {
     KVTIER_ASSIGN_OR_RETURN(h.gdn_.conv_width, positive_int(g, "conv_width", gw, 4));
     KVTIER_ASSIGN_OR_RETURN(h.gdn_.conv_channels, positive_int(g, "conv_channels", gw));
     if (h.gdn_.conv_width > 8) return invalid_argument(gw + ": conv_width must be at most 8");
+    // A layer's state travels as one layer of a state record (serialize/state_record.h): K and V
+    // of block_size rows of at most 1024 heads of 1024 floats.
+    const size_t floats = h.gdn_.state_floats() + h.gdn_.window_floats();
+    const size_t most = 2 * size_t(h.attention_.block_size) * 1024 * 1024;
+    if (floats > most) {
+      return invalid_argument(gw + ": one layer's state and window are " + std::to_string(floats) +
+                              " floats; a state record holds at most " + std::to_string(most) + " at block_size " +
+                              std::to_string(h.attention_.block_size));
+    }
+    if (h.gdn_layers() > 1024) return invalid_argument(where + ": at most 1024 gdn layers");
   } else if (j.contains("gdn")) {
     return invalid_argument(where + ": field 'gdn' given but the pattern has no gdn layer");
   }

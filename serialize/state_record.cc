@@ -14,11 +14,17 @@ std::string hybrid_tag(const HybridLayout& h) { return "hybrid=" + h.fingerprint
 
 KvLayout snapshot_layout(const HybridLayout& hybrid) {
   const int block_size = hybrid.attention().block_size;
-  // K and V of one layer hold 2 * block_size * head_dim floats; head_dim a multiple of 8.
+  // K and V of one layer hold 2 * block_size * heads * head_dim floats, head_dim a multiple of 8
+  // and at most KvLayout's 1024: a real model's state (16 heads of 128 x 128 and a 6144-channel
+  // window, 280k floats) needs several "heads". One head where one is enough, which keeps the
+  // layout (and so the records) of small hybrids as they were.
   const size_t per_row = 2 * static_cast<size_t>(block_size);
-  size_t head_dim = (layer_floats(hybrid) + per_row - 1) / per_row;
+  const size_t row_floats = (layer_floats(hybrid) + per_row - 1) / per_row;
+  constexpr size_t kMaxHeadDim = 1024;
+  const size_t heads = (row_floats + kMaxHeadDim - 1) / kMaxHeadDim;
+  size_t head_dim = (row_floats + heads - 1) / heads;
   head_dim = (head_dim + 7) / 8 * 8;
-  return KvLayout::uniform(hybrid.name() + ".state", std::max(1, hybrid.gdn_layers()), 1,
+  return KvLayout::uniform(hybrid.name() + ".state", std::max(1, hybrid.gdn_layers()), static_cast<int>(heads),
                            static_cast<int>(head_dim), block_size, DType::kF32);
 }
 

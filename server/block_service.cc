@@ -18,16 +18,6 @@ std::string fingerprint_hex(uint64_t fp) {
 
 }  // namespace
 
-Status check_namespace(std::string_view ns) {
-  if (ns.empty()) return invalid_argument("namespace is empty");
-  if (ns.size() > kMaxNamespaceBytes) {
-    return invalid_argument("a namespace is at most " + std::to_string(kMaxNamespaceBytes) + " bytes; this one has " +
-                            std::to_string(ns.size()));
-  }
-  if (!is_valid_utf8(ns)) return invalid_argument("namespace '" + escaped_text(ns, 64) + "' is not valid UTF-8");
-  return ok_status();
-}
-
 BlockService::BlockService(CacheStack& stack, HashAlgorithm hash, uint64_t max_body_memory)
     : stack_(stack),
       hash_(hash),
@@ -203,7 +193,7 @@ std::vector<std::optional<BlockDocumentParts>> BlockService::batch_get(std::span
   return out;
 }
 
-bool BlockService::erase(const BlockHash& hash, std::string_view ns) {
+Result<bool> BlockService::erase(const BlockHash& hash, std::string_view ns) {
   if (!ns.empty()) {  // another namespace's block must look exactly like an absent one
     // Read where it lies, not fetched: a fetch would promote it up the tiers (and refresh its
     // recency) only to delete it, or for a probe of another tenant's hash.
@@ -216,8 +206,14 @@ bool BlockService::erase(const BlockHash& hash, std::string_view ns) {
     }
     if (!ours) return false;
   }
-  const bool held = stack_.cache().erase(hash);
-  if (held) metrics_.deletes.inc();
+  auto held = stack_.cache().erase(hash);
+  // Its snapshot cannot be used without it, and a delete is the client's word that it must go.
+  Result<bool> snapshot = hybrid_ ? hybrid_->erase_snapshot(hash) : Result<bool>(false);
+  if (!held.ok() || !snapshot.ok()) {
+    metrics_.delete_failures.inc();
+    return held.ok() ? snapshot.status() : held.status();
+  }
+  if (*held) metrics_.deletes.inc();
   return held;
 }
 
@@ -252,9 +248,45 @@ Result<InsertOutcome> BlockService::put_state(const BlockHash& hash, std::span<c
     return reject(metrics_.puts_rejected_inconsistent,
                   failed_precondition("the document's namespace is not its block's"));
   }
+  if (Status st = check_prefix_length(**block, snapshot->tokens); !st.ok()) {
+    return reject(metrics_.puts_rejected_inconsistent, st);
+  }
   auto r = hybrid_->store_snapshot((*block)->identity(), snapshot->tokens, snapshot->data.span());
   if (!r.ok()) return reject(metrics_.puts_rejected_no_room, r.status());
   return r;
+}
+
+Status BlockService::check_prefix_length(const Block& block, uint64_t tokens) {
+  const uint64_t bs = static_cast<uint64_t>(stack_.layout().block_size);
+  const auto wrong = [&](const std::string& why) {
+    return failed_precondition("the document says its snapshot follows " + std::to_string(tokens) + " tokens, but " +
+                               why);
+  };
+  if (tokens == 0 || tokens % bs != 0) return wrong("a snapshot is taken after a whole number of blocks of " +
+                                                    std::to_string(bs) + " tokens");
+  // The block's chain, walked back to the namespace's root where each block lies (read, not
+  // fetched: nothing moves up). Its length is the prefix the block ends.
+  const BlockHash root = hasher_for(block.identity().namespace_id).root();
+  BlockHash parent = block.identity().parent_hash;
+  uint64_t blocks = 1;
+  for (; parent != root; ++blocks) {
+    if (blocks >= tokens / bs) return wrong("block " + block.hash().hex() + " ends a longer prefix");
+    BlockRef held;
+    for (const auto& tier : stack_.cache().tiers()) {
+      if (tier->remote() || !tier->contains(parent)) continue;
+      if (auto r = tier->read({parent, {}}); r.ok()) held = *r;
+      break;
+    }
+    if (!held) {
+      return failed_precondition("block " + parent.hex() + ", before " + block.hash().hex() +
+                                 " in its prompt, is not cached: PUT a prompt's blocks from its first before its state");
+    }
+    parent = held->identity().parent_hash;
+  }
+  if (blocks != tokens / bs) {
+    return wrong("block " + block.hash().hex() + " ends a prefix of " + std::to_string(blocks * bs));
+  }
+  return ok_status();
 }
 
 Result<Bytes> BlockService::get_state(const BlockHash& hash, std::string_view ns) {
@@ -293,6 +325,8 @@ Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
     else ++reply.already_warm;
   }
   if (reads.empty() || !stack_.ssd()) return reply;
+  // A move: a block deleted while it is read is refused by RAM instead of coming back.
+  const EraseFence::Move move = stack_.cache().begin_move();
   std::vector<Result<BlockRef>> got = stack_.ssd()->read_many(reads);
   for (auto& g : got) {
     if (g.ok() && stack_.ram().insert(*g).ok()) ++reply.prefetched;
@@ -334,6 +368,9 @@ void BlockService::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_server_prefetch_failures_total", "SSD blocks a prefetch could not warm into RAM", {},
             metrics_.prefetch_failures.value());
   v.counter("kvtier_server_deletes_total", "Blocks deleted", {}, metrics_.deletes.value());
+  v.counter("kvtier_server_delete_failures_total",
+            "Deletes a tier could not make last (answered 5xx: the block may still be held)", {},
+            metrics_.delete_failures.value());
   v.counter("kvtier_server_prefetched_blocks_total", "Blocks read from SSD into RAM by prefetch", {},
             metrics_.prefetched_blocks.value());
 }

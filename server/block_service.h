@@ -23,10 +23,6 @@
 
 namespace kvtier {
 
-// A namespace is 1 to kMaxNamespaceBytes bytes of UTF-8 on every door: anything else is
-// kInvalidArgument (400), whichever door it came through.
-inline constexpr size_t kMaxNamespaceBytes = 1024;
-Status check_namespace(std::string_view ns);
 
 struct PromptRequest {
   std::string ns;  // the model id half of the namespace (the layout is the server's)
@@ -80,6 +76,7 @@ struct BlockServiceMetrics {
   Counter gets_hit;
   Counter gets_miss;
   Counter deletes;
+  Counter delete_failures;  // a tier could not make the erase last
   Counter prefetched_blocks;
   Counter prefetch_failures;
   Counter encode_failures;
@@ -119,7 +116,9 @@ class BlockService {
   // fetched together (the SSD tier reads them in one batch).
   std::vector<std::optional<BlockDocumentParts>> batch_get(std::span<const BlockHash> hashes, std::string_view ns);
   // With `ns` non-empty, only a block of that namespace is erased (another's is "not cached").
-  bool erase(const BlockHash& hash, std::string_view ns = {});
+  // False when nothing held it; an error when a tier could not make the erase last (the SSD's
+  // index on a full disk): the client must not take the block for gone.
+  Result<bool> erase(const BlockHash& hash, std::string_view ns = {});
   // Hybrid servers. `document` is a state document (serialize/format/state_document.h) of the
   // snapshot taken at the end of block `hash`, which must be cached: the block's identity names
   // the snapshot's namespace and tokens (a snapshot is never stored without its block).
@@ -137,6 +136,9 @@ class BlockService {
 
  private:
   PrefixHasher hasher_for(const std::string& ns) const;
+  // Whether `block` ends a prefix of `tokens` tokens: its chain is walked back to the root through
+  // the local tiers. kFailedPrecondition saying why not.
+  Status check_prefix_length(const Block& block, uint64_t tokens);
   Status check_prompt(const PromptRequest& request) const;
   Status reject(Counter& counter, Status status);
   // The entry's block (downloaded from the device tier), or nullptr when it is not of `ns`.

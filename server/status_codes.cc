@@ -24,6 +24,7 @@ const char* error_code_for(StatusCode code) {
     case StatusCode::kResourceExhausted: return "resource_exhausted";
     case StatusCode::kPermissionDenied: return "permission_denied";
     case StatusCode::kNoSpace: return "insufficient_storage";
+    case StatusCode::kIoError: return "io_error";
     default: return "internal";
   }
 }

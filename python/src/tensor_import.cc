@@ -265,7 +265,16 @@ std::vector<uint32_t> import_tokens(py::handle obj, const char* what, const char
     if (!py::isinstance<py::int_>(v) && !py::hasattr(v, "__index__")) {
       value_error(std::string(what) + ": " + item + "s must be integers");
     }
-    put(py::reinterpret_borrow<py::object>(v).cast<int64_t>());
+    // Through __index__ with overflow reported: a Python int past int64 (2^64, say) is a token
+    // id out of range like any other, not a failed cast.
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!index) throw py::error_already_set();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) {
+      value_error(std::string(what) + ": " + item + " " + py::str(index).cast<std::string>() + " is outside [0, 2^32)");
+    }
+    put(static_cast<int64_t>(x));
   }
   return out;
 }

@@ -187,10 +187,32 @@ Result<std::string> HttpApi::namespace_for(const std::string& requested) const {
   return namespace_of(request_tenant(), requested);
 }
 
-Result<PromptRequest> HttpApi::scoped(Result<PromptRequest> request) const {
-  if (!request.ok()) return request;
-  KVTIER_ASSIGN_OR_RETURN(request->ns, namespace_for(request->ns));
-  return request;
+std::optional<PromptRequest> HttpApi::prompt_request(const std::string& body, BodyBudget::Lease& lease,
+                                                     httplib::Response& res) const {
+  auto r = parse_prompt_request(body);
+  if (!r.ok() && r.status().code() == StatusCode::kResourceExhausted) {
+    send_json(res, 413, error_json("payload_too_large", r.status().message()));
+    return std::nullopt;
+  }
+  if (r.ok() && r->ns.empty() && !auth_enabled()) {
+    r = invalid_argument("missing field 'namespace' (only a key with one namespace may leave it out)");
+  }
+  if (r.ok()) {
+    if (auto ns = namespace_for(r->ns); ns.ok()) r->ns = std::move(ns).value();
+    else r = ns.status();
+  }
+  if (!r.ok()) {
+    send_error(res, r.status());
+    return std::nullopt;
+  }
+  // What the body became, and what its reply will take, from the same budget as the body.
+  const uint64_t blocks = r->tokens.size() / std::max<uint32_t>(1, service_.layout().block_size) + 1;
+  if (!lease.grow(r->tokens.size() * sizeof(uint32_t) + blocks * kLookupReplyBytesPerBlock, "a prompt's tokens")) {
+    res.set_header("Retry-After", "1");
+    send_json(res, 503, error_json("resource_exhausted", "request bodies hold all of --max-body-memory; retry"));
+    return std::nullopt;
+  }
+  return std::move(r).value();
 }
 
 void HttpApi::count(const httplib::Request& req, int status) {
@@ -296,15 +318,19 @@ void HttpApi::add_routes() {
           }
           send_json(res, 200, body);
         }));
-  post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-    auto r = scoped(parse_prompt_request(body));
-    auto reply = r.ok() ? service_.lookup(*r) : Result<LookupReply>(r.status());
+  post_json("/v1/lookup", "lookup", [this](const httplib::Request&, const std::string& body, BodyBudget::Lease& lease,
+                                            httplib::Response& res) {
+    auto r = prompt_request(body, lease, res);
+    if (!r) return;
+    auto reply = service_.lookup(*r);
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
   });
-  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-    auto r = scoped(parse_prompt_request(body));
-    auto reply = r.ok() ? service_.prefetch(*r) : Result<PrefetchReply>(r.status());
+  post_json("/v1/prefetch", "prefetch", [this](const httplib::Request&, const std::string& body,
+                                               BodyBudget::Lease& lease, httplib::Response& res) {
+    auto r = prompt_request(body, lease, res);
+    if (!r) return;
+    auto reply = service_.prefetch(*r);
     if (!reply.ok()) return send_error(res, reply.status());
     send_json(res, 200, to_json(*reply));
   });
@@ -354,13 +380,15 @@ void HttpApi::add_routes() {
              if (!hash.ok()) return send_error(res, hash.status());
              auto ns = namespace_for(req.get_param_value("namespace"));
              if (!ns.ok()) return send_error(res, ns.status());
-             if (!service_.erase(*hash, *ns)) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
+             auto erased = service_.erase(*hash, *ns);
+             if (!erased.ok()) return send_error(res, erased.status());
+             if (!*erased) return send_error(res, not_found("block " + hash->hex() + " is not cached"));
              res.status = 204;
            }));
   // Response: per requested hash, in order, an 8-byte little-endian length and that many bytes
   // of block document; length 0 is a miss (a document is never empty).
   post_json("/v1/blocks:batchGet", "batch_get", [this](const httplib::Request&, const std::string& req_body,
-                                                        httplib::Response& res) {
+                                                        BodyBudget::Lease&, httplib::Response& res) {
            auto r = parse_batch_get_request(req_body, kMaxBatchHashes);
            if (!r.ok()) return send_error(res, r.status());
            auto ns = namespace_for(r->ns);
@@ -394,29 +422,45 @@ void HttpApi::add_routes() {
 void HttpApi::post_json(const std::string& pattern, const char* route, JsonHandler handler) {
   Histogram* h = latency_.emplace(route, std::make_unique<Histogram>()).first->second.get();
   BodyBudget& budget = service_.body_budget();
-  server_->Post(pattern, [h, &budget, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
-                                                                     const httplib::ContentReader& read) {
+  const uint64_t max_body = options_.max_body_bytes;
+  server_->Post(pattern, [h, &budget, max_body, handler = std::move(handler)](
+                             const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
     const auto t0 = std::chrono::steady_clock::now();
+    // Every early answer closes the connection: the body's unread bytes would be taken for the
+    // next request.
+    auto refuse = [&](int status, const char* code, const std::string& message) {
+      res.set_header("Connection", "close");
+      send_json(res, status, error_json(code, message));
+    };
+    auto too_large = [&](const std::string& length) {
+      refuse(413, "payload_too_large",
+             "the body is " + length + " bytes; at most " + std::to_string(max_body) + " are accepted");
+    };
     if (req.is_multipart_form_data()) {
-      res.set_header("Connection", "close");  // the body was not read
-      return send_json(res, 415, error_json("unsupported_media_type", "send the request as a JSON body "
-                                                                      "(Content-Type: application/json)"));
+      return refuse(415, "unsupported_media_type", "send the request as a JSON body (Content-Type: application/json)");
     }
+    // Refused from the header, before a byte of the body is read.
+    const uint64_t declared = req.has_header("Content-Length") ? req.get_header_value<uint64_t>("Content-Length") : 0;
+    if (declared > max_body) return too_large(req.get_header_value("Content-Length"));
     std::string body;
     BodyBudget::Lease lease = budget.empty();
-    bool over_budget = false;
-    read([&](const char* data, size_t n) {
-      over_budget = !lease.grow(n, "a JSON body");
-      if (over_budget) return false;
-      body.append(data, n);
-      return true;  // the server's payload limit bounds it
-    });
-    if (over_budget) {
-      res.set_header("Connection", "close");  // the rest of the body was not read
-      res.set_header("Retry-After", "1");
-      return send_json(res, 503, error_json("resource_exhausted", "request bodies hold all of --max-body-memory; retry"));
+    bool over_budget = !lease.grow(declared, "a JSON body"), over_limit = false;
+    if (!over_budget) body.reserve(declared);  // one buffer of the leased size, not doublings past it
+    if (!over_budget) {
+      read([&](const char* data, size_t n) {
+        over_limit = body.size() + n > max_body;  // a chunked body declares no length
+        over_budget = !over_limit && body.size() + n > lease.bytes() && !lease.grow(n, "a JSON body");
+        if (over_limit || over_budget) return false;
+        body.append(data, n);
+        return true;
+      });
     }
-    handler(req, body, res);
+    if (over_limit) return too_large("more than " + std::to_string(max_body));
+    if (over_budget) {
+      res.set_header("Retry-After", "1");
+      return refuse(503, "resource_exhausted", "request bodies hold all of --max-body-memory; retry");
+    }
+    handler(req, body, lease, res);
     h->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   });
 }

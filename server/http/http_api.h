@@ -11,10 +11,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/metrics/metrics.h"
 #include "server/block_service.h"
+#include "server/net/body_budget.h"
 #include "server/net/connection_listener.h"
 #include "server/tenant_table.h"
 
@@ -82,7 +84,10 @@ class HttpApi {
   Handler timed(const char* route, Handler handler);
   // A POST route whose body is JSON, read whatever Content-Type the client sent: `curl -d` says
   // form-urlencoded, and Debian's cpp-httplib would cap such a body at 8 KiB (a 413).
-  using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+  // `lease` holds the body's bytes; a handler grows it by what the body expands to before it
+  // builds that (a prompt's tokens and its reply).
+  using JsonHandler = std::function<void(const httplib::Request&, const std::string& body, BodyBudget::Lease& lease,
+                                         httplib::Response&)>;
   void post_json(const std::string& pattern, const char* route, JsonHandler handler);
   // A PUT of one document (a block, a state snapshot): the body read into the buffer `store` keeps,
   // within --max-body-memory, then `store(hash in the path, buffer, length, namespace)`.
@@ -97,8 +102,10 @@ class HttpApi {
   // The namespace a request may act in: `requested` (or the tenant's only namespace when it names
   // none) if the tenant may use it; kPermissionDenied otherwise. Without auth, `requested`.
   Result<std::string> namespace_for(const std::string& requested) const;
-  // A parsed prompt request with its namespace checked (and filled in) by namespace_for.
-  Result<PromptRequest> scoped(Result<PromptRequest> request) const;
+  // The body as a prompt request, its namespace checked (and filled in) by namespace_for and its
+  // tokens' memory taken from `lease`; otherwise the refusal is sent on `res` and nullopt returned.
+  std::optional<PromptRequest> prompt_request(const std::string& body, BodyBudget::Lease& lease,
+                                              httplib::Response& res) const;
   void count(const httplib::Request& req, int status);
   std::string stats_json();
 

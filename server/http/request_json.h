@@ -12,7 +12,8 @@
 
 namespace kvtier {
 
-// {"namespace": "...", "tokens": [u32...], "extra_keys": ["..."]} (extra_keys optional)
+// {"namespace": "...", "tokens": [u32...], "extra_keys": ["..."]} (namespace and extra_keys
+// optional). More than kMaxPromptTokens tokens is kResourceExhausted (answered 413).
 Result<PromptRequest> parse_prompt_request(const std::string& body);
 // {"hashes": ["hex"...], "namespace": "..."} (namespace optional)
 struct BatchGetRequest {
@@ -20,6 +21,13 @@ struct BatchGetRequest {
   std::string ns;
 };
 Result<BatchGetRequest> parse_batch_get_request(const std::string& body, size_t max_hashes);
+
+// Tokens one lookup or prefetch may name: 1M, past every model's context today. Bounded so that a
+// body within the size limit cannot ask for unbounded work and memory (a 16 MiB body holds 8.4M).
+inline constexpr size_t kMaxPromptTokens = size_t{1} << 20;
+// What the reply to a lookup costs per block while it is built and sent (the JSON document and
+// its text), taken from the body budget with the tokens' own 4 bytes.
+inline constexpr uint64_t kLookupReplyBytesPerBlock = 1024;
 
 nlohmann::json to_json(const LookupReply& reply);
 nlohmann::json to_json(const PrefetchReply& reply);
@@ -29,7 +37,5 @@ inline constexpr size_t kMaxMessageBytes = 2048;
 nlohmann::json error_json(std::string_view code, std::string_view message);
 // The encoding of a reply: never throws (invalid UTF-8 becomes U+FFFD), unlike json::dump().
 std::string json_text(const nlohmann::json& value);
-// Request bodies nesting deeper are refused before a document is built.
-inline constexpr size_t kMaxJsonDepth = 3;
 
 }  // namespace kvtier

@@ -183,9 +183,12 @@ class WireServer::Session {
       case Op::kPut: return put(h, *scoped);
       case Op::kGet: return get(h, *scoped);
       case Op::kBatchGet: return batch_get(h, *scoped);
-      case Op::kDelete:
-        if (!s_.service_.erase(h.hash, *scoped)) return reply_error(not_found("block " + h.hash.hex() + " is not cached"));
+      case Op::kDelete: {
+        auto erased = s_.service_.erase(h.hash, *scoped);
+        if (!erased.ok()) return reply_error(erased.status());
+        if (!*erased) return reply_error(not_found("block " + h.hash.hex() + " is not cached"));
         return reply(204);
+      }
       case Op::kHello: break;
     }
     return refuse(internal_error("unhandled op"));
