@@ -74,6 +74,10 @@ def test_bad_snapshots_are_refused_and_counted(tmp_path):
     tokens = tokens_for(3, 32)
     good = random_state(3)
     with open_cache(None, tmp_path, ssd=False, hybrid_layout=HYBRID) as c:
+        with pytest.raises(ValueError, match="not cached"):  # as kvtierd answers it: 422
+            c.store_state(tokens, good)
+        k, v = paged_arrays(ATTENTION, 2)
+        assert c.save_blocks(tokens, [0, 1], k, v).stored == 2
         with pytest.raises(ValueError, match="3 GDN layers"):
             c.store_state(tokens, good[:2])
         with pytest.raises(ValueError, match="shape"):
@@ -90,7 +94,7 @@ def test_bad_snapshots_are_refused_and_counted(tmp_path):
         with pytest.raises(ValueError, match="whole number of blocks"):
             c.fetch_state(tokens[:20])
         assert c.fetch_state(tokens[:16]) is None
-        assert counter(c.stats(), "kvtier_embedded_rejected_calls_total") == 5
+        assert counter(c.stats(), "kvtier_embedded_rejected_calls_total") == 6
     with open_cache(ATTENTION, tmp_path, ssd=False) as plain:
         with pytest.raises(ValueError, match="hybrid"):
             plain.store_state(tokens, good)
@@ -197,3 +201,93 @@ def test_a_hybrid_layout_file_opens_the_same_cache_and_a_missing_one_is_an_os_er
         assert from_file.block_hashes(tokens) == from_dict.block_hashes(tokens)
     with pytest.raises(OSError):
         kvtier.Cache(hybrid_layout=tmp_path / "missing.json")
+
+
+# The layout docs/python.md shows: a Qwen3.5-sized hybrid (16 GDN heads of 128 x 128, a
+# 6144-channel conv window: 1.1 MB of state per GDN layer, 40 MB per snapshot).
+DOCUMENTED = {"name": "my-hybrid", "block_size": 16, "dtype": "BF16",
+              "attention": {"num_kv_heads": 2, "head_dim": 128},
+              "gdn": {"heads": 16, "d_k": 128, "d_v": 128, "conv_width": 4, "conv_channels": 6144},
+              "pattern": ["gdn", "gdn", "gdn", "attention"] * 12}
+
+
+def test_the_documented_hybrid_layout_opens_in_python_c_and_kvtierd_and_round_trips_a_snapshot(tmp_path):
+    import ctypes
+    import json
+    import os
+    g = np.random.default_rng(11)
+    state = [(g.integers(0, 2**32, size=(16, 128, 128), dtype=np.uint64).astype(np.uint32).view(np.float32),
+              g.integers(0, 2**32, size=(6144, 3), dtype=np.uint64).astype(np.uint32).view(np.float32))
+             for _ in range(36)]
+    tokens = tokens_for(12, 32)
+    attention = {"num_layers": 12, "num_kv_heads": 2, "head_dim": 128, "block_size": 16, "dtype": "BF16"}
+    with open_cache(None, tmp_path, ram="256M", ssd_capacity="256M", ssd_segment_size="64M",
+                    hybrid_layout=DOCUMENTED) as c:
+        k, v = paged_arrays(attention, 2)
+        assert c.save_blocks(tokens, [0, 1], k, v).stored == 2
+        assert c.store_state(tokens, state)
+        assert same_state(c.fetch_state(tokens), state)
+        assert c.close() == 0  # the RAM copies reach the SSD
+    with open_cache(None, tmp_path, ram="256M", ssd_capacity="256M", ssd_segment_size="64M",
+                    hybrid_layout=DOCUMENTED) as c:
+        assert same_state(c.fetch_state(tokens), state)  # bit for bit, from the SSD
+    lib = ctypes.CDLL(os.environ["KVTIER_LIBRARY"])
+    lib.kvtier_options_create.restype = ctypes.c_void_p
+    lib.kvtier_last_error.restype = ctypes.c_char_p
+    options = ctypes.c_void_p(lib.kvtier_options_create())
+    assert lib.kvtier_options_set_hybrid_layout(options, json.dumps(DOCUMENTED).encode()) == 0
+    cache = ctypes.c_void_p()
+    assert lib.kvtier_open(options, ctypes.byref(cache)) == 0, lib.kvtier_last_error()
+    lib.kvtier_options_destroy(options)
+    lib.kvtier_close(cache, None)
+    layout_file = tmp_path / "hybrid.json"
+    layout_file.write_text(json.dumps(DOCUMENTED))
+    with Kvtierd(tmp_path, ["--hybrid-layout", str(layout_file), "--log-level", "warn"]) as server:
+        info = _client().KvtierClient(server.url, binary=False).layout()
+        assert info["hybrid_layout"]["gdn"] == DOCUMENTED["gdn"] and len(info["hybrid_fingerprint"]) == 16
+    assert server.stop() == 0
+
+
+def test_an_invalid_hybrid_layout_file_stops_kvtierd_with_status_2(tmp_path):
+    import json
+    import subprocess
+    from conftest import KVTIERD
+    too_big = dict(DOCUMENTED, gdn=dict(DOCUMENTED["gdn"], heads=4096))  # 64M floats of state a layer
+    for layout in (too_big, dict(DOCUMENTED, pattern=["gdn"])):
+        path = tmp_path / "hybrid.json"
+        path.write_text(json.dumps(layout))
+        run = subprocess.run([KVTIERD, "--port", "0", "--hybrid-layout", str(path)], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "--hybrid-layout" in run.stderr and "listening" not in run.stdout
+
+
+def test_a_snapshot_must_say_the_prefix_its_block_ends_and_goes_with_its_block(tmp_path):
+    import json
+    kc = _client()
+    layout_file = tmp_path / "hybrid.json"
+    layout_file.write_text(json.dumps(HYBRID))
+    tokens = tokens_for(13, 48)
+    with open_cache(None, tmp_path, hybrid_layout=HYBRID, namespace="hy") as c:
+        k, v = paged_arrays(ATTENTION, 3)
+        assert c.save_blocks(tokens, [0, 1, 2], k, v).stored == 3
+        assert c.store_state(tokens[:32], random_state(13))
+        hashes = c.block_hashes(tokens)
+    args = ["--hybrid-layout", str(layout_file), "--ssd-cache-dir", str(tmp_path / "ssd"), "--ssd-capacity", "64M",
+            "--ssd-segment-size", "4M", "--log-level", "warn"]
+    with Kvtierd(tmp_path, args) as server:
+        client = kc.KvtierClient(server.url, binary=False)
+        doc = client.get_state(hashes[1], namespace="hy")
+        assert b'"tokens":"32"' in doc
+        # Block 1 ends at token 32: a snapshot there that says otherwise is refused.
+        for claim in (b"0", b"16", b"31", b"48"):
+            wrong = doc.replace(b'"tokens":"32"', b'"tokens":"' + claim + b'"' + b" " * (2 - len(claim)))
+            with pytest.raises(kc.KvtierError) as e:
+                client.put_state(hashes[1], wrong, namespace="hy")
+            assert e.value.status == 422, (claim, e.value)
+        assert client.put_state(hashes[1], doc, namespace="hy") is False  # the true one is held
+        # DELETE takes the snapshot with its block.
+        client.delete_block(hashes[1], namespace="hy")
+        assert client.get_state(hashes[1], namespace="hy") is None
+        assert client.lookup("hy", tokens)["matched_tokens"] == 0
+    assert server.stop() == 0
