@@ -114,7 +114,8 @@ size_t CacheStack::close() {
 
 void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
   if (p.left == 0) {
-    spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
+    if (p.written == 0) spdlog::info("{}: no block was held only in RAM", who);
+    else spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
     return;
   }
   spdlog::warn("{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (the disk refused "

@@ -62,6 +62,8 @@ def test_torch_tensors_are_taken_and_a_plain_model_never_shares_a_hybrid_prefix(
     tokens = tokens_for(2, 32)
     state = [(torch.from_numpy(s.copy()), torch.from_numpy(w.copy())) for s, w in random_state(2)]
     with open_cache(None, tmp_path, ssd=False, hybrid_layout=HYBRID) as c:
+        k, v = paged_arrays(ATTENTION, 2)
+        assert c.save_blocks(tokens, [0, 1], k, v).stored == 2
         assert c.store_state(tokens, state)
         back = c.fetch_state(tokens)
         assert same_state(back, [(s.numpy(), w.numpy()) for s, w in state])
