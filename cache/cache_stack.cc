@@ -79,7 +79,13 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   std::vector<BlockHash> handed;
   for (size_t i = 0; i < todo.size(); ++i) {
     if (std::chrono::steady_clock::now() >= deadline) break;
-    if (!ssd_->insert(todo[i]).ok()) continue;
+    auto r = ssd_->insert(todo[i]);
+    if (!r.ok()) {
+      // A namespace at its SSD quota is the operator's rule, as at any spill; anything else is
+      // a block the disk should have taken.
+      (r.status().code() == StatusCode::kNoSpace ? p.refused : p.lost) += 1;
+      continue;
+    }
     handed.push_back(todo[i]->hash());
     queued += layout_->dense_block_bytes();
     if (queued >= ssd_spill_queue_bytes_ / 2) {
@@ -94,33 +100,40 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   // back after a restart.
   const std::vector<bool> held = ssd_->contains_many(handed);
   p.written = static_cast<size_t>(std::count(held.begin(), held.end(), true));
-  p.left = todo.size() - p.written;
+  p.lost = todo.size() - p.written - p.refused;
   return p;
 }
 
-size_t CacheStack::close() {
-  if (closed_) return 0;
+CacheStack::Dropped CacheStack::close() {
+  Dropped d;
+  if (closed_) return d;
   closed_ = true;
   // Afterwards the SSD tier answers as an empty one; blocks evicted into it are counted drops.
-  const size_t ssd_lost = ssd_ ? ssd_->close() : 0;
-  size_t remote_lost = 0;
+  d.ssd = ssd_ ? ssd_->close() : 0;
   if (remote_) {
     const uint64_t before = remote_->metrics().dropped_shutdown.value();
     remote_->close(std::chrono::steady_clock::now() + remote_drain_timeout_);
-    remote_lost = remote_->metrics().dropped_shutdown.value() - before;
+    d.remote = remote_->metrics().dropped_shutdown.value() - before;
   }
-  return ssd_lost + remote_lost;
+  if (d.ssd > 0) spdlog::warn("close: {} blocks queued for the SSD could not be written in time and are lost", d.ssd);
+  if (d.remote > 0) {
+    spdlog::warn("close: {} blocks queued for the remote tier were not written (other hosts will miss them)", d.remote);
+  }
+  return d;
 }
 
 void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
-  if (p.left == 0) {
-    if (p.written == 0) spdlog::info("{}: no block was held only in RAM", who);
-    else spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
+  const std::string refused =
+      p.refused ? fmt::format("; {} over their namespace's SSD quota were not written (as at any spill)", p.refused) : "";
+  if (p.lost == 0) {
+    if (p.written + p.refused == 0) spdlog::info("{}: no block was held only in RAM", who);
+    else if (p.refused == 0) spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
+    else spdlog::info("{}: wrote {} blocks that only RAM held to the SSD{}", who, p.written, refused);
     return;
   }
   spdlog::warn("{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (the disk refused "
-               "them, ENOSPC or an I/O error, see kvtier_spill_dropped_total and kvtier_spill_failed_total; or the shutdown deadline passed)",
-               who, p.written, p.written + p.left, p.left);
+               "them, ENOSPC or an I/O error, see kvtier_spill_failed_total; or the shutdown deadline passed){}",
+               who, p.written, p.written + p.lost, p.lost, refused);
 }
 
 }  // namespace kvtier

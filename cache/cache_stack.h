@@ -54,16 +54,20 @@ class CacheStack {
   // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
   Status evict_gpu();
   // For a clean shutdown: hands every block that only the GPU or RAM holds to the SSD writer
-  // and waits for it to be written, until `deadline`. Blocks older in RAM go first. Returns how
-  // many blocks were written and how many were left (deadline, or the SSD refused them).
+  // and waits for it to be written, until `deadline`. Blocks older in RAM go first.
   struct Persisted {
-    size_t written = 0;
-    size_t left = 0;
+    size_t written = 0;  // indexed after a durable write: what a restart serves
+    size_t refused = 0;  // not taken by rule: their namespace at its SSD quota (counted there)
+    size_t lost = 0;     // taken but not written (ENOSPC, an I/O error), or cut off by the deadline
   };
   Persisted persist_to_ssd(std::chrono::steady_clock::time_point deadline);
   // Drains the SSD writer (bounded by its drain_timeout) and the remote writer (as long again) and
-  // closes the tiers; returns the number of queued blocks that could not be written. Idempotent.
-  size_t close();
+  // closes the tiers; returns the queued blocks each could not write. Idempotent.
+  struct Dropped {
+    size_t ssd = 0;     // lost to this host
+    size_t remote = 0;  // not shared with other hosts (a remote failure is a miss there)
+  };
+  Dropped close();
 
  private:
   CacheStack() = default;

@@ -586,13 +586,11 @@ size_t EmbeddedCache::close() {
   const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;
   if (options_.persist_on_close && stack.ssd()) {
     const CacheStack::Persisted p = stack.persist_to_ssd(deadline);
-    lost += p.left;
+    lost += p.lost;
     log_persisted("close", p);
   }
   impl_->close_device();
-  const size_t dropped = stack.close();
-  if (dropped > 0) spdlog::warn("close: {} queued blocks could not be written in time and are lost", dropped);
-  return lost + dropped;
+  return lost + stack.close().ssd;
 }
 
 }  // namespace kvtier

@@ -200,18 +200,17 @@ int serve(const ServerOptions& o) {
   size_t unwritten = 0;
   if (o.persist_on_shutdown && (*stack)->ssd()) {
     const CacheStack::Persisted p = (*stack)->persist_to_ssd(deadline);
-    unwritten = p.left;
+    unwritten = p.lost;
     log_persisted("shutdown", p);
   }
-  const size_t dropped = (*stack)->close();
+  const CacheStack::Dropped dropped = (*stack)->close();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (dropped > 0) {
-    spdlog::warn("shutdown: {} queued blocks could not be written in time and are lost", dropped);
-  }
   spdlog::info("stopped {} in {:.2f} s", served ? "cleanly" : "after a listener failure", s);
   if (!served) return 1;
-  // A shutdown that lost blocks says so to whatever supervises it (docs/operations.md).
-  return unwritten + dropped > 0 ? kExitBlocksLost : 0;
+  // A shutdown that lost blocks this host held says so to whatever supervises it
+  // (docs/operations.md); the remote tier's write-behind is a cache shared with others, not this
+  // host's to lose.
+  return unwritten + dropped.ssd > 0 ? kExitBlocksLost : 0;
 }
 
 }  // namespace

@@ -225,21 +225,37 @@ Result<std::vector<int32_t>> GpuTier::allocate(uint32_t n) {
       // Save the evicted contents before anyone writes into these blocks.
       std::vector<int32_t> eids;
       std::vector<BlockIdentity> identities;
-      for (auto& e : a.evicted) {
-        eids.push_back(e.id);
-        identities.push_back(std::move(e.identity));
+      {
+        std::lock_guard leaving(leaving_mu_);
+        for (auto& e : a.evicted) {
+          eids.push_back(e.id);
+          leaving_.emplace(e.identity.hash, nullptr);
+          identities.push_back(std::move(e.identity));
+        }
       }
       auto saved = download(eids, identities);
+      std::lock_guard leaving(leaving_mu_);
       if (!saved.ok()) {
         metrics_.transfer_failures.inc();
+        for (const BlockIdentity& id : identities) leaving_.erase(id.hash);
         for (int32_t id : ids) pool_.unref(id);
         return saved.status().with_context("gpu tier: saving evicted blocks");
       }
       evicted = std::move(saved).value();
+      for (const BlockRef& b : evicted) {
+        // Erased during the download: it goes no further (the fence refuses it below too).
+        if (auto it = leaving_.find(b->hash()); it != leaving_.end()) it->second = b;
+      }
       metrics_.evictions.inc(evicted.size());
     }
   }
+  std::vector<BlockRef> handed = evicted;
   evict_to_sink(evicted);
+  std::lock_guard leaving(leaving_mu_);
+  for (const BlockRef& b : handed) {
+    // Only this eviction's entry: the hash may have come back and left again since.
+    if (auto it = leaving_.find(b->hash()); it != leaving_.end() && it->second == b) leaving_.erase(it);
+  }
   return ids;
 }
 
@@ -317,11 +333,33 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   return out;
 }
 
-bool GpuTier::contains(const BlockHash& hash) const { return pool_.find(hash) >= 0; }
+bool GpuTier::contains(const BlockHash& hash) const {
+  if (pool_.find(hash) >= 0) return true;
+  std::lock_guard lock(leaving_mu_);
+  return leaving_.count(hash) > 0;
+}
+
+BlockRef GpuTier::leaving_block(const BlockHash& hash) {
+  {
+    std::lock_guard lock(leaving_mu_);
+    if (leaving_.empty()) return nullptr;
+  }
+  std::lock_guard transfers(transfer_mu_);  // a download of it in progress is done after this
+  std::lock_guard lock(leaving_mu_);
+  auto it = leaving_.find(hash);
+  return it == leaving_.end() ? nullptr : it->second;
+}
 
 Tier::Presence GpuTier::probe(const BlockRequest& request) const {
   const int32_t id = pool_.find(request.hash);
-  if (id < 0) return Presence::kAbsent;
+  if (id < 0) {
+    std::lock_guard lock(leaving_mu_);
+    auto it = leaving_.find(request.hash);
+    if (it == leaving_.end()) return Presence::kAbsent;
+    if (!it->second) return Presence::kUnverified;  // its download is still running
+    return request.tokens_match(it->second->identity().token_ids) ? Presence::kSameTokens
+                                                                   : Presence::kDifferentTokens;
+  }
   auto ident = pool_.identity(id);
   if (!ident || ident->hash != request.hash) return Presence::kAbsent;  // reused meanwhile
   return request.tokens_match(ident->token_ids) ? Presence::kSameTokens : Presence::kDifferentTokens;
@@ -339,7 +377,12 @@ std::vector<Result<BlockRef>> GpuTier::read_many(std::span<const BlockRequest> r
   for (size_t i = 0; i < requests.size(); ++i) {
     out.emplace_back(not_found("gpu tier: not held"));
     const int32_t id = pool_.find_and_ref(requests[i].hash);  // held while it is copied
-    if (id < 0) continue;
+    if (id < 0) {
+      if (BlockRef b = leaving_block(requests[i].hash); b && requests[i].tokens_match(b->identity().token_ids)) {
+        out.back() = b;  // evicted, on its way to the tier below: its saved bytes
+      }
+      continue;
+    }
     auto ident = pool_.identity(id);
     if (!ident || !requests[i].tokens_match(ident->token_ids)) {
       pool_.unref(id);
@@ -366,7 +409,11 @@ std::vector<Result<BlockRef>> GpuTier::read_many(std::span<const BlockRequest> r
   return out;
 }
 
-bool GpuTier::erase(const BlockHash& hash) { return pool_.uncache(hash); }
+bool GpuTier::erase(const BlockHash& hash) {
+  const bool cached = pool_.uncache(hash);
+  std::lock_guard lock(leaving_mu_);
+  return leaving_.erase(hash) > 0 || cached;
+}
 
 bool GpuTier::pin(const BlockHash& hash) {
   std::lock_guard lock(pin_mu_);
@@ -391,7 +438,11 @@ void GpuTier::unpin(const BlockHash& hash) {
 }
 
 std::vector<bool> GpuTier::contains_many(std::span<const BlockHash> hashes) const {
-  return pool_.contains_many(hashes);
+  std::vector<bool> out = pool_.contains_many(hashes);
+  std::lock_guard lock(leaving_mu_);
+  if (leaving_.empty()) return out;
+  for (size_t i = 0; i < hashes.size(); ++i) out[i] = out[i] || leaving_.count(hashes[i]) > 0;
+  return out;
 }
 
 // pin() for a whole prefix: the pool's books taken once, the tokens compared where they lie

@@ -115,6 +115,14 @@ class GpuTier final : public Tier {
   bool read_in_place_ = false;
   GpuBuffer device_staging_, upload_, download_, ids_, sources_;
   uint64_t staging_blocks_ = 0, host_staging_blocks_ = 0, table_blocks_ = 0;
+  // Blocks the pool evicted that the tier below has not taken yet: held from the eviction until
+  // the sink returns, so a lookup meanwhile still finds them here (read from host memory). Null
+  // while the download that saves them runs; a read waits for it on transfer_mu_. Taken after
+  // transfer_mu_ when both are held.
+  mutable std::mutex leaving_mu_;
+  std::unordered_map<BlockHash, BlockRef> leaving_;
+  // The leaving block of `hash`, once its download is done (caller holds neither lock).
+  BlockRef leaving_block(const BlockHash& hash);
   mutable std::mutex pin_mu_;  // guards pinned_
   std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;  // hash -> (block, pins)
   GpuTierMetrics metrics_;

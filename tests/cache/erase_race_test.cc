@@ -15,6 +15,7 @@
 
 #include "cache/tiered_cache.h"
 #include "tests/cache/cache_test_blocks.h"
+#include "tests/cache/ram_over_ssd.h"
 #include "tests/support/io_fault_injector.h"
 #include "tests/tiers/ssd/ssd_test_env.h"
 #include "tiers/ram_tier.h"
@@ -24,19 +25,9 @@ namespace {
 
 using testing::prompt;
 
-std::shared_ptr<const KvLayout> layout() {
-  static auto l = testing::share(KvLayout::uniform("erase-race", 2, 2, 64, 16, DType::kBF16));
-  return l;
-}
-
-PrefixHasher hasher() {
-  return PrefixHasher(HashAlgorithm::kSha256, Namespace{"m", layout()->fingerprint(), ""}, layout()->block_size);
-}
-
+std::shared_ptr<const KvLayout> layout() { return testing::ssd_sized_layout(); }
 BlockRef computed_block(const PrefixHasher& h, const std::vector<BlockKey>& keys, size_t i) {
-  Block b = testing::make_block(layout(), keys[i].hash.bytes[0] * 131 + keys[i].hash.bytes[1]);
-  b.mutable_identity() = h.identity(keys, i, {});
-  return std::make_shared<const Block>(std::move(b));
+  return testing::ssd_sized_block(h, keys, i);
 }
 
 // The real SSD tier, with a gate on insert: an eviction can be held between leaving RAM and
@@ -95,16 +86,11 @@ class GatedSsd final : public Tier {
 class EraseRace : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto registry = std::make_shared<LayoutRegistry>();
-    ASSERT_TRUE(registry->add(*layout()).ok());
-    auto s = SsdTier::open(testing::small_ssd_options(dir_.str()), registry);
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    ssd_ = std::move(s).value();
-    RamTierOptions o;
-    o.capacity_bytes = 8 * (20 << 10);
-    o.eviction = "lru";
-    ram_ = std::make_shared<RamTier>(o);
-    cache_ = std::make_unique<TieredCache>(std::vector<std::shared_ptr<Tier>>{ram_, ssd_});
+    testing::RamOverSsd tiers(dir_.str(), 8 * (20 << 10));
+    ASSERT_TRUE(tiers.ssd);
+    ssd_ = tiers.ssd;
+    ram_ = tiers.ram;
+    cache_ = std::move(tiers.cache);
   }
   void TearDown() override { testing::IoFaultInjector::disarm(); }
 
@@ -126,7 +112,7 @@ class EraseRace : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  PrefixHasher h_ = hasher();
+  PrefixHasher h_ = testing::ssd_sized_hasher();
   std::shared_ptr<SsdTier> ssd_;
   std::shared_ptr<RamTier> ram_;
   std::unique_ptr<TieredCache> cache_;

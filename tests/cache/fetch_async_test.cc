@@ -12,6 +12,7 @@
 
 #include "cache/tiered_cache.h"
 #include "tests/cache/cache_test_blocks.h"
+#include "tests/cache/ram_over_ssd.h"
 #include "tests/support/io_fault_injector.h"
 #include "tests/tiers/ssd/ssd_test_env.h"
 #include "tiers/ram_tier.h"
@@ -21,36 +22,21 @@ namespace {
 
 using testing::prompt;
 
-// 16 KiB blocks of 16 tokens: a block read back from the SSD keeps its 4 KiB-padded record, so
-// blocks much smaller than that would weigh several times more in RAM after the load than before.
-std::shared_ptr<const KvLayout> layout() {
-  static auto l = testing::share(KvLayout::uniform("fetch-async", 2, 2, 64, 16, DType::kBF16));
-  return l;
-}
-
-PrefixHasher hasher() {
-  return PrefixHasher(HashAlgorithm::kSha256, Namespace{"m", layout()->fingerprint(), ""}, layout()->block_size);
-}
-
+std::shared_ptr<const KvLayout> layout() { return testing::ssd_sized_layout(); }
+PrefixHasher hasher() { return testing::ssd_sized_hasher(); }
 BlockRef computed_block(const PrefixHasher& h, const std::vector<BlockKey>& keys, size_t i) {
-  Block b = testing::make_block(layout(), keys[i].hash.bytes[0] * 131 + keys[i].hash.bytes[1]);
-  b.mutable_identity() = h.identity(keys, i, {});
-  return std::make_shared<const Block>(std::move(b));
+  return testing::ssd_sized_block(h, keys, i);
 }
 
 class FetchAsyncTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto registry = std::make_shared<LayoutRegistry>();
-    ASSERT_TRUE(registry->add(*layout()).ok());
-    auto s = SsdTier::open(testing::small_ssd_options(dir_.str()), registry);
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
-    ssd_ = std::move(s).value();
-    RamTierOptions o;
-    o.capacity_bytes = 6 * (20 << 10);  // the prefix's four blocks (as read back) and a little more
-    o.eviction = "lru";
-    ram_ = std::make_shared<RamTier>(o);
-    cache_ = std::make_unique<TieredCache>(std::vector<std::shared_ptr<Tier>>{ram_, ssd_});
+    // RAM: the prefix's four blocks (as read back) and a little more.
+    testing::RamOverSsd tiers(dir_.str(), 6 * (20 << 10));
+    ASSERT_TRUE(tiers.ssd);
+    ssd_ = tiers.ssd;
+    ram_ = tiers.ram;
+    cache_ = std::move(tiers.cache);
     tokens_ = prompt(64, 1);
     keys_ = h_.keys(tokens_, {});
     publish(keys_);

@@ -194,3 +194,35 @@ def test_a_block_stored_twice_is_kept_once_and_counted(tmp_path, gen):
         stats = c.stats()
         assert counter(stats, "kvtier_embedded_blocks_total", outcome="stored") == 1
         assert counter(stats, "kvtier_embedded_blocks_total", outcome="already_cached") == 1
+
+
+def test_close_onto_a_full_disk_returns_what_it_could_not_write_and_a_reopen_serves_the_rest(tmp_path, gen):
+    """close() on an 8 MiB file system with 800 blocks only RAM holds: it returns how many it could
+    not write (it said 0 before, and none came back), and a reopen serves exactly the others, bit
+    for bit."""
+    import subprocess
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "kvtier-test", str(disk)]).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: the full disk is not exercised")
+    try:
+        layout = small_layout("BF16")
+        n = 800
+        prompts = [tokens_for(10_000 + i, 16) for i in range(n)]  # one block each: counted one by one
+        k, v = paged_arrays(layout, n, gen)
+        opts = dict(ssd_dir=str(disk / "ssd"), ssd_capacity="64M", ssd_segment_size="2M")
+        c = open_cache(layout, tmp_path, ram="64M", **opts)
+        for i, tokens in enumerate(prompts):
+            assert c.save_blocks(tokens, [i], k, v).stored == 1
+        lost = c.close()
+        assert 0 < lost < n
+        served = 0
+        with open_cache(layout, tmp_path, ram="64M", **opts) as again:
+            k2, v2 = paged_arrays(layout, n)
+            for i, tokens in enumerate(prompts):
+                if again.load_blocks(tokens, [i], k2, v2) == 16:
+                    served += 1
+                    assert all(same_bits(a[i], b[i]) for a, b in zip(all_tensors(k, v), all_tensors(k2, v2)))
+        assert served == n - lost, "what close() said it wrote, and nothing more, comes back"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])

@@ -33,8 +33,8 @@ struct Prompt {
 };
 
 struct Figures {
-  std::atomic<uint64_t> ops{0}, puts{0}, gets_hit{0}, gets_miss{0}, deletes{0}, delete_failures{0}, prefetches{0},
-      lookups{0}, transport_errors{0}, wrong_bytes{0}, resurrected{0};
+  std::atomic<uint64_t> ops{0}, puts{0}, gets_hit{0}, gets_miss{0}, deletes{0}, delete_failures{0}, reputs{0},
+      prefetches{0}, lookups{0}, transport_errors{0}, wrong_bytes{0}, resurrected{0};
 };
 
 class ServerSoak : public ::testing::Test {
@@ -49,7 +49,7 @@ class ServerSoak : public ::testing::Test {
       prompt.blocks = testing::prompt_blocks(layout, "m", prompt.tokens);
       prompts_.push_back(std::move(prompt));
     }
-    deleted_ = std::vector<std::atomic<bool>>(prompts_.size() * 8);
+    state_ = std::vector<std::atomic<uint64_t>>(prompts_.size() * 8);
     disk_ = (dir_ / "disk").string();
     std::filesystem::create_directories(disk_);
     small_disk_ = ::mount("kvtier-soak", disk_.c_str(), "tmpfs", 0, "size=12582912") == 0;
@@ -58,8 +58,10 @@ class ServerSoak : public ::testing::Test {
     if (small_disk_) ::umount2(disk_.c_str(), MNT_DETACH);
   }
 
-  // Prompts [0, 16) are written over and over; the blocks of [16, 24) are written once, then
-  // deleted a few each round while everyone else runs.
+  // Prompts [0, 16) are written over and over; the blocks of [16, 24) are deleted and written
+  // again, one at a time, while everyone else runs. A block's state is a generation, bumped by each
+  // answered DELETE and each PUT after one, and a bit: deleted (the DELETE was answered).
+  static bool deleted(uint64_t state) { return state & 1; }
   static bool deletable(size_t prompt) { return prompt >= 16; }
   const testing::WireBlock& block(size_t id) const { return prompts_[id / 8].blocks[id % 8]; }
 
@@ -72,10 +74,11 @@ class ServerSoak : public ::testing::Test {
   }
 
   // A GET of block `id`; bytes other than those PUT, or a hit on a block whose DELETE was answered
-  // before the GET was sent, are the faults this soak looks for.
+  // before the GET was sent (and not PUT again since), are the faults this soak looks for.
   void check_get(KvtierClient& c, size_t id) {
-    const bool gone = deleted_[id].load();
+    const uint64_t before = state_[id].load();
     auto got = c.get(block(id).hash, "m");
+    const bool gone = deleted(before) && state_[id].load() == before;
     figures_.ops.fetch_add(1);
     if (!got.ok()) {
       (got.status().code() == StatusCode::kNotFound ? figures_.gets_miss : figures_.transport_errors).fetch_add(1);
@@ -108,7 +111,7 @@ class ServerSoak : public ::testing::Test {
       });
     }
     for (int g = 0; g < 2; ++g) {
-      worker([&](KvtierClient& c, std::mt19937& r) { check_get(c, r() % deleted_.size()); });  // readers
+      worker([&](KvtierClient& c, std::mt19937& r) { check_get(c, r() % state_.size()); });  // readers
     }
     worker([&](KvtierClient& c, std::mt19937& r) {  // prefetchers, mostly of the prompts being deleted
       const size_t p = r() % 4 == 0 ? r() % 16 : 16 + r() % 8;
@@ -118,9 +121,11 @@ class ServerSoak : public ::testing::Test {
     });
     worker([&](KvtierClient& c, std::mt19937& r) {  // lookups: a deleted block must not be matched
       const size_t p = 16 + r() % 8;
-      std::vector<bool> gone(8);
-      for (size_t i = 0; i < 8; ++i) gone[i] = deleted_[p * 8 + i].load();
+      std::vector<uint64_t> before(8);
+      for (size_t i = 0; i < 8; ++i) before[i] = state_[p * 8 + i].load();
       auto found = c.lookup("m", prompts_[p].tokens);
+      std::vector<bool> gone(8);
+      for (size_t i = 0; i < 8; ++i) gone[i] = deleted(before[i]) && state_[p * 8 + i].load() == before[i];
       figures_.ops.fetch_add(1);
       if (!found.ok()) {
         figures_.transport_errors.fetch_add(1);
@@ -135,18 +140,24 @@ class ServerSoak : public ::testing::Test {
         }
       }
     });
-    worker([&](KvtierClient& c, std::mt19937& r) {  // the deleter
+    worker([&](KvtierClient& c, std::mt19937& r) {  // the deleter, who also writes deleted blocks again
       const size_t id = 16 * 8 + r() % (8 * 8);
-      if (deleted_[id].load()) return;
-      const Status st = c.erase(block(id).hash, "m");
+      const uint64_t s = state_[id].load();
       figures_.ops.fetch_add(1);
-      if (st.ok() || st.code() == StatusCode::kNotFound) {
-        deleted_[id].store(true);  // answered: from here on it must never be served
-        figures_.deletes.fetch_add(1);
+      if (deleted(s)) {
+        state_[id].store((s + 2) & ~uint64_t{1});  // live from the moment the PUT may land
+        auto put = c.put(block(id).hash, block(id).document, "m");
+        (put.ok() ? figures_.reputs : figures_.transport_errors).fetch_add(1);
       } else {
-        figures_.delete_failures.fetch_add(1);  // a 5xx (a full disk), or the server died
+        const Status st = c.erase(block(id).hash, "m");
+        if (st.ok() || st.code() == StatusCode::kNotFound) {
+          state_[id].store((s + 2) | 1);  // answered: from here on it must not be served
+          figures_.deletes.fetch_add(1);
+        } else {
+          figures_.delete_failures.fetch_add(1);  // a 5xx (a full disk), or the server died
+        }
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     });
     std::this_thread::sleep_for(length);
     stop = true;
@@ -159,7 +170,7 @@ class ServerSoak : public ::testing::Test {
   int seconds_ = 45;
   int starts_ = 0;
   std::vector<Prompt> prompts_;
-  std::vector<std::atomic<bool>> deleted_;
+  std::vector<std::atomic<uint64_t>> state_;
   Figures figures_;
 };
 
@@ -171,7 +182,7 @@ TEST_F(ServerSoak, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk)
     auto first = start(false);
     ASSERT_GT(first->port(), 0) << first->log();
     KvtierClient c("127.0.0.1", first->port());
-    for (size_t id = 16 * 8; id < deleted_.size(); ++id) ASSERT_TRUE(c.put(block(id).hash, block(id).document, "m").ok());
+    for (size_t id = 16 * 8; id < state_.size(); ++id) ASSERT_TRUE(c.put(block(id).hash, block(id).document, "m").ok());
     ASSERT_EQ(first->stop(SIGTERM), 0) << first->log();  // on the SSD, as after any restart
   }
   while (Clock::now() < end && rounds < 60) {
@@ -186,8 +197,8 @@ TEST_F(ServerSoak, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk)
     full_disk_rounds += fill ? 1 : 0;
     {
       KvtierClient c("127.0.0.1", server->port());
-      for (size_t id = 16 * 8; id < deleted_.size(); ++id) {
-        if (deleted_[id].load()) check_get(c, id);  // still gone after the restart
+      for (size_t id = 16 * 8; id < state_.size(); ++id) {
+        if (deleted(state_[id].load())) check_get(c, id);  // still gone after the restart
       }
     }
     run_round(server->port(), rng, std::chrono::milliseconds(800 + rng() % 1700));
@@ -204,7 +215,9 @@ TEST_F(ServerSoak, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk)
   ASSERT_GT(last->port(), 0) << last->log();
   KvtierClient c("127.0.0.1", last->port());
   size_t kept_served = 0;
-  for (size_t id = 0; id < deleted_.size(); ++id) {
+  size_t deleted_at_end = 0;
+  for (size_t id = 0; id < state_.size(); ++id) {
+    deleted_at_end += deleted(state_[id].load()) ? 1 : 0;
     const uint64_t hits = figures_.gets_hit.load();
     check_get(c, id);
     if (id < 16 * 8 && figures_.gets_hit.load() > hits) ++kept_served;
@@ -212,16 +225,16 @@ TEST_F(ServerSoak, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk)
   EXPECT_EQ(last->stop(SIGTERM), 0) << last->log();
   const Figures& f = figures_;
   std::printf("soak: %d rounds in %d s, %d kills, %d full-disk rounds%s, %d failed starts; %llu operations "
-              "(%llu PUT, %llu GET hit, %llu GET miss, %llu DELETE answered, %llu DELETE failed, %llu prefetch, "
-              "%llu lookup, %llu refused by a dying server); wrong bytes %llu, deleted blocks served %llu; "
-              "at the end %zu of 128 rewritten blocks served, %llu of 64 deletable blocks deleted\n",
+              "(%llu PUT, %llu GET hit, %llu GET miss, %llu DELETE answered, %llu DELETE failed, %llu PUT after a "
+              "DELETE, %llu prefetch, %llu lookup, %llu refused by a dying server); wrong bytes %llu, deleted "
+              "blocks served %llu; at the end %zu of 128 rewritten blocks served, %zu of 64 deletable blocks deleted\n",
               rounds, seconds_, kills, full_disk_rounds, small_disk_ ? "" : " (no tmpfs: the disk never filled)",
               failed_starts, (unsigned long long)f.ops.load(), (unsigned long long)f.puts.load(),
               (unsigned long long)f.gets_hit.load(), (unsigned long long)f.gets_miss.load(),
               (unsigned long long)f.deletes.load(), (unsigned long long)f.delete_failures.load(),
-              (unsigned long long)f.prefetches.load(), (unsigned long long)f.lookups.load(),
+              (unsigned long long)f.reputs.load(), (unsigned long long)f.prefetches.load(), (unsigned long long)f.lookups.load(),
               (unsigned long long)f.transport_errors.load(), (unsigned long long)f.wrong_bytes.load(),
-              (unsigned long long)f.resurrected.load(), kept_served, (unsigned long long)f.deletes.load());
+              (unsigned long long)f.resurrected.load(), kept_served, deleted_at_end);
   EXPECT_EQ(f.wrong_bytes.load(), 0u);
   EXPECT_EQ(f.resurrected.load(), 0u);
   EXPECT_GE(rounds, 4);

@@ -69,6 +69,30 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
   EXPECT_EQ(f.tier->metrics().uploads.value(), 5u);
 }
 
+// A block the pool evicts is in no tier only if it is nowhere: until the tier below has taken it,
+// the GPU tier still answers for it (contains, probe, read: the bytes it saved), and a delete
+// meanwhile finds it here.
+TEST(GpuTier, AnEvictedBlockIsStillFoundHereUntilTheTierBelowHasIt) {
+  Fixture f(2);
+  const BlockRef first = f.block(1);
+  ASSERT_TRUE(f.tier->insert(first).ok());
+  ASSERT_TRUE(f.tier->insert(f.block(2)).ok());
+  bool seen = false;
+  f.tier->set_eviction_sink([&](BlockRef b) {
+    if (b->hash() != first->hash()) return;
+    seen = true;
+    EXPECT_TRUE(f.tier->contains(b->hash()));
+    EXPECT_EQ(f.tier->contains_many(std::vector<BlockHash>{b->hash()}), std::vector<bool>{true});
+    EXPECT_EQ(f.tier->probe(request_for(first)), Tier::Presence::kSameTokens);
+    auto got = f.tier->read(request_for(first));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_TRUE(testing::same_bytes(**got, *first));
+  });
+  ASSERT_TRUE(f.tier->insert(f.block(3)).ok());  // evicts block 1, the least recently used
+  EXPECT_TRUE(seen);
+  EXPECT_FALSE(f.tier->contains(first->hash())) << "gone once the sink returned";
+}
+
 // Staged blocks lie side by side in the host staging buffer and in device staging, so a batch
 // crosses in one copy region each way (one region per block cost the NVIDIA driver ~2 ms per 447
 // blocks: a bench caught it, this catches it first). Uploads that read in place need none.

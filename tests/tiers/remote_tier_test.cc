@@ -3,6 +3,7 @@
 // auth and for a Redis that is down at start.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "serialize/format/block_codec.h"
@@ -114,6 +115,27 @@ TEST(RemoteTier, EveryDtypeRoundTripsBitExactAcrossTheCluster) {
   size_t nodes_used = 0;
   for (const auto& n : reader->cluster().node_stats()) nodes_used += n.bytes_in > 0;
   EXPECT_EQ(nodes_used, 3u) << "48 keys land on every master";
+}
+
+TEST(RemoteTier, AnEraseIsNotUndoneByAWriteBehindThatWasQueuedOrInFlight) {
+  // Each block is erased right after it is offered: still queued, or in the batch being written.
+  // Before, the erase's DEL went first and the write-behind's SET put the block back.
+  Cluster& c = shared_cluster();
+  ASSERT_TRUE(c.servers);
+  auto l = layout_of(DType::kBF16);
+  auto tier = open_tier(c.servers->url(), registry_for({l}), "kvtier-erase-race:");
+  std::vector<BlockRef> blocks;
+  for (int i = 0; i < 200; ++i) blocks.push_back(block(l, 5000 + i));
+  for (const auto& b : blocks) {
+    ASSERT_TRUE(tier->insert(b).ok());
+    auto erased = tier->erase_durably(b->hash());
+    ASSERT_TRUE(erased.ok()) << erased.status().to_string();
+  }
+  tier->flush();
+  std::vector<BlockHash> hashes;
+  for (const auto& b : blocks) hashes.push_back(b->hash());
+  const std::vector<bool> held = tier->contains_many(hashes);
+  EXPECT_EQ(std::count(held.begin(), held.end(), true), 0) << "erased blocks back in Redis";
 }
 
 TEST(RemoteTier, ContainsManyAnswersForEveryNodeInOneBatch) {
