@@ -95,8 +95,9 @@ typedef struct kvtier_cache kvtier_cache;
  * handle to close with kvtier_close; on failure it is NULL. */
 kvtier_status kvtier_open(const kvtier_options* options, kvtier_cache** cache);
 /* Writes what only RAM holds to the SSD (unless turned off), drains the SSD writer and frees the
- * handle. *blocks_lost (may be NULL) receives the number of blocks that could not be written in
- * time. Waits for calls in flight on other threads; NULL is a no-op. */
+ * handle. *blocks_lost (may be NULL) receives the number of blocks that were not written durably
+ * (a full disk, an I/O error, the close timeout): 0 means a reopen serves every block. Waits for
+ * calls in flight on other threads; NULL is a no-op. */
 void kvtier_close(kvtier_cache* cache, size_t* blocks_lost);
 
 /* Tokens per block, and bytes of one dense block: every layer's K then V, each
