@@ -189,6 +189,14 @@ Result<std::string> HttpApi::namespace_for(const std::string& requested) const {
 
 std::optional<PromptRequest> HttpApi::prompt_request(const std::string& body, BodyBudget::Lease& lease,
                                                      httplib::Response& res) const {
+  auto over_budget = [&] {
+    res.set_header("Retry-After", "1");
+    send_json(res, 503, error_json("resource_exhausted", "request bodies hold all of --max-body-memory; retry"));
+    return std::nullopt;
+  };
+  // What the body becomes, from the same budget as the body, before it is built: its tokens (the
+  // parser sizes their array once, for as many as the body can hold), then its reply.
+  if (!lease.grow(prompt_token_capacity(body.size()) * sizeof(uint32_t), "a prompt's tokens")) return over_budget();
   auto r = parse_prompt_request(body);
   if (!r.ok() && r.status().code() == StatusCode::kResourceExhausted) {
     send_json(res, 413, error_json("payload_too_large", r.status().message()));
@@ -205,13 +213,8 @@ std::optional<PromptRequest> HttpApi::prompt_request(const std::string& body, Bo
     send_error(res, r.status());
     return std::nullopt;
   }
-  // What the body became, and what its reply will take, from the same budget as the body.
   const uint64_t blocks = r->tokens.size() / std::max<uint32_t>(1, service_.layout().block_size) + 1;
-  if (!lease.grow(r->tokens.size() * sizeof(uint32_t) + blocks * kLookupReplyBytesPerBlock, "a prompt's tokens")) {
-    res.set_header("Retry-After", "1");
-    send_json(res, 503, error_json("resource_exhausted", "request bodies hold all of --max-body-memory; retry"));
-    return std::nullopt;
-  }
+  if (!lease.grow(blocks * kLookupReplyBytesPerBlock, "a lookup's reply")) return over_budget();
   return std::move(r).value();
 }
 

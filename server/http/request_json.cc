@@ -24,7 +24,7 @@ class RequestReader final : public nlohmann::json_sax<json> {
   Status read(const std::string& body) {
     // Each token takes two bytes of the body at least ("1,"): one allocation, not doublings.
     for (const auto& [name, f] : fields_) {
-      if (f == Field::kTokens) tokens.reserve(std::min(body.size() / 2 + 1, max_elements_));
+      if (f == Field::kTokens) tokens.reserve(std::min(prompt_token_capacity(body.size()), max_elements_));
     }
     const bool parsed = json::sax_parse(body, this, json::input_format_t::json, /*strict=*/true);
     if (!status_.ok()) return status_;
@@ -147,6 +147,8 @@ class RequestReader final : public nlohmann::json_sax<json> {
 };
 
 }  // namespace
+
+size_t prompt_token_capacity(size_t body_bytes) { return std::min(body_bytes / 2 + 1, kMaxPromptTokens); }
 
 Result<PromptRequest> parse_prompt_request(const std::string& body) {
   using F = RequestReader::Field;

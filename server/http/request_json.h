@@ -22,6 +22,9 @@ struct BatchGetRequest {
 };
 Result<BatchGetRequest> parse_batch_get_request(const std::string& body, size_t max_hashes);
 
+// The tokens a prompt body of `body_bytes` can hold (two bytes each at least, "1,"), up to
+// kMaxPromptTokens: what parse_prompt_request sizes its array for.
+size_t prompt_token_capacity(size_t body_bytes);
 // Tokens one lookup or prefetch may name: 1M, past every model's context today. Bounded so that a
 // body within the size limit cannot ask for unbounded work and memory (a 16 MiB body holds 8.4M).
 inline constexpr size_t kMaxPromptTokens = size_t{1} << 20;
