@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cache/tiered_cache.h"
+#include "tests/cache/cache_test_blocks.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
 #include "tests/tiers/ssd/ssd_test_env.h"
@@ -22,16 +23,10 @@ inline std::shared_ptr<const KvLayout> ssd_sized_layout() {
   return l;
 }
 
-inline PrefixHasher ssd_sized_hasher() {
-  return PrefixHasher(HashAlgorithm::kSha256, Namespace{"m", ssd_sized_layout()->fingerprint(), ""},
-                      ssd_sized_layout()->block_size);
-}
+inline PrefixHasher ssd_sized_hasher() { return hasher_of(*ssd_sized_layout()); }
 
-// The block a model would compute for keys[i], with data derived from its hash.
 inline BlockRef ssd_sized_block(const PrefixHasher& h, const std::vector<BlockKey>& keys, size_t i) {
-  Block b = make_block(ssd_sized_layout(), keys[i].hash.bytes[0] * 131 + keys[i].hash.bytes[1]);
-  b.mutable_identity() = h.identity(keys, i, {});
-  return std::make_shared<const Block>(std::move(b));
+  return computed_block(ssd_sized_layout(), h, keys, i);
 }
 
 struct RamOverSsd {
