@@ -112,6 +112,10 @@ void TieredCache::on_evicted(size_t from, BlockRef block) {
   if (fence_->blocks(block->hash())) {
     // Erased after it left `from`: the end of its life (the tiers below would refuse it too).
     metrics_.dropped_erased_in_flight.inc();
+    if (auto n = drop_log_.admit()) {
+      spdlog::info("block {} evicted from {} was deleted on its way down: dropped ({} similar suppressed)",
+                   block->hash().hex(), tiers_[from]->name(), *n);
+    }
     return;
   }
   // The next local tier down takes it; one that cannot (a block larger than it, everything
