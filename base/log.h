@@ -37,6 +37,29 @@ class LogThrottle {
   // be logged, or nullopt when it should only be counted.
   std::optional<uint64_t> admit();
 
+  // When this event is admitted, logs the message at `level` followed by how many similar events
+  // were folded into it ("... (3 similar suppressed)"); otherwise only counts it. The message is
+  // formatted only when admitted.
+  template <typename... Args>
+  void log(spdlog::level::level_enum level, spdlog::format_string_t<Args...> fmt, Args&&... args) {
+    if (auto n = admit()) {
+      spdlog::log(level, "{} ({} similar suppressed)",
+                  fmt::format(fmt, std::forward<Args>(args)...), *n);
+    }
+  }
+  template <typename... Args>
+  void info(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+    log(spdlog::level::info, fmt, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  void warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+    log(spdlog::level::warn, fmt, std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  void error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+    log(spdlog::level::err, fmt, std::forward<Args>(args)...);
+  }
+
  private:
   const std::chrono::milliseconds interval_;
   std::mutex mu_;
