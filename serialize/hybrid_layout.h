@@ -1,4 +1,4 @@
-// HybridLayout: the shape of a hybrid model's cache (issue 35) — which layers are attention and
+// HybridLayout: the shape of a hybrid model's cache — which layers are attention and
 // which Gated DeltaNet, the attention layers' KV layout, and what a GDN layer's recurrent state and
 // conv window hold. The KV blocks of a hybrid model are those of `attention()` (a KvLayout over the
 // attention layers alone); a prefix is restored only together with a state snapshot of every GDN

@@ -1,5 +1,5 @@
 // State records: how a hybrid model's snapshot (every Gated DeltaNet layer's f32 state and conv
-// window at the end of one block, issue 35) travels through the tiers — as a Block of its own
+// window at the end of one block) travels through the tiers — as a Block of its own
 // layout, so the RAM, SSD and remote tiers, the block codec, checksums and recovery carry it
 // unchanged. The snapshot layout has one "layer" per GDN layer, F32, one head, the KV block's
 // block_size; layer j's K then V hold GDN layer j's state then window as one f32 vector (zero

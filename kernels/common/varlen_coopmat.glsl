@@ -21,7 +21,7 @@
 // later steps (no look-ahead, 16-byte stores, unmasked whole chunks, RAW_SCORES) at 107; the KHR
 // spelling 140, row sums by shuffles 144; with the context staged as f16 (attention/
 // kv_half_staging.comp) 174, q staged at once 184, 8-byte output stores 189. A workgroup fills an
-// SM (255 registers a thread), so its start and end are time the SM does nothing else. Tried and slower there (2026-11-26): the next chunk's
+// SM (255 registers a thread), so its start and end are time the SM does nothing else. Tried and slower on the H100: the next chunk's
 // loads in flight during compute (registers spill: 128 against 144), two 32-key buffers with one
 // barrier per chunk (118), the running output merged in the output buffer instead of registers
 // (no spills, 127), one row block per workgroup (two workgroups per SM, K/V read twice as often).

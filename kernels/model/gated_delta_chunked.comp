@@ -10,7 +10,7 @@
 // would have to use each for fixed positions (whole aligned chunks of a prefill here, the rest
 // token by token) and publish only prefill-computed blocks for restores to stay exact. Not used
 // by the tiny hybrid model yet: on the H100 it took 87.9 ms over 8192 tokens where the token-by-
-// token kernel takes 60.8 (issue 35's note). Sums in a fixed order, no fused multiply-adds: a
+// token kernel takes 60.8. Sums in a fixed order, no fused multiply-adds: a
 // sequence's bits never depend on what shares its launch.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require

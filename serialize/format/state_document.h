@@ -1,5 +1,5 @@
 // The state document: a hybrid model's snapshot of every Gated DeltaNet layer's recurrent state
-// and conv window, taken at the end of one block of a prompt (issue 35), as a safetensors file
+// and conv window, taken at the end of one block of a prompt, as a safetensors file
 // like the block document (format/block_document.h), so any safetensors reader opens it:
 //
 //   offset        size  field
