@@ -365,10 +365,8 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
       // converts each chunk itself, to the same bits, rather than the prefill failing.
       staged = false;
       ++staging_fallbacks_;
-      if (auto n = staging_log_.admit()) {
-        spdlog::warn("attention: no f16 copy of the context ({}): converting per chunk instead ({} more since)",
-                     copy.status().to_string(), *n);
-      }
+      staging_log_.warn("attention: no f16 copy of the context ({}): converting per chunk instead",
+                        copy.status().to_string());
     }
   }
   KVTIER_ASSIGN_OR_RETURN(auto pipeline, varlen_pipeline(kv, gqa, launch, o, staged));

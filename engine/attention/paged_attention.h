@@ -128,10 +128,8 @@ class PagedAttentionVarlen {
 
  private:
   // Keys per split (fixed: a row's bits depend on it). A multiple of the kernels' key chunks.
-  // H100, tensor-core path (2026-11-26): 512 against 256 gave +6 % at 4k and 16k tokens (a
-  // split's merge costs), 1024 +10 %, but a split launch (a short suffix after a restored prefix)
-  // has that many fewer workgroups: the tiny model's GPU hit at 8192 tokens took 0.767 / 0.779 /
-  // 0.848 ms of GPU time at 256 / 512 / 1024.
+  // Longer splits merge less, but give a split launch (a short suffix after a restored prefix)
+  // fewer workgroups; 512 is where the two met on the H100 (docs/benchmarks.md, "512-key splits").
   static constexpr uint32_t kSplitTokens = 512;
   // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
   static constexpr uint32_t kMinWorkgroups = 256;

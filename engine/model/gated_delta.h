@@ -1,6 +1,6 @@
 // GatedDeltaRule and CausalConv1d: Gated DeltaNet layers' own kernels on the GPU. The rule, for a batch of
 // sequences, each continuing from (and leaving) its recurrent state in a state pool — the state a
-// hybrid model's prefix cache snapshots beside the attention KV (issue 35). The token-by-token
+// hybrid model's prefix cache snapshots beside the attention KV. The token-by-token
 // form (gated_delta_recurrent.comp) is exact against the CPU reference but for exp; the chunk form
 // (gated_delta_chunked.comp) is exact within rounding and not yet the faster one.
 #pragma once

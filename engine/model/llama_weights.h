@@ -24,7 +24,7 @@ struct LlamaConfig {
   int max_positions = 4096;
   uint64_t seed = 1;
 
-  // A hybrid model (issue 35): each layer's kind, in order; empty: every layer is attention.
+  // A hybrid model: each layer's kind, in order; empty: every layer is attention.
   // Gated DeltaNet layers take `gdn` (conv_channels = heads * (2 d_k + d_v): q, k and v convolved).
   std::vector<LayerKind> pattern;
   GdnSpec gdn;

@@ -41,10 +41,9 @@ Status Matmul::record(CommandBatch& batch, uint64_t x, const MatmulWeights& w, u
   if (w.on_tensor_cores()) {
     // One row tile (a decode step, a short suffix after a restored prefix): only n / 64
     // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
-    // kernel). Measured on the H100 (tiny model, 16 rows): BK 32 left a forward at ~0.9 ms of GPU
-    // time whatever its context. 128 x 128 tiles of 32 x 64 per subgroup for many rows measured
-    // within a few per cent of these (2026-11-26, two H100 calls: 8192 tokens, gate/up 2.49
-    // against 2.55 ms; worse at 2048 where they leave SMs idle), so there is one shape.
+    // kernel). Shallower steps left a 16-row forward waiting on memory whatever its context;
+    // larger tiles for many rows were no faster and leave SMs idle on short prompts, so there is
+    // one shape (docs/benchmarks.md, "512-key splits", for the figures).
     const bool deep = rows <= 64 && w.k % kDeepStep == 0;
     auto& pipeline = deep ? coopmat_deep_ : coopmat_;
     if (!pipeline) {

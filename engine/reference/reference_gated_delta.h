@@ -1,4 +1,4 @@
-// CPU references for Gated DeltaNet layers (issue 35): the gated delta rule as the plain
+// CPU references for Gated DeltaNet layers: the gated delta rule as the plain
 // token-by-token recurrence, the same rule in the chunked form a GPU kernel computes (intra-chunk
 // through the UT transform, state passed between chunks), and the causal depthwise conv1d + SiLU
 // that feeds it. Float32 throughout; the recurrent state is what a hybrid model's prefix cache

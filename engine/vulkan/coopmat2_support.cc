@@ -12,11 +12,11 @@ constexpr const char* kNvCoopmat2 = "VK_NV_cooperative_matrix2";
 }  // namespace
 
 void Coopmat2Support::query(VkPhysicalDevice physical, uint32_t device_api_version,
-                            const std::function<bool(const char*)>& has_extension) {
+                            const std::function<bool(const char*)>& has_extension,
+                            const std::string& coopmat_knob) {
   usable_ = false;
-  const char* env = std::getenv("KVTIER_VK_COOPMAT");
-  if (env && (*env == '0' || *env == '1')) {
-    why_not_ = std::string("KVTIER_VK_COOPMAT=") + env;
+  if (!coopmat_knob.empty() && (coopmat_knob[0] == '0' || coopmat_knob[0] == '1')) {
+    why_not_ = "KVTIER_VK_COOPMAT=" + coopmat_knob;
     return;
   }
   if (spirv_for("paged_attention_varlen_cm2").empty()) {

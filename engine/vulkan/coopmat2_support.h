@@ -1,5 +1,5 @@
 // Coopmat2Support: finds and enables NVIDIA's cooperative matrix 2 (VK_NV_cooperative_matrix2 on
-// VK_KHR_cooperative_matrix) for the kernels in kernels/attention_cm2/. Debian 12's Vulkan
+// VK_KHR_cooperative_matrix) for the kernels in kernels/coopmat2/. Debian 12's Vulkan
 // headers (1.3.239) predate both extensions, so their structures are declared here.
 #pragma once
 
@@ -15,9 +15,10 @@ namespace kvtier {
 class Coopmat2Support {
  public:
   // Decides from the device's extensions, features and API version, the compiled kernels and
-  // KVTIER_VK_COOPMAT (0 or 1: not this path). `why_not()` says why when it is not usable.
+  // the KVTIER_VK_COOPMAT knob (VulkanOptions::coopmat; "0" or "1": not this path). `why_not()`
+  // says why when it is not usable.
   void query(VkPhysicalDevice physical, uint32_t device_api_version,
-             const std::function<bool(const char*)>& has_extension);
+             const std::function<bool(const char*)>& has_extension, const std::string& coopmat_knob);
   bool usable() const { return usable_; }
   const std::string& why_not() const { return why_not_; }
   // Shared memory the driver keeps for workgroup-scope matrices, out of the kernel's budget.

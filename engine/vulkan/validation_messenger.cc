@@ -11,11 +11,6 @@ constexpr const char* kLayer = "VK_LAYER_KHRONOS_validation";
 
 }  // namespace
 
-bool ValidationMessenger::requested() {
-  const char* v = std::getenv("KVTIER_VK_VALIDATION");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 Status ValidationMessenger::check_available() {
   uint32_t n = 0;
   vkEnumerateInstanceLayerProperties(&n, nullptr);

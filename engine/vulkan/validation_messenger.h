@@ -19,8 +19,6 @@ namespace kvtier {
 // Thread-safe (the layer calls back from whichever thread broke a rule).
 class ValidationMessenger {
  public:
-  // Whether KVTIER_VK_VALIDATION asks for the layer.
-  static bool requested();
   // kUnavailable when the layer (Debian: vulkan-validationlayers) or VK_EXT_debug_utils is
   // missing: asked-for validation that silently did not run would pass every test.
   static Status check_available();
