@@ -1,216 +1,48 @@
 #include "tiers/gpu_tier.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <thread>
+
+#include "base/elapsed.h"
 
 namespace kvtier {
 
-namespace {
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Runs copy(i) for every block i, on several threads when the batch is large. With the copy into
-// the mapped staging buffer on one thread, whole restores from RAM ran 5-6 GB/s on the H100's
-// host; with up to eight, 15-16 GB/s (e2e_bench, Llama-3-8B layout, 256 MiB and 1 GiB).
-void copy_blocks(size_t n, uint64_t block_bytes, const std::function<void(size_t)>& copy) {
-  constexpr uint64_t kParallelFrom = 16ull << 20;
-  const size_t threads = std::min<size_t>({n, 8, std::max(1u, std::thread::hardware_concurrency())});
-  if (threads <= 1 || n * block_bytes < kParallelFrom) {
-    for (size_t i = 0; i < n; ++i) copy(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < n; i += threads) copy(i);
-    });
-  }
-  for (size_t i = 0; i < n; i += threads) copy(i);
-  for (auto& th : pool) th.join();
-}
-}  // namespace
-
 Result<std::unique_ptr<GpuTier>> GpuTier::create(VulkanContext& ctx, GpuBlockPool& pool) {
-  KVTIER_ASSIGN_OR_RETURN(BlockTransfer t, BlockTransfer::create(ctx, pool.layers()));
-  return std::unique_ptr<GpuTier>(new GpuTier(ctx, pool, std::move(t)));
+  KVTIER_ASSIGN_OR_RETURN(auto transfer, HostTransfer::create(ctx, pool));
+  return std::unique_ptr<GpuTier>(new GpuTier(pool, std::move(transfer)));
 }
 
-GpuTier::GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer)
-    : ctx_(ctx), pool_(pool), transfer_(std::move(transfer)), host_(HostMemoryImport::create(ctx)) {
-  const char* env = std::getenv("KVTIER_VK_UPLOAD_IN_PLACE");
-  read_in_place_ = host_ != nullptr && !(env && *env == '0');
-}
+GpuTier::GpuTier(GpuBlockPool& pool, std::unique_ptr<HostTransfer> transfer)
+    : pool_(pool), transfer_(std::move(transfer)) {}
 
-Status GpuTier::ensure_tables(uint64_t blocks) {
-  if (blocks > table_blocks_) {
-    const uint64_t n = std::max(blocks, table_blocks_ * 2);
-    KVTIER_ASSIGN_OR_RETURN(ids_, GpuBuffer::create(ctx_, n * 4, MemoryKind::kUpload));
-    KVTIER_ASSIGN_OR_RETURN(sources_, GpuBuffer::create(ctx_, n * 8, MemoryKind::kUpload));
-    table_blocks_ = n;
-  }
-  return ok_status();
-}
-
-Status GpuTier::ensure_staging(uint64_t blocks, uint64_t host_blocks) {
-  if (blocks > staging_blocks_) {
-    const uint64_t n = std::max(blocks, staging_blocks_ * 2);
-    KVTIER_ASSIGN_OR_RETURN(device_staging_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kDevice));
-    staging_blocks_ = n;
-  }
-  if (host_blocks > host_staging_blocks_) {
-    const uint64_t n = std::max(host_blocks, host_staging_blocks_ * 2);
-    KVTIER_ASSIGN_OR_RETURN(upload_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kUpload));
-    KVTIER_ASSIGN_OR_RETURN(download_, GpuBuffer::create(ctx_, n * pool_.block_bytes(), MemoryKind::kDownload));
-    host_staging_blocks_ = n;
-  }
-  return ok_status();
-}
-
-namespace {
-// Adds a copy region, extending the last one when it continues it on both sides: a copy of many
-// small regions costs the driver per region (on the H100, 447 regions of 16 KiB took ~2 ms more
-// than one region of the same bytes).
-void add_region(std::vector<VkBufferCopy>& regions, VkBufferCopy r) {
-  if (!regions.empty()) {
-    VkBufferCopy& last = regions.back();
-    if (last.srcOffset + last.size == r.srcOffset && last.dstOffset + last.size == r.dstOffset) {
-      last.size += r.size;
-      return;
-    }
-  }
-  regions.push_back(r);
-}
-}  // namespace
-
-GpuTier::HostCopyPlan GpuTier::plan_host_copies(std::span<const uint8_t* const> host, bool to_device) {
-  HostCopyPlan plan;
-  const uint64_t bb = pool_.block_bytes();
-  for (size_t i = 0; i < host.size(); ++i) {
-    const uint64_t slot = i * bb;
-    if (host_ != nullptr && host[i] != nullptr) {
-      auto where = host_->locate(host[i], bb);
-      if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
-      if (where.ok() && where->has_value()) {
-        const HostMemoryImport::Region& r = **where;
-        add_region(plan.direct[r.buffer], to_device ? VkBufferCopy{r.offset, slot, bb} : VkBufferCopy{slot, r.offset, bb});
-        continue;
-      }
-    }
-    const uint64_t host_slot = plan.staged.size() * bb;
-    plan.staged.push_back(i);
-    add_region(plan.staged_regions, to_device ? VkBufferCopy{host_slot, slot, bb} : VkBufferCopy{slot, host_slot, bb});
-  }
-  return plan;
-}
-
-void GpuTier::record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, bool to_device) {
-  const VkBuffer staging = device_staging_.handle();
-  metrics_.copy_regions.inc(plan.staged_regions.size());
-  for (const auto& [buffer, regions] : plan.direct) metrics_.copy_regions.inc(regions.size());
-  if (to_device) {
-    batch.copy_regions(upload_.handle(), staging, plan.staged_regions);
-    for (const auto& [buffer, regions] : plan.direct) batch.copy_regions(buffer, staging, regions);
-  } else {
-    batch.copy_regions(staging, download_.handle(), plan.staged_regions);
-    for (const auto& [buffer, regions] : plan.direct) batch.copy_regions(staging, buffer, regions);
-  }
+void GpuTier::count(const HostTransfer::Counts& c, bool to_device) {
+  (to_device ? metrics_.direct_up : metrics_.direct_down).inc(c.direct);
+  metrics_.import_failures.inc(c.import_failures);
+  metrics_.copy_regions.inc(c.copy_regions);
 }
 
 Result<std::vector<BlockRef>> GpuTier::download(std::span<const int32_t> ids,
                                                 std::span<const BlockIdentity> identities) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Block> blocks;
-  std::vector<const uint8_t*> host;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    blocks.push_back(Block::dense_uninitialized(pool_.layout_ptr(), identities[i]));
-    host.push_back(blocks.back().mutable_data().data());
-  }
-  const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/false);
-  KVTIER_RETURN_IF_ERROR(ensure_tables(ids.size()));
-  KVTIER_RETURN_IF_ERROR(ensure_staging(ids.size(), plan.staged.size()));
-  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
-  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
-  const uint64_t bytes = ids.size() * pool_.block_bytes();
-  KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx_, Lane::kTransfer));
-  KVTIER_RETURN_IF_ERROR(transfer_.record_gather(b, ids_.address(), static_cast<uint32_t>(ids.size()),
-                                                 device_staging_.address()));
-  record_host_copies(b, plan, /*to_device=*/false);
-  KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-  if (!plan.staged.empty()) KVTIER_RETURN_IF_ERROR(download_.invalidate(0, plan.staged.size() * pool_.block_bytes()));
-  copy_blocks(plan.staged.size(), pool_.block_bytes(), [&](size_t j) {
-    std::memcpy(blocks[plan.staged[j]].mutable_data().data(), download_.mapped() + j * pool_.block_bytes(),
-                pool_.block_bytes());
-  });
-  metrics_.direct_down.inc(ids.size() - plan.staged.size());
+  for (size_t i = 0; i < ids.size(); ++i) blocks.push_back(Block::dense_uninitialized(pool_.layout_ptr(), identities[i]));
+  HostTransfer::Counts counts;
+  const Status st = transfer_->download(ids, blocks, counts);
+  count(counts, /*to_device=*/false);
+  KVTIER_RETURN_IF_ERROR(st);
   std::vector<BlockRef> out;
   for (Block& b : blocks) out.push_back(std::make_shared<const Block>(std::move(b)));
   metrics_.downloads.inc(ids.size());
-  metrics_.bytes_down.inc(bytes);
-  metrics_.download_seconds.observe(since(t0));
+  metrics_.bytes_down.inc(ids.size() * pool_.block_bytes());
+  metrics_.download_seconds.observe(seconds_since(t0));
   return out;
 }
 
 Status GpuTier::upload(std::span<const BlockRef> blocks, std::span<const size_t> todo, std::span<const int32_t> ids) {
-  const uint64_t bb = pool_.block_bytes();
-  std::vector<const uint8_t*> host;
-  // A block kept quantized in RAM goes to the GPU dense (the pool holds dense layers), so it is
-  // expanded into the upload buffer.
-  for (size_t i : todo) host.push_back(blocks[i]->any_quantized() ? nullptr : blocks[i]->data().data());
-  // Block k's bytes go into upload buffer slot j (staged[j] = k) by a CPU copy.
-  auto stage = [&](std::span<const size_t> staged) {
-    copy_blocks(staged.size(), bb, [&](size_t j) {
-      const BlockRef& b = blocks[todo[staged[j]]];
-      std::optional<Block> dense;
-      if (b->any_quantized()) dense.emplace(b->dequantized());
-      const auto data = dense ? dense->data() : b->data();
-      std::memcpy(upload_.mapped() + j * bb, data.data(), bb);
-    });
-    return staged.empty() ? ok_status() : upload_.flush(0, staged.size() * bb);
-  };
-  KVTIER_RETURN_IF_ERROR(ensure_tables(todo.size()));
-  std::memcpy(ids_.mapped(), ids.data(), ids.size() * 4);
-  KVTIER_RETURN_IF_ERROR(ids_.flush(0, ids.size() * 4));
-  const uint32_t n = static_cast<uint32_t>(todo.size());
-  if (read_in_place_) {
-    std::vector<uint64_t> sources(todo.size(), 0);
-    std::vector<size_t> staged;
-    for (size_t k = 0; k < host.size(); ++k) {
-      if (host[k] != nullptr) {
-        auto where = host_->locate(host[k], bb);
-        if (!where.ok()) metrics_.import_failures.inc();  // logged by locate; staged instead
-        // The kernel reads 8-byte halves: blocks adopted from SSD records are 8-byte aligned.
-        if (where.ok() && where->has_value() && (*where)->address % 8 == 0) {
-          sources[k] = (*where)->address;
-          continue;
-        }
-      }
-      staged.push_back(k);
-    }
-    KVTIER_RETURN_IF_ERROR(ensure_staging(0, staged.size()));
-    KVTIER_RETURN_IF_ERROR(stage(staged));
-    for (size_t j = 0; j < staged.size(); ++j) sources[staged[j]] = upload_.address() + j * bb;
-    std::memcpy(sources_.mapped(), sources.data(), sources.size() * 8);
-    KVTIER_RETURN_IF_ERROR(sources_.flush(0, sources.size() * 8));
-    KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx_, Lane::kTransfer));
-    KVTIER_RETURN_IF_ERROR(transfer_.record_scatter_from(batch, sources_.address(), ids_.address(), n));
-    KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
-    metrics_.direct_up.inc(todo.size() - staged.size());
-    return ok_status();
-  }
-  const HostCopyPlan plan = plan_host_copies(host, /*to_device=*/true);
-  KVTIER_RETURN_IF_ERROR(ensure_staging(todo.size(), plan.staged.size()));
-  KVTIER_RETURN_IF_ERROR(stage(plan.staged));
-  KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(ctx_, Lane::kTransfer));
-  record_host_copies(batch, plan, /*to_device=*/true);
-  batch.barrier();
-  KVTIER_RETURN_IF_ERROR(transfer_.record_scatter(batch, device_staging_.address(), ids_.address(), n));
-  KVTIER_RETURN_IF_ERROR(batch.submit_and_wait());
-  metrics_.direct_up.inc(todo.size() - plan.staged.size());
-  return ok_status();
+  HostTransfer::Counts counts;
+  const Status st = transfer_->upload(blocks, todo, ids, counts);
+  count(counts, /*to_device=*/true);
+  return st;
 }
 
 Result<std::vector<int32_t>> GpuTier::allocate(uint32_t n) {
@@ -304,17 +136,14 @@ std::vector<Result<InsertOutcome>> GpuTier::insert_many(std::span<const BlockRef
   }
   if (!st.ok()) {
     metrics_.transfer_failures.inc();
-    if (auto n = failure_log_.admit()) {
-      spdlog::error("gpu tier: upload of {} blocks failed: {} ({} similar suppressed)", todo.size(),
-                    st.to_string(), *n);
-    }
+    failure_log_.error("gpu tier: upload of {} blocks failed: {}", todo.size(), st.to_string());
     release(*ids);
     for (size_t i : todo) out[i] = st;
     return out;
   }
   metrics_.uploads.inc(todo.size());
   metrics_.bytes_up.inc(todo.size() * pool_.block_bytes());
-  metrics_.upload_seconds.observe(since(t0));
+  metrics_.upload_seconds.observe(seconds_since(t0));
   for (size_t k = 0; k < todo.size(); ++k) {
     const int32_t id = (*ids)[k];
     const std::optional<int32_t> held =
@@ -522,7 +351,7 @@ void GpuTier::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_gpu_copy_regions_total", "Regions of host-GPU copy commands (adjacent blocks share one)", {},
             metrics_.copy_regions.value());
   v.gauge("kvtier_gpu_host_imported_bytes", "Host memory imported for direct copies", {},
-          host_ ? static_cast<double>(host_->imported_bytes()) : 0.0);
+          static_cast<double>(transfer_->imported_bytes()));
   v.histogram("kvtier_gpu_upload_seconds", "Upload batch latency", {}, metrics_.upload_seconds.snapshot());
   v.histogram("kvtier_gpu_download_seconds", "Download batch latency", {}, metrics_.download_seconds.snapshot());
   v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(used_bytes()));

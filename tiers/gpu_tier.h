@@ -1,19 +1,18 @@
 // GpuTier: the Tier interface over a GpuBlockPool — the top tier, where the attention engine reads
-// blocks. Eviction happens when a free cached block is reused: its bytes are gathered (one
-// kernel), copied to host memory (one copy) and handed down as a dense Block. Promotion copies
-// host blocks up (one copy, one scatter kernel), many blocks per submission. The model allocates
-// its working blocks here too (allocate, publish, release), so evictions it triggers are saved.
+// blocks. Eviction happens when a free cached block is reused: its bytes are copied to host memory
+// and handed down as a dense Block. Promotion copies host blocks up, many per submission (both
+// through engine/blocks/host_transfer.h). The model allocates its working blocks here too
+// (allocate, publish, release), so evictions it triggers are saved.
 #pragma once
 
-#include <map>
+#include <memory>
 #include <mutex>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 #include "base/log.h"
-#include "engine/blocks/block_transfer.h"
 #include "engine/blocks/gpu_block_pool.h"
-#include "engine/vulkan/host_memory_import.h"
+#include "engine/blocks/host_transfer.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -76,45 +75,21 @@ class GpuTier final : public Tier {
 
   GpuBlockPool& pool() { return pool_; }
   const GpuTierMetrics& metrics() const { return metrics_; }
-  // Uploads read blocks where they lie in host memory, in one launch (see read_in_place_).
-  bool reads_in_place() const { return read_in_place_; }
+  // Uploads read blocks where they lie in host memory, in one launch.
+  bool reads_in_place() const { return transfer_->reads_in_place(); }
 
  private:
-  GpuTier(VulkanContext& ctx, GpuBlockPool& pool, BlockTransfer transfer);
+  GpuTier(GpuBlockPool& pool, std::unique_ptr<HostTransfer> transfer);
   // Copies blocks `ids` to host Blocks with `identities` (caller holds transfer_mu_).
   Result<std::vector<BlockRef>> download(std::span<const int32_t> ids,
                                          std::span<const BlockIdentity> identities);
-  // Device staging for `blocks` blocks; the host-visible upload and download buffers for
-  // `host_blocks` of them (those not copied directly; none while all are).
-  Status ensure_staging(uint64_t blocks, uint64_t host_blocks);
-  // The id list and the source table for `blocks` blocks.
-  Status ensure_tables(uint64_t blocks);
-  // Uploads blocks[todo] into GPU blocks `ids` (caller holds transfer_mu_). Where the device reads
-  // imported host memory in place, one launch reads each block where it lies; else each block
-  // is copied into device staging (a copy region per run of adjacent blocks) and scattered.
+  // Uploads blocks[todo] into GPU blocks `ids` (caller holds transfer_mu_).
   Status upload(std::span<const BlockRef> blocks, std::span<const size_t> todo, std::span<const int32_t> ids);
-  // How block i (of host[i], block_bytes() each) crosses between host memory and device staging
-  // slot i: straight from/into where it lies when that memory is imported, else through slot j
-  // of the upload/download buffer with a CPU copy (block i = staged[j]). A null host[i] is staged.
-  struct HostCopyPlan {
-    std::map<VkBuffer, std::vector<VkBufferCopy>> direct;  // by imported buffer
-    std::vector<VkBufferCopy> staged_regions;               // upload/download buffer <-> staging
-    std::vector<size_t> staged;
-  };
-  HostCopyPlan plan_host_copies(std::span<const uint8_t* const> host, bool to_device);
-  void record_host_copies(CommandBatch& batch, const HostCopyPlan& plan, bool to_device);
+  void count(const HostTransfer::Counts& c, bool to_device);
 
-  VulkanContext& ctx_;
   GpuBlockPool& pool_;
-  BlockTransfer transfer_;
-  std::mutex transfer_mu_;  // guards the staging buffers below
-  std::unique_ptr<HostMemoryImport> host_;  // null when the device cannot import host memory
-  // Uploads read blocks in place (scatter_blocks_from): host_ is set and KVTIER_VK_UPLOAD_IN_PLACE
-  // is not 0. On the H100 a RAM hit's copy regions (one per run of adjacent blocks, ~0.5 per
-  // block) cost more than its bytes: 16 MiB of 32 KiB blocks took 1.6 ms, 10 GB/s.
-  bool read_in_place_ = false;
-  GpuBuffer device_staging_, upload_, download_, ids_, sources_;
-  uint64_t staging_blocks_ = 0, host_staging_blocks_ = 0, table_blocks_ = 0;
+  std::mutex transfer_mu_;  // serializes transfers: they share staging buffers
+  std::unique_ptr<HostTransfer> transfer_;
   // Blocks the pool evicted that the tier below has not taken yet: held from the eviction until
   // the sink returns, so a lookup meanwhile still finds them here (read from host memory). Null
   // while the download that saves them runs; a read waits for it on transfer_mu_. Taken after

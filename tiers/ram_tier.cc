@@ -34,10 +34,8 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       metrics_.quantized_inserts.inc();
     } else {
       metrics_.quantize_skipped.inc();
-      if (auto n = quantize_skip_log_.admit()) {
-        spdlog::warn("{} tier: block {} kept dense: {} ({} similar suppressed)", options_.name,
-                     block->hash().hex(), q.status().message(), *n);
-      }
+      quantize_skip_log_.warn("{} tier: block {} kept dense: {}", options_.name,
+                              block->hash().hex(), q.status().message());
     }
   }
   const uint64_t bytes = block->size_bytes();

@@ -1,5 +1,6 @@
-// Tier: one level of storage for blocks, addressed by BlockHash. The GPU, RAM and SSD tiers
-// implement it; TieredCache stacks them and wires each tier's evictions into the tier below.
+// Tier: one level of storage for blocks, addressed by BlockHash. The GPU, RAM, SSD and remote
+// (Redis Cluster) tiers implement it; TieredCache stacks them and wires each tier's evictions into
+// the tier below.
 #pragma once
 
 #include <algorithm>

@@ -4,24 +4,17 @@
 
 #include <algorithm>
 
+#include "base/elapsed.h"
 #include "base/memory/bytes.h"
 #include "serialize/format/block_codec.h"
 
 namespace kvtier {
-namespace {
-
-// How many recently written hashes a host remembers (~5 MB), to send a block once.
-constexpr size_t kWrittenMemory = 65536;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 RemoteTier::RemoteTier(RemoteTierOptions options, std::shared_ptr<const LayoutRegistry> layouts,
                        std::unique_ptr<RedisCluster> cluster)
-    : options_(std::move(options)), layouts_(std::move(layouts)), cluster_(std::move(cluster)) {}
+    : options_(std::move(options)),
+      layouts_(std::move(layouts)),
+      cluster_(std::move(cluster)),
+      writes_(options_, *cluster_, metrics_) {}
 
 Result<std::shared_ptr<RemoteTier>> RemoteTier::open(RemoteTierOptions options,
                                                      std::shared_ptr<const LayoutRegistry> layouts) {
@@ -43,249 +36,25 @@ Result<std::shared_ptr<RemoteTier>> RemoteTier::open(RemoteTierOptions options,
                  cluster->standalone() ? "standalone" : "cluster");
   }
   std::shared_ptr<RemoteTier> t(new RemoteTier(std::move(options), std::move(layouts), std::move(cluster)));
-  t->writer_ = std::thread([tier = t.get()] {
-    name_this_thread("remote-writer");
-    tier->writer_loop();
-  });
+  t->writes_.start();
   return t;
 }
 
 RemoteTier::~RemoteTier() { close(std::chrono::steady_clock::now() + std::chrono::seconds(10)); }
 
-std::string RemoteTier::key_of(const BlockHash& hash) const { return options_.key_prefix + hash.hex(); }
+std::string RemoteTier::key_of(const BlockHash& hash) const { return remote_key(options_.key_prefix, hash); }
 
 Result<InsertOutcome> RemoteTier::insert(BlockRef block) {
-  const uint64_t bytes = block->size_bytes();
-  std::lock_guard lock(queue_mu_);
-  if (written_.count(block->hash())) {
-    metrics_.skipped_already_written.inc();
-    return InsertOutcome::kAlreadyPresent;
-  }
-  if (stopping_) {
-    metrics_.dropped_shutdown.inc();
-    return failed_precondition("remote tier is closed");
-  }
-  if (refuse_erased(block->hash())) {
-    return failed_precondition("remote tier: block " + block->hash().hex() + " was erased while it was being moved here");
-  }
-  if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
-    metrics_.dropped_queue_full.inc();
-    if (auto n = write_log_.admit()) {
-      spdlog::warn("remote tier: write queue full ({} bytes queued); block {} is not shared ({} similar suppressed)",
-                   queued_bytes_, block->hash().hex(), *n);
-    }
-    return resource_exhausted("remote tier: write queue full");
-  }
-  queued_bytes_ += bytes;
-  queue_.push_back(std::move(block));
-  metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
-  metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
-  queue_cv_.notify_one();
-  return InsertOutcome::kInserted;
-}
-
-void RemoteTier::remember_written(const BlockHash& hash) {
-  if (!written_.insert(hash).second) return;
-  written_order_.push_back(hash);
-  if (written_order_.size() > kWrittenMemory) {
-    written_.erase(written_order_.front());
-    written_order_.pop_front();
-  }
+  return writes_.enqueue(std::move(block), [this](const BlockHash& h) { return refuse_erased(h); });
 }
 
 void RemoteTier::set_held_locally(std::function<bool(const BlockHash&)> held) {
-  std::lock_guard lock(queue_mu_);
-  held_locally_ = std::move(held);
+  writes_.set_held_locally(std::move(held));
 }
 
-void RemoteTier::writer_loop() {
-  using Clock = std::chrono::steady_clock;
-  std::vector<BlockRef> batch, failed;
-  std::vector<Retry> taken;
-  while (true) {
-    std::function<bool(const BlockHash&)> held;
-    {
-      std::unique_lock lock(queue_mu_);
-      for (;;) {
-        if (stopping_ && queue_.empty()) return;  // close() drops what is left and counts it
-        if (!queue_.empty()) break;
-        if (retries_.empty()) {
-          queue_cv_.wait(lock);
-          continue;
-        }
-        auto next = retries_.front().next_try;
-        for (const Retry& r : retries_) next = std::min(next, r.next_try);
-        if (next <= Clock::now()) break;
-        queue_cv_.wait_until(lock, next);
-      }
-      take_due_retries_locked(batch, taken);
-      while (!queue_.empty() && batch.size() < options_.write_batch_blocks) {
-        queued_bytes_ -= queue_.front()->size_bytes();
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      in_flight_ = batch.size();
-      for (const BlockRef& b : batch) writing_.insert(b->hash());
-      held = held_locally_;
-      metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
-      metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
-      metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
-    }
-    // A retry is worth its SET only while this host still serves the block itself: once every
-    // local tier let it go, it is dropped instead of kept alive here.
-    if (held) {
-      for (auto it = taken.begin(); it != taken.end();) {
-        if (held(it->block->hash())) {
-          ++it;
-          continue;
-        }
-        drop_retry(*it, metrics_.dropped_not_held_locally, "no local tier holds it any more");
-        std::erase(batch, it->block);
-        it = taken.erase(it);
-      }
-    }
-    if (!batch.empty()) write_batch(batch, failed);
-    {
-      std::lock_guard lock(queue_mu_);
-      in_flight_ = 0;
-      writing_.clear();
-      batch_cv_.notify_all();
-      schedule_retries_locked(failed, taken);
-      metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
-      if (queue_.empty()) idle_cv_.notify_all();
-    }
-    batch.clear();
-    failed.clear();
-    taken.clear();
-  }
-}
+void RemoteTier::flush() { writes_.flush(); }
 
-void RemoteTier::take_due_retries_locked(std::vector<BlockRef>& batch, std::vector<Retry>& taken) {
-  const auto now = std::chrono::steady_clock::now();
-  for (auto it = retries_.begin(); it != retries_.end() && batch.size() < options_.write_batch_blocks;) {
-    if (it->next_try > now) {
-      ++it;
-      continue;
-    }
-    queued_bytes_ -= it->block->size_bytes();
-    if (now - it->first_failed >= options_.write_retry_window) {
-      drop_retry(*it, metrics_.dropped_retries_expired, "still failing after the retry window");
-    } else {
-      batch.push_back(it->block);
-      taken.push_back(std::move(*it));
-    }
-    it = retries_.erase(it);
-  }
-}
-
-void RemoteTier::schedule_retries_locked(std::vector<BlockRef>& failed, std::vector<Retry>& taken) {
-  const auto now = std::chrono::steady_clock::now();
-  for (const Retry& r : taken) {
-    if (std::find(failed.begin(), failed.end(), r.block) == failed.end()) metrics_.retried_written.inc();
-  }
-  for (BlockRef& b : failed) {
-    auto before = std::find_if(taken.begin(), taken.end(), [&](const Retry& r) { return r.block == b; });
-    Retry r = before == taken.end() ? Retry{b, now, now, options_.retry_backoff}
-                                    : Retry{b, before->first_failed, now, std::min(before->backoff * 2, options_.retry_backoff_max)};
-    r.next_try = now + r.backoff;
-    const uint64_t bytes = b->size_bytes();
-    if (stopping_) {
-      drop_retry(r, metrics_.dropped_shutdown, "the tier is closing");
-    } else if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
-      drop_retry(r, metrics_.dropped_retry_displaced, "the write queue is full of fresh blocks");
-    } else {
-      queued_bytes_ += bytes;
-      retries_.push_back(std::move(r));
-    }
-  }
-}
-
-bool RemoteTier::displace_retries_locked(uint64_t bytes) {
-  while (queued_bytes_ + bytes > options_.write_queue_bytes && !retries_.empty()) {
-    queued_bytes_ -= retries_.front().block->size_bytes();
-    drop_retry(retries_.front(), metrics_.dropped_retry_displaced, "its room went to a fresh block");
-    retries_.pop_front();
-  }
-  return queued_bytes_ + bytes <= options_.write_queue_bytes;
-}
-
-void RemoteTier::drop_retry(const Retry& r, Counter& reason, const char* why) {
-  reason.inc();
-  if (auto n = write_log_.admit()) {
-    spdlog::warn("remote tier: gave up sharing block {} after its SET failed: {} ({} similar suppressed)",
-                 r.block->hash().hex(), why, *n);
-  }
-}
-
-void RemoteTier::write_batch(std::vector<BlockRef>& batch, std::vector<BlockRef>& failed) {
-  const auto t0 = std::chrono::steady_clock::now();
-  thread_local BlockCodec codec;
-  std::vector<Bytes> frames;
-  std::vector<std::string> keys;
-  std::vector<BlockRef> encoded;
-  for (BlockRef& b : batch) {
-    Bytes frame;
-    if (Status st = codec.encode(*b, frame); !st.ok()) {
-      metrics_.dropped_encode_failed.inc();
-      if (auto n = write_log_.admit()) {
-        spdlog::error("remote tier: cannot encode block {}: {} ({} similar suppressed)", b->hash().hex(),
-                      st.to_string(), *n);
-      }
-      continue;
-    }
-    frames.push_back(std::move(frame));
-    keys.push_back(key_of(b->hash()));
-    encoded.push_back(b);
-  }
-  std::vector<RedisCommand> cmds;
-  for (size_t i = 0; i < frames.size(); ++i) {
-    cmds.push_back({"SET", keys[i],
-                    std::string_view(reinterpret_cast<const char*>(frames[i].data()), frames[i].size())});
-  }
-  std::vector<Result<RedisReply>> replies = cluster_->execute(cmds, options_.values_in_flight_per_node);
-  metrics_.write_seconds.observe(seconds_since(t0));
-  std::lock_guard lock(queue_mu_);
-  for (size_t i = 0; i < replies.size(); ++i) {
-    if (replies[i].ok() && replies[i]->is_status()) {
-      metrics_.written_blocks.inc();
-      metrics_.written_bytes.inc(frames[i].size());
-      remember_written(encoded[i]->hash());
-      continue;
-    }
-    metrics_.write_errors.inc();
-    failed.push_back(encoded[i]);
-    if (auto n = write_log_.admit()) {
-      spdlog::warn("remote tier: SET of block {} failed (retried with backoff): {} ({} similar suppressed)",
-                   encoded[i]->hash().hex(),
-                   replies[i].ok() ? std::string(replies[i]->str()) : replies[i].status().to_string(), *n);
-    }
-  }
-}
-
-void RemoteTier::flush() {
-  std::unique_lock lock(queue_mu_);
-  idle_cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || !writer_.joinable(); });
-}
-
-void RemoteTier::close(std::chrono::steady_clock::time_point deadline) {
-  {
-    std::unique_lock lock(queue_mu_);
-    if (stopping_ && !writer_.joinable()) return;
-    idle_cv_.wait_until(lock, deadline, [&] { return queue_.empty() && in_flight_ == 0; });
-    stopping_ = true;
-    metrics_.dropped_shutdown.inc(queue_.size() + retries_.size());
-    if (!queue_.empty() || !retries_.empty()) {
-      spdlog::warn("remote tier: {} queued blocks and {} failed ones waiting for a retry not written at close",
-                   queue_.size(), retries_.size());
-    }
-    queue_.clear();
-    retries_.clear();
-    queued_bytes_ = 0;
-    queue_cv_.notify_all();
-  }
-  if (writer_.joinable()) writer_.join();
-  idle_cv_.notify_all();
-}
+void RemoteTier::close(std::chrono::steady_clock::time_point deadline) { writes_.close(deadline); }
 
 bool RemoteTier::contains(const BlockHash& hash) const { return contains_many(std::span(&hash, 1)).front(); }
 
@@ -306,10 +75,9 @@ std::vector<bool> RemoteTier::contains_many(std::span<const BlockHash> hashes) c
   metrics_.exists_seconds.observe(seconds_since(t0));
   if (errors > 0) {
     metrics_.exists_errors.inc(errors);
-    if (auto n = read_log_.admit()) {
-      spdlog::warn("remote tier: {} of {} lookups could not ask Redis: {} ({} similar suppressed)", errors,
-                   replies.size(), replies[0].ok() ? std::string(replies[0]->str()) : replies[0].status().to_string(), *n);
-    }
+    read_log_.warn(
+        "remote tier: {} of {} lookups could not ask Redis: {}", errors, replies.size(),
+        replies[0].ok() ? std::string(replies[0]->str()) : replies[0].status().to_string());
   }
   return out;
 }
@@ -321,10 +89,8 @@ Result<BlockRef> RemoteTier::read(const BlockRequest& request) {
 Result<BlockRef> RemoteTier::accept(const BlockRequest& req, Result<RedisReply> r, bool* corrupt) {
   if (!r.ok() || r->is_error()) {
     metrics_.read_errors.inc();
-    if (auto n = read_log_.admit()) {
-      spdlog::warn("remote tier: GET of block {} failed (a miss): {} ({} similar suppressed)", req.hash.hex(),
-                   r.ok() ? std::string(r->str()) : r.status().to_string(), *n);
-    }
+    read_log_.warn("remote tier: GET of block {} failed (a miss): {}", req.hash.hex(),
+                   r.ok() ? std::string(r->str()) : r.status().to_string());
     return not_found("remote tier: unreachable");
   }
   if (r->is_nil()) {
@@ -345,10 +111,8 @@ Result<BlockRef> RemoteTier::accept(const BlockRequest& req, Result<RedisReply> 
   if (!why.empty()) {
     metrics_.corrupt.inc();
     *corrupt = true;
-    if (auto n = corrupt_log_.admit()) {
-      spdlog::error("remote tier: value of block {} refused and deleted: {} ({} similar suppressed)",
-                    req.hash.hex(), why, *n);
-    }
+    corrupt_log_.error("remote tier: value of block {} refused and deleted: {}", req.hash.hex(),
+                       why);
     return not_found("remote tier: corrupt value");
   }
   metrics_.hits.inc();
@@ -420,34 +184,8 @@ bool RemoteTier::erase(const BlockHash& hash) {
 }
 
 Result<bool> RemoteTier::erase_durably(const BlockHash& hash) {
-  const std::string key = key_of(hash);
-  {
-    std::unique_lock lock(queue_mu_);
-    if (written_.erase(hash)) std::erase(written_order_, hash);
-    // Not written later: neither queued nor retried, and a batch writing it now ends before the DEL.
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if ((*it)->hash() != hash) {
-        ++it;
-        continue;
-      }
-      queued_bytes_ -= (*it)->size_bytes();
-      it = queue_.erase(it);
-    }
-    for (auto it = retries_.begin(); it != retries_.end();) {
-      if (it->block->hash() != hash) {
-        ++it;
-        continue;
-      }
-      queued_bytes_ -= it->block->size_bytes();
-      it = retries_.erase(it);
-    }
-    metrics_.queue_bytes.set(static_cast<int64_t>(queued_bytes_));
-    metrics_.queue_blocks.set(static_cast<int64_t>(queue_.size()));
-    metrics_.retry_blocks.set(static_cast<int64_t>(retries_.size()));
-    if (queue_.empty()) idle_cv_.notify_all();
-    batch_cv_.wait(lock, [&] { return !writing_.count(hash); });
-  }
-  auto r = cluster_->execute(std::vector<RedisCommand>{{"DEL", key}});
+  writes_.forget(hash);
+  auto r = cluster_->execute(std::vector<RedisCommand>{{"DEL", key_of(hash)}});
   if (!r.front().ok()) return r.front().status().with_context("remote tier: DEL " + hash.hex());
   if (!r.front()->is_integer()) return io_error("remote tier: DEL " + hash.hex() + " got an unexpected reply");
   return r.front()->integer() > 0;

@@ -20,8 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
-
 struct Segment {
   std::optional<SegmentRecord> record;
   std::shared_ptr<SegmentFile> file;
@@ -125,7 +123,7 @@ Result<FsckReport> fsck_ssd_dir(const std::string& dir, const FsckOptions& optio
       bad("points past what its segment holds");
       continue;
     }
-    AlignedBuffer buf(padded(e.length), kRecordAlign, /*zeroed=*/false);
+    AlignedBuffer buf(record_padded(e.length), kRecordAlign, /*zeroed=*/false);
     const ssize_t n = ::pread(seg.file->fd(), buf.data(), e.length, static_cast<off_t>(e.offset));
     if (n != static_cast<ssize_t>(e.length)) {
       bad(n < 0 ? errno_status("read", errno).message() : "short read");
@@ -137,8 +135,8 @@ Result<FsckReport> fsck_ssd_dir(const std::string& dir, const FsckOptions& optio
       continue;
     }
     ++report.ok;
-    report.live_bytes += padded(e.length);
-    seg.live_bytes += padded(e.length);
+    report.live_bytes += record_padded(e.length);
+    seg.live_bytes += record_padded(e.length);
     seg.live_entries += 1;
   }
   progress.entries_done = entries.size();

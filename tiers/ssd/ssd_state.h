@@ -21,6 +21,10 @@ namespace kvtier {
 
 // 4 KiB: records start and end on O_DIRECT boundaries.
 inline constexpr uint64_t kRecordAlign = 4096;
+// `n` bytes rounded up to whole O_DIRECT units: the room a record of n bytes takes on disk.
+inline constexpr uint64_t record_padded(uint64_t n) {
+  return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+}
 
 // Remembers which blocks were read since they were written, so reclaim can move them (bounded:
 // forgets everything when it grows past its limit, which only costs a missed reinsertion).
@@ -38,6 +42,28 @@ class ReadTracker {
   std::unordered_set<BlockHash> read_;
 };
 
+// Hashes erased while a block moved out of a reclaimed segment may be on its way back into the
+// index: the writer must not bring them back. Forgotten whenever no move is in flight.
+class ErasedDuringReinsert {
+ public:
+  void add(const BlockHash& h) {
+    std::lock_guard lock(mu_);
+    erased_.insert(h);
+  }
+  bool contains(const BlockHash& h) const {
+    std::lock_guard lock(mu_);
+    return erased_.count(h) > 0;
+  }
+  void clear() {
+    std::lock_guard lock(mu_);
+    erased_.clear();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<BlockHash> erased_;
+};
+
 struct SsdState {
   SsdTierOptions options;
   std::shared_ptr<LayoutRegistry> layouts;
@@ -51,9 +77,7 @@ struct SsdState {
   // Serializes every change to index entries and segment records, so "remove this entry if it is
   // still the one I read" cannot remove a newer one written in between.
   std::mutex index_mu;
-  // Hashes erased while a reinsertion may be in flight: the writer must not bring them back.
-  std::mutex erased_mu;
-  std::unordered_set<BlockHash> erased_during_reinsert;
+  ErasedDuringReinsert erased_during_reinsert;
   LogThrottle corrupt_log;
   LogThrottle write_fail_log;
 

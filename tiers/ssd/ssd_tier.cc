@@ -1,44 +1,11 @@
 #include "tiers/ssd/ssd_tier.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <set>
-
 #include "base/byte_size.h"
 #include "serialize/format/block_document.h"
+#include "tiers/ssd/index/ssd_directory.h"
+#include "tiers/ssd/index/ssd_recovery.h"
 
 namespace kvtier {
-
-namespace fs = std::filesystem;
-
-namespace {
-
-uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
-
-Status make_dirs(const std::string& path) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return io_error("create directory " + path + ": " + ec.message());
-  return ok_status();
-}
-
-bool has_entries(const std::string& dir) {
-  std::error_code ec;
-  return fs::exists(dir, ec) && !fs::is_empty(dir, ec);
-}
-
-// O_DIRECT is refused by some file systems (EINVAL); probe once rather than fail every write.
-bool direct_io_works(const std::string& dir) {
-  const std::string probe = dir + "/.direct-io-probe";
-  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
-  if (fd >= 0) ::close(fd);
-  ::unlink(probe.c_str());
-  return fd >= 0;
-}
-
-}  // namespace
 
 SsdTier::SsdTier(SsdTierOptions options, std::shared_ptr<LayoutRegistry> layouts)
     : queue_(options.spill_queue_bytes) {
@@ -62,52 +29,21 @@ Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
   std::unique_ptr<SsdTier> t(new SsdTier(o, std::move(layouts)));
   SsdState& s = t->state_;
   const std::string& dir = s.options.dir;
-  KVTIER_RETURN_IF_ERROR(make_dirs(dir));
-  KVTIER_ASSIGN_OR_RETURN(DirLock lock, DirLock::acquire(dir));
-  t->lock_.emplace(std::move(lock));
-
-  if (s.options.reset) {
-    std::error_code ec;
-    fs::remove(dir + "/MANIFEST.json", ec);
-    fs::remove_all(s.segments_dir(), ec);
-    fs::remove_all(dir + "/index", ec);
-    if (ec) return io_error("ssd tier: wiping " + dir + ": " + ec.message());
-    spdlog::warn("ssd tier: wiped {} (--ssd-reset)", dir);
-  }
-  KVTIER_ASSIGN_OR_RETURN(std::optional<SsdManifest> manifest, SsdManifest::load(dir));
-  if (!manifest) {
-    if (has_entries(s.segments_dir()) || has_entries(dir + "/index")) {
-      return failed_precondition("ssd tier: " + dir + " holds kvtier data but no MANIFEST.json; "
-                                 "refusing to guess. Wipe it on purpose with --ssd-reset.");
-    }
-    manifest = SsdManifest::fresh(s.options.segment_size);
-    KVTIER_RETURN_IF_ERROR(manifest->save(dir));
-  }
-  KVTIER_RETURN_IF_ERROR(manifest->check_compatible(dir, s.options.segment_size));
-  // Blocks of every layout ever written here must stay decodable, and the manifest must know
-  // every layout this process may write.
-  for (const KvLayout& l : manifest->layouts) KVTIER_RETURN_IF_ERROR(s.layouts->add(l).status());
-  bool changed = false;
-  for (const auto& l : s.layouts->all()) changed = manifest->add_layout(*l) || changed;
-  if (changed) KVTIER_RETURN_IF_ERROR(manifest->save(dir));
-  t->manifest_ = *manifest;
-
-  KVTIER_RETURN_IF_ERROR(make_dirs(s.segments_dir()));
-  if (s.options.direct_io && !direct_io_works(s.segments_dir())) {
-    spdlog::warn("ssd tier: {} does not support O_DIRECT; using buffered I/O with fdatasync",
-                 s.segments_dir());
-    s.options.direct_io = false;
-  }
+  KVTIER_ASSIGN_OR_RETURN(SsdDirectory opened, open_ssd_directory(s));
+  t->lock_.emplace(std::move(opened.lock));
+  t->manifest_ = std::move(opened.manifest);
   KVTIER_ASSIGN_OR_RETURN(s.index, SsdIndex::open(dir + "/index"));
-  KVTIER_RETURN_IF_ERROR(t->recover(*manifest));
+  KVTIER_RETURN_IF_ERROR(recover_segments(s));
   t->owns_namespaces_ = namespaces == nullptr;
   s.namespaces = namespaces ? std::move(namespaces)
                             : std::make_shared<NamespaceUsage>("ssd", s.options.namespace_quotas);
   if (!s.namespaces->empty()) {
     // What each namespace with a quota already holds here; only then is its quota kept.
-    KVTIER_RETURN_IF_ERROR(s.index->scan_entries([&](const BlockHash&, const Result<IndexEntry>& e) {
-      if (e.ok()) s.namespaces->add(e->namespace_id, static_cast<int64_t>(padded(e->length)));
-    }));
+    KVTIER_RETURN_IF_ERROR(
+        s.index->scan_entries([&](const BlockHash&, const Result<IndexEntry>& e) {
+          if (e.ok())
+            s.namespaces->add(e->namespace_id, static_cast<int64_t>(record_padded(e->length)));
+        }));
   }
 
   t->reader_ = std::make_unique<SsdReader>(s);
@@ -131,90 +67,6 @@ Result<std::unique_ptr<SsdTier>> SsdTier::open(SsdTierOptions o,
   spdlog::info("ssd tier: {} open: {} segments, {} live, capacity {}", dir, s.segments.count(),
                format_byte_size(s.segments.live_bytes()), format_byte_size(s.options.capacity_bytes));
   return t;
-}
-
-Status SsdTier::recover(const SsdManifest&) {
-  SsdState& s = state_;
-  std::vector<SegmentRecord> records;
-  std::vector<uint64_t> corrupt_ids;
-  KVTIER_RETURN_IF_ERROR(s.index->load_segments(records, corrupt_ids));
-
-  // Drops the entries of `segment` whose records end past `keep_below` (all of them for 0).
-  auto drop_entries = [&](uint64_t segment, uint64_t keep_below) -> Status {
-    std::vector<std::pair<uint64_t, BlockHash>> keys;
-    KVTIER_RETURN_IF_ERROR(s.index->scan_segment(
-        segment, [&](uint64_t off, const BlockHash& h) { keys.emplace_back(off, h); }));
-    SsdIndex::Batch batch;
-    for (const auto& [off, h] : keys) {
-      auto e = s.index->get(h);
-      const bool points_here = e.ok() && e->has_value() && (*e)->segment == segment && (*e)->offset == off;
-      if (points_here && off + padded((*e)->length) <= keep_below) continue;
-      if (points_here) {
-        batch.remove(h, **e);
-        s.metrics.recovery_dropped_entries.inc();
-      } else {
-        batch.remove_segment_key(segment, off);
-      }
-    }
-    return batch.count() ? s.index->commit(batch, /*sync=*/true) : ok_status();
-  };
-
-  std::set<uint64_t> on_disk;
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(s.segments_dir(), ec)) {
-    uint64_t id;
-    if (SegmentFile::parse_file_name(f.path().filename().string(), id)) on_disk.insert(id);
-  }
-  if (ec) return io_error("list " + s.segments_dir() + ": " + ec.message());
-
-  for (uint64_t id : corrupt_ids) {
-    spdlog::error("ssd tier: segment {} has a damaged record; dropping its entries", id);
-    KVTIER_RETURN_IF_ERROR(drop_entries(id, 0));
-    SsdIndex::Batch b;
-    b.remove_segment(id);
-    KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
-  }
-  for (SegmentRecord rec : records) {
-    const std::string path = s.segment_path(rec.id);
-    if (!on_disk.count(rec.id)) {
-      spdlog::error("ssd tier: segment file {} is missing; dropping its entries", path);
-      KVTIER_RETURN_IF_ERROR(drop_entries(rec.id, 0));
-      SsdIndex::Batch b;
-      b.remove_segment(rec.id);
-      KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
-      continue;
-    }
-    on_disk.erase(rec.id);
-    KVTIER_ASSIGN_OR_RETURN(auto file, SegmentFile::open_existing(path, rec.id, s.options.direct_io));
-    if (file->size() < rec.watermark) {
-      const uint64_t keep = file->size() / kRecordAlign * kRecordAlign;
-      spdlog::error("ssd tier: segment file {} is {} bytes, shorter than the {} written to it; "
-                    "dropping the entries past its end", path, file->size(), rec.watermark);
-      const uint64_t before = s.metrics.recovery_dropped_entries.value();
-      KVTIER_RETURN_IF_ERROR(drop_entries(rec.id, keep));
-      const uint64_t dropped = s.metrics.recovery_dropped_entries.value() - before;
-      rec.watermark = keep;
-      rec.live_entries -= std::min(rec.live_entries, dropped);
-      // Live bytes are recounted from the surviving entries.
-      uint64_t live = 0;
-      KVTIER_RETURN_IF_ERROR(s.index->scan_segment(rec.id, [&](uint64_t, const BlockHash& h) {
-        auto e = s.index->get(h);
-        if (e.ok() && e->has_value() && (*e)->segment == rec.id) live += padded((*e)->length);
-      }));
-      rec.live_bytes = live;
-      SsdIndex::Batch b;
-      b.put_segment(rec);
-      KVTIER_RETURN_IF_ERROR(s.index->commit(b, true));
-    }
-    s.segments.add(rec, std::move(file));
-  }
-  // Files no record names: created by a writer that died before recording them.
-  for (uint64_t id : on_disk) {
-    const std::string path = s.segment_path(id);
-    if (::unlink(path.c_str()) == 0) s.metrics.recovery_removed_orphan_files.inc();
-    spdlog::warn("ssd tier: removed segment file {} that no record names", path);
-  }
-  return ok_status();
 }
 
 SsdTier::~SsdTier() { close(); }
@@ -258,7 +110,7 @@ Result<InsertOutcome> SsdTier::insert(BlockRef block) {
   auto item = std::make_shared<SpillItem>();
   item->hash = block->hash();
   item->document_size = block_document_size(dense, *header);
-  item->buffer = AlignedBuffer(padded(kFrameHeaderSize + item->document_size), kRecordAlign,
+  item->buffer = AlignedBuffer(record_padded(kFrameHeaderSize + item->document_size), kRecordAlign,
                                /*zeroed=*/false);
   write_block_document(dense, *header, item->buffer.data() + kFrameHeaderSize, nullptr);
   item->layout_fingerprint = dense.layout().fingerprint();
@@ -394,8 +246,7 @@ Result<bool> SsdTier::erase_durably(const BlockHash& hash) {
     any = pending_.erase(hash) > 0;  // the writer will not index it
   }
   if (state_.options.reinsert_read_blocks) {
-    std::lock_guard lock(state_.erased_mu);
-    state_.erased_during_reinsert.insert(hash);
+    state_.erased_during_reinsert.add(hash);
   }
   auto e = state_.index->get(hash);
   Status removed;
@@ -408,10 +259,8 @@ Result<bool> SsdTier::erase_durably(const BlockHash& hash) {
   }
   if (!removed.ok()) {
     state_.metrics.erase_failed.inc();
-    if (auto n = state_.write_fail_log.admit()) {
-      spdlog::error("ssd tier: erase of block {} not recorded in the index: {} ({} similar suppressed)", hash.hex(),
-                    removed.to_string(), *n);
-    }
+    state_.write_fail_log.error("ssd tier: erase of block {} not recorded in the index: {}",
+                                hash.hex(), removed.to_string());
     return removed.with_context("ssd tier: erasing block " + hash.hex());
   }
   if (any) state_.metrics.erased.inc();

@@ -76,7 +76,6 @@ class SsdTier final : public Tier {
 
  private:
   explicit SsdTier(SsdTierOptions options, std::shared_ptr<LayoutRegistry> layouts);
-  Status recover(const SsdManifest& manifest);
   Status record_layout(const KvLayout& layout, const std::string& namespace_id);
   bool contains_locked(const BlockHash& hash) const;
 

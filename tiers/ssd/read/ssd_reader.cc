@@ -32,12 +32,9 @@ void SsdReader::quarantine(const BlockHash& hash, const IndexEntry& entry, Count
                            const std::string& why) {
   reason.inc();
   Status st = state_.remove_entry_if(hash, entry);
-  if (auto n = state_.corrupt_log.admit()) {
-    spdlog::error("ssd tier: quarantined block {} (segment {} offset {}): {}{} ({} similar "
-                  "suppressed)",
-                  hash.hex(), entry.segment, entry.offset, why,
-                  st.ok() ? "" : "; removing its entry failed: " + st.to_string(), *n);
-  }
+  state_.corrupt_log.error("ssd tier: quarantined block {} (segment {} offset {}): {}{}",
+                           hash.hex(), entry.segment, entry.offset, why,
+                           st.ok() ? "" : "; removing its entry failed: " + st.to_string());
 }
 
 namespace {
@@ -167,10 +164,8 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
     if (!entries[i].ok()) {
       state_.metrics.corrupt_index_value.inc();
       (void)state_.remove_undecodable(requests[i].hash);
-      if (auto n = state_.corrupt_log.admit()) {
-        spdlog::error("ssd tier: quarantined index entry of block {}: {} ({} similar suppressed)",
-                      requests[i].hash.hex(), entries[i].status().message(), *n);
-      }
+      state_.corrupt_log.error("ssd tier: quarantined index entry of block {}: {}",
+                               requests[i].hash.hex(), entries[i].status().message());
       continue;
     }
     if (!entries[i]->has_value()) continue;

@@ -12,12 +12,15 @@
 
 namespace kvtier {
 
-namespace {
-uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
-}  // namespace
-
 SpillWriter::SpillWriter(SsdState& state, SpillQueue& queue, StillWanted still_wanted, Done done)
-    : state_(state), queue_(queue), still_wanted_(std::move(still_wanted)), done_(std::move(done)) {
+    : state_(state),
+      queue_(queue),
+      still_wanted_(std::move(still_wanted)),
+      done_(std::move(done)),
+      framer_(state.options.codec),
+      segments_(state, {.drain = [this] { drain(); },
+                        .reinsert = [this](SpillItemPtr item) { reinsert(std::move(item)); },
+                        .reclaimed = [this](uint64_t segment) { failed_sync_.erase(segment); }}) {
   // Sequence numbers only need to grow across restarts: start from the clock.
   next_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
@@ -31,16 +34,9 @@ SpillWriter::~SpillWriter() {
   }
 }
 
-uint64_t SpillWriter::max_segments() const {
-  return std::max<uint64_t>(2, state_.options.capacity_bytes / state_.options.segment_size);
-}
-
 Status SpillWriter::start() {
   KVTIER_ASSIGN_OR_RETURN(ring_, IoUringRing::create(std::max(64u, state_.options.writer_queue_depth)));
-  // Reclaim needs one segment that is not active.
-  const uint64_t lanes = std::clamp<uint64_t>(state_.options.active_segments, 1, max_segments() - 1);
-  lanes_.assign(lanes, Lane{});
-  KVTIER_RETURN_IF_ERROR(enforce_capacity());
+  KVTIER_RETURN_IF_ERROR(segments_.start(*ring_));
   thread_ = std::thread([this] { run(); });
   return ok_status();
 }
@@ -85,16 +81,18 @@ void SpillWriter::fail(const SpillItem& item, const Status& why) {
   if (why.code() == StatusCode::kNoSpace) state_.metrics.spill_failed_no_space.inc();
   else state_.metrics.spill_failed_io.inc();
   if (item.preframed) state_.metrics.reinsert_failed.inc();
-  if (auto n = state_.write_fail_log.admit()) {
-    spdlog::error("ssd tier: block {} not written: {} ({} similar suppressed)", item.hash.hex(),
-                  why.to_string(), *n);
-  }
+  state_.write_fail_log.error("ssd tier: block {} not written: {}", item.hash.hex(),
+                              why.to_string());
+}
+
+void SpillWriter::reinsert(SpillItemPtr item) {
+  reinserts_.push_back(std::move(item));
+  std::lock_guard lock(done_mu_);
+  ++reinserts_outstanding_;
 }
 
 void SpillWriter::seal(uint64_t segment, const Status& why) {
-  auto lane = std::find_if(lanes_.begin(), lanes_.end(), [&](const Lane& l) { return l.segment == segment; });
-  if (lane == lanes_.end()) return;  // already sealed, or rotated away
-  *lane = Lane{};
+  if (!segments_.seal(segment)) return;  // already sealed, or rotated away
   state_.metrics.segments_sealed.inc();
   spdlog::error("ssd tier: sealed segment {} after {}; new records go to a fresh segment", segment,
                 why.to_string());
@@ -145,8 +143,7 @@ void SpillWriter::run() {
 void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
   size_t i = 0;
   while (i < items.size()) {
-    lane_ = (lane_ + 1) % lanes_.size();  // groups take turns between the active segments
-    const Lane& lane = lanes_[lane_];
+    segments_.next_lane();
     auto g = std::make_unique<Group>();
     g->started = std::chrono::steady_clock::now();
     g->records.reserve(items.size() - i);
@@ -157,14 +154,15 @@ void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
         g->records.push_back(std::move(r));
         continue;
       }
-      const uint64_t size = padded(r.item->frame_size);
-      const bool rotate = !lane.segment || lane.cursor + size > state_.options.segment_size;
+      const uint64_t size = record_padded(r.item->frame_size);
       // A rotation may reclaim and must find nothing unsubmitted: close this group first.
-      if (rotate && !g->records.empty()) break;
-      Status st = place(r, size);
-      if (!st.ok()) {
-        fail(*r.item, st);
+      if (!segments_.fits(size) && !g->records.empty()) break;
+      Result<SegmentAllocator::Place> place = segments_.place(size);
+      if (!place.ok()) {
+        fail(*r.item, place.status());
       } else {
+        r.segment = place->segment;
+        r.offset = place->offset;
         r.ok = true;
         g->bytes += size;
       }
@@ -181,7 +179,7 @@ void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
       r.write.record = k;
       r.write.fd = state_.segments.file(r.segment) ? state_.segments.file(r.segment)->fd() : -1;
       r.write.buffer = r.compressed.empty() ? r.item->buffer.data() : r.compressed.data();
-      r.write.length = padded(r.item->frame_size);
+      r.write.length = record_padded(r.item->frame_size);
       r.write.offset = r.offset;
       ++group.writes_outstanding;
       submit_write(r.write);
@@ -190,37 +188,13 @@ void SpillWriter::start_group(std::vector<SpillItemPtr> items) {
 }
 
 bool SpillWriter::frame(Record& r) {
-  SpillItem& item = *r.item;
-  if (item.preframed) {
-    auto h = parse_frame_header(item.buffer.span());
-    if (!h.ok()) {
-      fail(item, h.status());
-      return false;
-    }
-    r.header = *h;
-    item.frame_size = h->frame_size();
-    return true;
+  Result<FramedRecord> framed = framer_.frame(*r.item);
+  if (!framed.ok()) {
+    fail(*r.item, framed.status());
+    return false;
   }
-  std::span<uint8_t> buf = item.buffer.span();
-  if (state_.options.codec == FrameCodec::kNone) {
-    r.header = frame_in_place(buf, item.document_size);
-  } else {
-    const auto doc = std::span<const uint8_t>(buf.data() + kFrameHeaderSize, item.document_size);
-    const size_t bound = max_frame_size(item.document_size, state_.options.codec);
-    AlignedBuffer out(padded(bound), kRecordAlign, /*zeroed=*/false);
-    auto h = frame_writer_.write(doc, state_.options.codec, item.shuffle_width, out.span());
-    if (!h.ok()) {
-      fail(item, h.status());
-      return false;
-    }
-    r.header = *h;
-    r.compressed = std::move(out);
-  }
-  // Zero the padding: no stale heap bytes go to disk.
-  const size_t end = r.header.frame_size();
-  uint8_t* base = r.compressed.empty() ? item.buffer.data() : r.compressed.data();
-  std::memset(base + end, 0, padded(end) - end);
-  item.frame_size = end;
+  r.header = framed->header;
+  r.compressed = std::move(framed->compressed);
   return true;
 }
 
@@ -271,10 +245,7 @@ void SpillWriter::reap(bool wait) {
       break;
     }
     if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
-    if (auto n = state_.write_fail_log.admit()) {
-      spdlog::error("ssd tier: io_uring_submit: {} ({} similar suppressed); retrying",
-                    std::strerror(-rc), *n);
-    }
+    state_.write_fail_log.error("ssd tier: io_uring_submit: {}; retrying", std::strerror(-rc));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   io_uring_cqe* cqe = nullptr;
@@ -367,11 +338,8 @@ void SpillWriter::drain() {
 
 void SpillWriter::commit(Group& g) {
   std::lock_guard lock(state_.index_mu);
-  SsdIndex::Batch ib;
-  std::map<uint64_t, std::pair<int64_t, int64_t>> live;  // segment -> (bytes, entries)
-  std::vector<size_t> committed;
-  std::unordered_map<BlockHash, IndexEntry> in_batch;  // entries this group already places
-  std::vector<IndexEntry> superseded;
+  std::vector<DurableRecord> durable;
+  std::vector<size_t> at;  // durable[k] is g.records[at[k]]
   for (size_t i = 0; i < g.records.size(); ++i) {
     Record& r = g.records[i];
     if (auto bad = failed_sync_.find(r.segment); r.ok && bad != failed_sync_.end()) {
@@ -379,103 +347,22 @@ void SpillWriter::commit(Group& g) {
       fail(*r.item, errno_status("fdatasync segment " + std::to_string(r.segment), bad->second));
     }
     if (!r.ok) continue;
-    SpillItem& item = *r.item;
-    if (still_wanted_ && !item.preframed && !still_wanted_(item)) continue;  // erased meanwhile
-    std::optional<IndexEntry> old;
-    if (auto b = in_batch.find(item.hash); b != in_batch.end()) {
-      old = b->second;
-    } else if (auto idx = state_.index->get(item.hash); idx.ok() && idx->has_value()) {
-      old = **idx;
-    }
-    if (item.preframed) {
-      // A moved record gives way to a newer copy and to an erase that came after the move.
-      std::lock_guard erased_lock(state_.erased_mu);
-      if (old || state_.erased_during_reinsert.count(item.hash)) continue;
-    }
-    IndexEntry e;
-    e.segment = r.segment;
-    e.offset = r.offset;
-    e.length = static_cast<uint32_t>(item.frame_size);
-    e.token_count = item.token_count;
-    e.checksum = r.header.payload_checksum;
-    e.layout_fingerprint = item.layout_fingerprint;
-    e.write_seq = next_seq_++;
-    e.namespace_id = item.namespace_id;
-    // A newer copy supersedes an older one (the block was spilled again).
-    if (old) {
-      superseded.push_back(*old);
-      ib.remove(item.hash, *old);
-      auto& l = live[old->segment];
-      l.first -= static_cast<int64_t>(padded(old->length));
-      l.second -= 1;
-    }
-    ib.put(item.hash, e);
-    in_batch[item.hash] = e;
-    auto& l = live[e.segment];
-    l.first += static_cast<int64_t>(padded(e.length));
-    l.second += 1;
-    committed.push_back(i);
+    if (still_wanted_ && !r.item->preframed && !still_wanted_(*r.item)) continue;  // erased meanwhile
+    durable.push_back({r.item.get(), r.segment, r.offset, r.header.payload_checksum});
+    at.push_back(i);
   }
-  // Watermarks move only over data that is durable.
-  std::map<uint64_t, uint64_t> watermark;
-  for (size_t i : committed) {
-    const uint64_t end = g.records[i].offset + padded(g.records[i].item->frame_size);
-    watermark[g.records[i].segment] = std::max(watermark[g.records[i].segment], end);
-  }
-  std::map<uint64_t, SegmentRecord> records;
-  for (const auto& [id, delta] : live) {
-    if (auto rec = state_.segments.record(id)) records[id] = *rec;
-  }
-  for (auto& [id, rec] : records) {
-    rec.live_bytes = static_cast<uint64_t>(static_cast<int64_t>(rec.live_bytes) + live[id].first);
-    rec.live_entries = static_cast<uint64_t>(static_cast<int64_t>(rec.live_entries) + live[id].second);
-    if (watermark.count(id)) rec.watermark = std::max(rec.watermark, watermark[id]);
-    ib.put_segment(rec);
-  }
-  // Readers check an entry against its segment's in-memory watermark, so the watermark moves
-  // before the entries become visible: the other way round, a read between the commit and the
-  // move saw a durable record past the watermark and quarantined it as corrupt (under ASan,
-  // SsdTierConcurrency.WritersReadersAndAnEraserNeverSeeAWrongBlock caught it). The data is
-  // durable already, so a commit that then fails leaves only free space below the watermark.
-  for (auto& [id, rec] : records) {
-    if (watermark.count(id)) state_.segments.set_watermark(id, rec.watermark);
-  }
-  Status st = ib.count() ? state_.index->commit(ib) : ok_status();
-  if (!st.ok()) {
-    for (size_t i : committed) {
+  const IndexCommitResult result = commit_durable_records(state_, durable, next_seq_);
+  if (!result.status.ok()) {
+    for (size_t k : result.committed) {
       state_.metrics.spill_failed_index.inc();
-      g.records[i].ok = false;
+      g.records[at[k]].ok = false;
     }
-    if (auto n = state_.write_fail_log.admit()) {
-      spdlog::error("ssd tier: index commit of {} blocks failed: {} ({} similar suppressed)",
-                    committed.size(), st.to_string(), *n);
-    }
-    return;
-  }
-  for (auto& [id, rec] : records) state_.segments.add_live(id, live[id].first, live[id].second);
-  NamespaceUsage& namespaces = *state_.namespaces;
-  for (const IndexEntry& old : superseded) namespaces.add(old.namespace_id, -static_cast<int64_t>(padded(old.length)));
-  for (size_t i : committed) {
-    SpillItem& item = *g.records[i].item;
-    const uint64_t stored = padded(item.frame_size);
-    if (item.preframed) {
-      namespaces.add(item.namespace_id, static_cast<int64_t>(stored));
-    } else {
-      item.charge.settle(stored);  // the charge was the uncompressed size
-    }
-  }
-  for (size_t i : committed) {
-    state_.metrics.spill_written.inc();
-    state_.metrics.spill_bytes_written.inc(padded(g.records[i].item->frame_size));
-    if (g.records[i].item->preframed) state_.metrics.reinserted.inc();
+    state_.write_fail_log.error("ssd tier: index commit of {} blocks failed: {}", result.committed.size(),
+                                result.status.to_string());
   }
 }
 
 void SpillWriter::finish(Group& g) {
-  if (reinserts_.empty()) {
-    std::lock_guard erased_lock(state_.erased_mu);
-    state_.erased_during_reinsert.clear();  // no move in flight: nothing left to guard
-  }
   state_.metrics.write_batches.inc();
   state_.metrics.write_batch_seconds.observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - g.started).count());
@@ -492,11 +379,16 @@ void SpillWriter::finish(Group& g) {
   }
   state_.metrics.queue_bytes.set(static_cast<int64_t>(queue_.charged_bytes()));
   if (done_) done_(items);
+  bool moves_in_flight = false;
   {
     std::lock_guard lock(done_mu_);
     completed_ = std::max(completed_, max_ticket);
     reinserts_outstanding_ -= moved;
+    moves_in_flight = reinserts_outstanding_ > 0;
   }
+  // Forgotten only when no moved block is queued or in a group still to commit: an empty queue of
+  // moves is not enough, since a newer group may carry them (a DELETE then came back to life).
+  if (!moves_in_flight) state_.erased_during_reinsert.clear();
   done_cv_.notify_all();
 }
 

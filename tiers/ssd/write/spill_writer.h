@@ -8,8 +8,9 @@
 // next group overlap the previous group's I/O.
 //
 // Every failure is counted and logged with its errno; the failing blocks are dropped, the segment
-// the failure hit is sealed (nothing more is placed in it), and the writer carries on. Opening a segment past capacity first drains everything in flight, then
-// reclaims the oldest segment (FIFO), moving blocks read since they were written (reinsertion).
+// the failure hit is sealed (nothing more is placed in it), and the writer carries on. Where each
+// record goes, and which segment is reclaimed when the tier is full, is the SegmentAllocator's;
+// a reclaim first drains everything in flight.
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,9 @@
 #include "serialize/format/frame.h"
 #include "tiers/ssd/io/io_uring_ring.h"
 #include "tiers/ssd/ssd_state.h"
+#include "tiers/ssd/write/index_commit.h"
+#include "tiers/ssd/write/record_framer.h"
+#include "tiers/ssd/write/segment_allocator.h"
 #include "tiers/ssd/write/spill_queue.h"
 
 namespace kvtier {
@@ -86,19 +90,8 @@ class SpillWriter {
   void run();
   // Takes items off the queue (and reinsertions) into a new group and submits their writes.
   void start_group(std::vector<SpillItemPtr> items);
-  // Frames an item, in place for codec 0 (only the header bytes in front of the document and the
-  // padding after it are written: readers may be decoding the document meanwhile), or into
-  // `record.compressed`. False (counted) when it cannot be.
+  // Frames an item (RecordFramer). False (counted) when it cannot be.
   bool frame(Record& record);
-  // Space for `size` bytes in the current lane's active segment, rotating (and reclaiming) when it
-  // is full.
-  Status place(Record& record, uint64_t size);
-  Status rotate_segment();
-  Status open_segment();
-  // The ids of the active segments (reclaim leaves them alone).
-  std::vector<uint64_t> active_ids() const;
-  Status enforce_capacity();
-  Status reclaim(uint64_t segment);
 
   void submit_write(Op& op);
   void submit_syncs(Group& g);
@@ -117,26 +110,20 @@ class SpillWriter {
   // After a failed write or sync into `segment`, nothing more is placed there: what the disk
   // refused once it may refuse again, and a failed fdatasync leaves the file's state unknown.
   void seal(uint64_t segment, const Status& why);
-  uint64_t max_segments() const;
+  // A framed block moved out of a reclaimed segment, written again with the next group.
+  void reinsert(SpillItemPtr item);
 
   SsdState& state_;
   SpillQueue& queue_;
   StillWanted still_wanted_;
   Done done_;
   std::unique_ptr<IoUringRing> ring_;
-  FrameWriter frame_writer_;
+  RecordFramer framer_;
   std::thread thread_;
   std::atomic<std::chrono::steady_clock::time_point::rep> deadline_{0};
 
   // Writer-thread state.
-  // One active segment per lane (SsdTierOptions::active_segments); each write group uses one lane.
-  struct Lane {
-    std::optional<uint64_t> segment;
-    std::shared_ptr<SegmentFile> file;
-    uint64_t cursor = 0;
-  };
-  std::vector<Lane> lanes_;
-  size_t lane_ = 0;  // the current group's
+  SegmentAllocator segments_;
   uint64_t next_seq_ = 0;
   std::deque<SpillItemPtr> reinserts_;          // framed records moved out of a reclaimed segment
   // Segments whose fdatasync failed: records of later groups in them are not trusted either (the

@@ -1,6 +1,5 @@
-// SpillWriter's space management: where each record goes (segment placement and rotation),
-// opening new segments, and reclaiming the oldest segment when the tier is over capacity. Split
-// from spill_writer.cc, which keeps the loop, the io_uring traffic and the commits.
+#include "tiers/ssd/write/segment_allocator.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,12 +9,11 @@
 
 #include "base/byte_size.h"
 #include "serialize/format/checksum.h"
-#include "tiers/ssd/write/spill_writer.h"
+#include "serialize/format/frame.h"
 
 namespace kvtier {
 
 namespace {
-uint64_t padded(uint64_t n) { return (n + kRecordAlign - 1) / kRecordAlign * kRecordAlign; }
 uint64_t now_unix() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -23,21 +21,44 @@ uint64_t now_unix() {
 }
 }  // namespace
 
-Status SpillWriter::place(Record& r, uint64_t size) {
+SegmentAllocator::SegmentAllocator(SsdState& state, Hooks hooks) : state_(state), hooks_(std::move(hooks)) {}
+
+uint64_t SegmentAllocator::max_segments() const {
+  return std::max<uint64_t>(2, state_.options.capacity_bytes / state_.options.segment_size);
+}
+
+Status SegmentAllocator::start(IoUringRing& ring) {
+  ring_ = &ring;
+  // Reclaim needs one segment that is not active.
+  const uint64_t lanes = std::clamp<uint64_t>(state_.options.active_segments, 1, max_segments() - 1);
+  lanes_.assign(lanes, Lane{});
+  return enforce_capacity();
+}
+
+bool SegmentAllocator::fits(uint64_t size) const {
+  const Lane& lane = lanes_[lane_];
+  return lane.segment && lane.cursor + size <= state_.options.segment_size;
+}
+
+Result<SegmentAllocator::Place> SegmentAllocator::place(uint64_t size) {
   if (size > state_.options.segment_size) {
     return invalid_argument("record of " + format_byte_size(size) + " exceeds the segment size");
   }
+  if (!fits(size)) KVTIER_RETURN_IF_ERROR(rotate());
   Lane& lane = lanes_[lane_];
-  if (!lane.segment || lane.cursor + size > state_.options.segment_size) {
-    KVTIER_RETURN_IF_ERROR(rotate_segment());
-  }
-  r.segment = *lane.segment;
-  r.offset = lane.cursor;
+  const Place p{*lane.segment, lane.cursor};
   lane.cursor += size;
-  return ok_status();
+  return p;
 }
 
-std::vector<uint64_t> SpillWriter::active_ids() const {
+bool SegmentAllocator::seal(uint64_t segment) {
+  auto lane = std::find_if(lanes_.begin(), lanes_.end(), [&](const Lane& l) { return l.segment == segment; });
+  if (lane == lanes_.end()) return false;
+  *lane = Lane{};
+  return true;
+}
+
+std::vector<uint64_t> SegmentAllocator::active_ids() const {
   std::vector<uint64_t> ids;
   for (const Lane& l : lanes_) {
     if (l.segment) ids.push_back(*l.segment);
@@ -45,16 +66,16 @@ std::vector<uint64_t> SpillWriter::active_ids() const {
   return ids;
 }
 
-Status SpillWriter::rotate_segment() {
+Status SegmentAllocator::rotate() {
   lanes_[lane_] = Lane{};
   if (state_.segments.count() + 1 > max_segments()) {
-    drain();  // reclaim must not race writes into the segment it removes
+    hooks_.drain();  // reclaim must not race writes into the segment it removes
     KVTIER_RETURN_IF_ERROR(enforce_capacity());
   }
   return open_segment();
 }
 
-Status SpillWriter::open_segment() {
+Status SegmentAllocator::open_segment() {
   const uint64_t id = state_.segments.max_id() + 1;
   KVTIER_ASSIGN_OR_RETURN(auto file, SegmentFile::create(state_.segment_path(id), id,
                                                          state_.options.segment_size,
@@ -79,7 +100,7 @@ Status SpillWriter::open_segment() {
   return ok_status();
 }
 
-Status SpillWriter::enforce_capacity() {
+Status SegmentAllocator::enforce_capacity() {
   // Room for one more segment (the one about to be opened).
   while (state_.segments.count() + 1 > max_segments()) {
     auto victim = state_.segments.oldest(active_ids());
@@ -89,41 +110,45 @@ Status SpillWriter::enforce_capacity() {
   return ok_status();
 }
 
-Status SpillWriter::reclaim(uint64_t segment) {
+size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_ptr<SegmentFile>& file,
+                                          std::span<const std::pair<uint64_t, BlockHash>> records) {
+  size_t moved = 0;
+  for (const auto& [off, h] : records) {
+    if (!state_.reads.take(h)) continue;
+    auto e = state_.index->get(h);
+    if (!e.ok() || !e->has_value() || (*e)->segment != segment || (*e)->offset != off) continue;
+    const IndexEntry& entry = **e;
+    auto item = std::make_shared<SpillItem>();
+    item->hash = h;
+    item->buffer = AlignedBuffer(record_padded(entry.length), kRecordAlign, /*zeroed=*/false);
+    item->layout_fingerprint = entry.layout_fingerprint;
+    item->token_count = entry.token_count;
+    item->namespace_id = entry.namespace_id;
+    item->preframed = true;
+    IoOp op{IoOp::Kind::kRead, file->fd(), item->buffer.data(), item->buffer.size(), entry.offset};
+    Status st = run_io_batch(*ring_, std::span<IoOp>(&op, 1));
+    auto header = parse_frame_header(item->buffer.span());
+    if (!st.ok() || op.error || op.done < entry.length || !header.ok() ||
+        header->payload_checksum != entry.checksum ||
+        checksum64(item->buffer.data() + kFrameHeaderSize, header->stored_length) != entry.checksum) {
+      state_.metrics.reinsert_failed.inc();
+      continue;  // a damaged record is simply not moved
+    }
+    hooks_.reinsert(std::move(item));
+    ++moved;
+  }
+  return moved;
+}
+
+Status SegmentAllocator::reclaim(uint64_t segment) {
   std::vector<std::pair<uint64_t, BlockHash>> records;
   KVTIER_RETURN_IF_ERROR(state_.index->scan_segment(
       segment, [&](uint64_t off, const BlockHash& h) { records.emplace_back(off, h); }));
   auto file = state_.segments.file(segment);
-
   // Blocks read since they were written get a second life in the current segment. Nothing is in
   // flight here (the caller drained), so the ring can be used synchronously.
-  if (state_.options.reinsert_read_blocks && file) {
-    for (const auto& [off, h] : records) {
-      if (!state_.reads.take(h)) continue;
-      auto e = state_.index->get(h);
-      if (!e.ok() || !e->has_value() || (*e)->segment != segment || (*e)->offset != off) continue;
-      const IndexEntry& entry = **e;
-      auto item = std::make_shared<SpillItem>();
-      item->hash = h;
-      item->buffer = AlignedBuffer(padded(entry.length), kRecordAlign, /*zeroed=*/false);
-      item->layout_fingerprint = entry.layout_fingerprint;
-      item->token_count = entry.token_count;
-      item->namespace_id = entry.namespace_id;
-      item->preframed = true;
-      IoOp op{IoOp::Kind::kRead, file->fd(), item->buffer.data(), item->buffer.size(), entry.offset};
-      Status st = run_io_batch(*ring_, std::span<IoOp>(&op, 1));
-      auto header = parse_frame_header(item->buffer.span());
-      if (!st.ok() || op.error || op.done < entry.length || !header.ok() ||
-          header->payload_checksum != entry.checksum ||
-          checksum64(item->buffer.data() + kFrameHeaderSize, header->stored_length) != entry.checksum) {
-        state_.metrics.reinsert_failed.inc();
-        continue;  // a damaged record is simply not moved
-      }
-      reinserts_.push_back(std::move(item));
-      std::lock_guard lock(done_mu_);
-      ++reinserts_outstanding_;
-    }
-  }
+  const size_t moved =
+      state_.options.reinsert_read_blocks && file ? move_read_blocks(segment, file, records) : 0;
 
   size_t removed = 0;
   std::vector<std::pair<std::string, uint64_t>> freed;  // namespace, record bytes
@@ -134,7 +159,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
       auto e = state_.index->get(h);
       if (e.ok() && e->has_value() && (*e)->segment == segment && (*e)->offset == off) {
         batch.remove(h, **e);
-        freed.emplace_back((*e)->namespace_id, padded((*e)->length));
+        freed.emplace_back((*e)->namespace_id, record_padded((*e)->length));
         ++removed;
       } else {
         batch.remove_segment_key(segment, off);  // superseded or undecodable: the key alone
@@ -146,7 +171,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
     KVTIER_RETURN_IF_ERROR(state_.index->commit(batch, /*sync=*/true));
     state_.segments.remove(segment);
   }
-  failed_sync_.erase(segment);
+  hooks_.reclaimed(segment);
   for (const auto& [ns, bytes] : freed) state_.namespaces->add(ns, -static_cast<int64_t>(bytes));
   if (file && ::unlink(file->path().c_str()) != 0) {
     spdlog::warn("ssd tier: unlink {}: {}", file->path(), std::strerror(errno));
@@ -154,8 +179,7 @@ Status SpillWriter::reclaim(uint64_t segment) {
   state_.metrics.segments_reclaimed.inc();
   state_.metrics.entries_reclaimed.inc(removed);
   state_.refresh_space_gauges();
-  spdlog::debug("ssd tier: reclaimed segment {} ({} entries, {} to reinsert)", segment, removed,
-                reinserts_.size());
+  spdlog::debug("ssd tier: reclaimed segment {} ({} entries, {} to reinsert)", segment, removed, moved);
   return ok_status();
 }
 
