@@ -3,6 +3,8 @@
 #pragma once
 
 #include <array>
+#include <span>
+#include <string>
 
 #include "base/metrics/metrics.h"
 
@@ -35,6 +37,9 @@ struct CacheMetrics {
   Counter dropped_no_room;             // a published block no tier could take
   Counter dropped_not_admitted;        // evicted from RAM, refused by the SSD admission rule
   Counter dropped_erased_in_flight;    // evicted, then erased before the tier below took it
+
+  // Labels per tier with `tier_names` (top first).
+  void visit(MetricVisitor& visitor, std::span<const std::string> tier_names) const;
 };
 
 }  // namespace kvtier

@@ -119,11 +119,10 @@ void HitCostModel::add_guarded(DecayingLeastSquares<N>& fit, Held<N>& held, std:
       fit.add(held.x, held.y);  // two in a row: the machine is slower now
     } else {
       ++dropped;
-      if (auto n = outlier_log_.admit()) {
-        spdlog::info("hit cost model: dropped a {} sample of {:.3f} ms, over {}x the estimate of {:.3f} ms, "
-                     "as a one-off ({} similar since)", what, held.y * 1e3, kOutlierFactor,
-                     held.estimate * 1e3, *n);
-      }
+      outlier_log_.info(
+          "hit cost model: dropped a {} sample of {:.3f} ms, over {}x the estimate of {:.3f} ms, "
+          "as a one-off",
+          what, held.y * 1e3, kOutlierFactor, held.estimate * 1e3);
     }
     held.any = false;
   }
@@ -149,11 +148,11 @@ void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) 
   }
   Held<2>& prev = restore_low_[tier];
   if (low && prev.any) {
-    if (auto n = probe_log_.admit()) {
-      spdlog::info("hit cost model: tier {} restored {:.3f} MiB in {:.3f} ms against an estimate of {:.3f} ms, "
-                   "the second restore in a row under a third of it: its estimate starts over ({} similar since)",
-                   tier, x[1], seconds * 1e3, *estimate * 1e3, *n);
-    }
+    probe_log_.info(
+        "hit cost model: tier {} restored {:.3f} MiB in {:.3f} ms against an estimate of {:.3f} "
+        "ms, "
+        "the second restore in a row under a third of it: its estimate starts over",
+        tier, x[1], seconds * 1e3, *estimate * 1e3);
     restore_[tier] = DecayingLeastSquares<2>(kDecay);
     restore_[tier].add(prev.x, prev.y);
     restore_[tier].add(x, seconds);

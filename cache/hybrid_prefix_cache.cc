@@ -46,10 +46,7 @@ Result<InsertOutcome> HybridPrefixCache::store_snapshot(const BlockIdentity& kv,
   auto r = cache_.insert(std::make_shared<const Block>(std::move(*record)));
   if (!r.ok()) {
     metrics_.snapshots_refused.inc();
-    if (auto n = refused_log_.admit()) {
-      spdlog::warn("snapshot at block {} not stored: {} ({} similar suppressed)", kv.hash.hex(),
-                   r.status().to_string(), *n);
-    }
+    refused_log_.warn("snapshot at block {} not stored: {}", kv.hash.hex(), r.status().to_string());
     return r;
   }
   if (*r == InsertOutcome::kInserted) {
@@ -115,10 +112,7 @@ Result<BlockRef> HybridPrefixCache::read_record(const BlockHash& block_hash, std
   }
   if (st.ok()) return record;
   metrics_.snapshot_read_failures.inc();
-  if (auto n = read_failure_log_.admit()) {
-    spdlog::warn("snapshot at block {} not restored: {} ({} similar suppressed)", block_hash.hex(), st.to_string(),
-                 *n);
-  }
+  read_failure_log_.warn("snapshot at block {} not restored: {}", block_hash.hex(), st.to_string());
   return st;
 }
 

@@ -1,5 +1,5 @@
-// HybridPrefixCache: prefix caching for hybrid models (Gated DeltaNet layers beside attention,
-// issue 35) on a TieredCache. A prefix is restorable only where every GDN layer's state was
+// HybridPrefixCache: prefix caching for hybrid models (Gated DeltaNet layers beside attention)
+// on a TieredCache. A prefix is restorable only where every GDN layer's state was
 // snapshotted at its end, so a lookup ends at the last block of the cached KV prefix that has a
 // snapshot; the tokens after it are computed. Snapshots are state records (serialize/
 // state_record.h) keyed by PrefixHasher::snapshot_key of the block they end at, stored in the same

@@ -35,7 +35,7 @@ TieredCache::TieredCache(std::vector<std::shared_ptr<Tier>> tiers) : tiers_(std:
   assert(!tiers_.empty() && tiers_.size() <= kMaxTiers);
   for (size_t i = 0; i < tiers_.size(); ++i) {
     tiers_[i]->set_erase_fence(fence_);
-    tiers_[i]->set_eviction_sink([this, i](BlockRef b) { on_evicted(i, std::move(b)); });
+    tiers_[i]->set_eviction_sink([this, i](BlockRef b) { cascade_.on_evicted(i, std::move(b)); });
   }
 }
 
@@ -81,12 +81,12 @@ struct OwnedKeys {
 constexpr size_t kLoaderThreads = 2;
 }  // namespace
 
-PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool always_background, bool timed) {
+PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, FetchThread thread, FetchTiming timing) {
   PendingFetch out;
   const std::vector<int> where = locate(keys);
   const bool waits = std::any_of(where.begin(), where.end(), [&](int t) { return tiers_[t]->reads_wait_on_io(); });
-  if (!waits && !always_background) {
-    out.now_ = fetch_located(keys, where, timed);
+  if (!waits && thread == FetchThread::kWhenItWaits) {
+    out.now_ = fetch_located(keys, where, timing);
     return out;
   }
   {
@@ -98,71 +98,13 @@ PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, bool alway
   out.later_ = promise->get_future();
   metrics_.background_fetches.inc();
   metrics_.background_fetches_in_flight.add(1);
-  auto job = [this, owned, promise, timed] {
-    PinnedBlocks got = fetch_located(owned->keys, locate(owned->keys), timed);
+  auto job = [this, owned, promise, timing] {
+    PinnedBlocks got = fetch_located(owned->keys, locate(owned->keys), timing);
     metrics_.background_fetches_in_flight.add(-1);
     promise->set_value(std::move(got));
   };
   if (!loader_->submit(job)) job();
   return out;
-}
-
-void TieredCache::on_evicted(size_t from, BlockRef block) {
-  metrics_.evictions[from].inc();
-  if (fence_->blocks(block->hash())) {
-    // Erased after it left `from`: the end of its life (the tiers below would refuse it too).
-    metrics_.dropped_erased_in_flight.inc();
-    if (auto n = drop_log_.admit()) {
-      spdlog::info("block {} evicted from {} was deleted on its way down: dropped ({} similar suppressed)",
-                   block->hash().hex(), tiers_[from]->name(), *n);
-    }
-    return;
-  }
-  // The next local tier down takes it; one that cannot (a block larger than it, everything
-  // pinned) passes it further down rather than losing it.
-  bool kept = false, lower_local = false;
-  Status last;
-  for (size_t t = from + 1; t < tiers_.size() && !kept; ++t) {
-    if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;
-    lower_local = true;
-    if (t == admission_tier_ && !admission_->admit(block->hash())) {
-      last = failed_precondition("not admitted by " + std::string(admission_->name()));
-      continue;
-    }
-    auto r = tiers_[t]->insert(block);
-    kept = r.ok();
-    if (!kept) last = r.status();
-  }
-  // Shared tiers get it write-behind whatever the local ones did (they count their own drops).
-  const bool shared = offer_to_shared(block, from + 1);
-  if (kept) return;
-  if (!shared) tell_dropped(block);
-  if (!lower_local) {
-    if (!shared) metrics_.dropped_evicted_from_last_tier.inc();  // the normal end of a block's life
-    return;
-  }
-  if (shared) return;
-  if (last.code() == StatusCode::kFailedPrecondition && admission_) {
-    metrics_.dropped_not_admitted.inc();  // the admission rule's job: counted, logged once a while
-    if (auto n = admission_log_.admit()) {
-      spdlog::info("block {} evicted from {} not written to {}: {} ({} similar since)", block->hash().hex(),
-                   tiers_[from]->name(), tiers_[admission_tier_]->name(), last.message(), *n);
-    }
-    return;
-  }
-  metrics_.dropped_lower_tier_refused.inc();
-  if (auto n = drop_log_.admit()) {
-    spdlog::warn("dropped block {} evicted from {}: {} ({} similar suppressed)", block->hash().hex(),
-                 tiers_[from]->name(), last.to_string(), *n);
-  }
-}
-
-bool TieredCache::offer_to_shared(const BlockRef& block, size_t first_tier) {
-  bool taken = false;
-  for (size_t t = first_tier; t < tiers_.size(); ++t) {
-    if (tiers_[t]->remote()) taken = tiers_[t]->insert(block).ok() || taken;
-  }
-  return taken;
 }
 
 int TieredCache::find_tier(const BlockRequest& request) const {
@@ -248,8 +190,7 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
 }
 
 void TieredCache::set_admission(size_t tier, std::unique_ptr<AdmissionPolicy> policy) {
-  admission_tier_ = tier;
-  admission_ = std::move(policy);
+  cascade_.set_admission(tier, std::move(policy));
 }
 
 Tier::Presence TieredCache::presence(const BlockRequest& request) const {
@@ -263,18 +204,17 @@ Tier::Presence TieredCache::presence(const BlockRequest& request) const {
 
 Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   fence_->revive(block->hash());  // written anew after an erase: live again
-  if (admission_) admission_->used(block->hash());
+  cascade_.used(block->hash());
   const BlockRequest req{block->hash(), block->identity().token_ids};
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;  // never a round trip per block
     const Tier::Presence p = tiers_[t]->probe(req);
     if (p == Tier::Presence::kDifferentTokens) {
       metrics_.collisions.inc();
-      if (auto n = collision_log_.admit()) {
-        spdlog::error("rejected block {}: {} tier holds different tokens under this hash "
-                      "(collision or forged hash; {} similar suppressed)",
-                      block->hash().hex(), tiers_[t]->name(), *n);
-      }
+      collision_log_.error(
+          "rejected block {}: {} tier holds different tokens under this hash (collision or forged "
+          "hash)",
+          block->hash().hex(), tiers_[t]->name());
       return conflict("block " + block->hash().hex() +
                       ": a block with different token ids is stored under this hash");
     }
@@ -285,7 +225,7 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   }
   Status last;
   // Shared tiers get a copy write-behind, so other hosts see the block as soon as it is written.
-  offer_to_shared(block, 0);
+  cascade_.offer_to_shared(block, 0);
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;
     auto r = tiers_[t]->insert(block);
@@ -300,50 +240,40 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
     last = r.status();
   }
   metrics_.dropped_no_room.inc();
-  if (auto n = drop_log_.admit()) {
-    spdlog::warn("dropped new block {}: no tier could take it: {} ({} similar suppressed)",
-                 block->hash().hex(), last.to_string(), *n);
-  }
+  drop_log_.warn("dropped new block {}: no tier could take it: {}", block->hash().hex(),
+                 last.to_string());
   return last;
 }
 
-std::vector<TieredCache::LoadEstimate> TieredCache::estimate_load(const LookupResult& found,
-                                                                   uint64_t block_bytes) const {
+PrefixMatch TieredCache::describe(const LookupResult& found, uint64_t block_bytes) const {
+  PrefixMatch out;
+  out.matched_tokens = found.matched_tokens;
   std::vector<size_t> blocks(tiers_.size(), 0);
-  for (const LookupResult::Hit& h : found.blocks) ++blocks[h.tier];
+  for (const LookupResult::Hit& h : found.blocks) {
+    out.blocks.push_back({h.hash, std::string(tiers_[h.tier]->name())});
+    ++blocks[h.tier];
+  }
   const HitCostModel::Snapshot costs = costs_.snapshot();  // once: every lookup of kvtierd asks
-  std::vector<LoadEstimate> out;
   for (size_t t = 1; t < tiers_.size(); ++t) {
     if (blocks[t] == 0) continue;
-    out.push_back({std::string(tiers_[t]->name()), blocks[t], costs.restore_seconds(t, blocks[t] * block_bytes)});
+    out.load_estimates.push_back(
+        {std::string(tiers_[t]->name()), blocks[t], costs.restore_seconds(t, blocks[t] * block_bytes)});
   }
   return out;
 }
 
 void TieredCache::gone(const BlockHash& hash, size_t tier) {
   metrics_.gone_since_lookup[tier].inc();
-  if (auto n = read_failure_log_.admit()) {
-    spdlog::info("block {} left the {} tier between lookup and read and is in no tier now (deleted, or evicted "
-                 "from the last one): a miss ({} similar suppressed)",
-                 hash.hex(), tiers_[tier]->name(), *n);
-  }
+  read_failure_log_.info(
+      "block {} left the {} tier between lookup and read and is in no tier now (deleted, or "
+      "evicted "
+      "from the last one): a miss",
+      hash.hex(), tiers_[tier]->name());
 }
 
-size_t TieredCache::add_drop_listener(DropListener listener) {
-  std::lock_guard lock(drop_listeners_mu_);
-  drop_listeners_.emplace(next_drop_listener_, std::move(listener));
-  return next_drop_listener_++;
-}
+size_t TieredCache::add_drop_listener(DropListener listener) { return cascade_.add_drop_listener(std::move(listener)); }
 
-void TieredCache::remove_drop_listener(size_t id) {
-  std::lock_guard lock(drop_listeners_mu_);
-  drop_listeners_.erase(id);
-}
-
-void TieredCache::tell_dropped(const BlockRef& block) {
-  std::lock_guard lock(drop_listeners_mu_);
-  for (const auto& [id, listener] : drop_listeners_) listener(block);
-}
+void TieredCache::remove_drop_listener(size_t id) { cascade_.remove_drop_listener(id); }
 
 Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
   const EraseFence::Move move = fence_->begin_move();  // it may copy the record up
@@ -357,10 +287,9 @@ Result<BlockRef> TieredCache::read_record(const BlockRequest& request) {
     }
     if (!request.tokens_match((*r)->identity().token_ids)) {
       metrics_.token_mismatches[t].inc();
-      if (auto n = mismatch_log_.admit()) {
-        spdlog::error("record {} in the {} tier holds other tokens than the request's: not served ({} similar "
-                      "suppressed)", request.hash.hex(), tiers_[t]->name(), *n);
-      }
+      mismatch_log_.error(
+          "record {} in the {} tier holds other tokens than the request's: not served",
+          request.hash.hex(), tiers_[t]->name());
       continue;
     }
     metrics_.fetched_blocks[t].inc();
@@ -385,6 +314,19 @@ Result<bool> TieredCache::erase(const BlockHash& hash) {
   }
   if (!failed.ok()) return failed;
   return any;
+}
+
+void TieredCache::visit_metrics(MetricVisitor& v) const {
+  std::vector<std::string> tier_names;
+  for (const auto& t : tiers_) tier_names.emplace_back(t->name());
+  costs_.visit_metrics(v, tier_names);
+  metrics_.visit(v, tier_names);
+  v.counter("kvtier_erase_refused_moves_total",
+            "Moves (promotions, prefetches, evictions) refused because their block was erased meanwhile", {},
+            fence_->refused.value());
+  v.gauge("kvtier_erase_tombstones", "Erased hashes still fenced against moves in flight", {},
+          static_cast<double>(fence_->tombstones()));
+  for (const auto& t : tiers_) t->visit_metrics(v);
 }
 
 }  // namespace kvtier

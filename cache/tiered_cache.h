@@ -19,8 +19,10 @@
 
 #include "base/log.h"
 #include "cache/cache_metrics.h"
+#include "cache/eviction_cascade.h"
 #include "cache/hit_cost_model.h"
 #include "cache/prefix_hasher.h"
+#include "cache/prefix_match.h"
 #include "tiers/policy/admission_policy.h"
 #include "tiers/tier.h"
 
@@ -36,6 +38,11 @@ struct LookupResult {
 };
 
 class TieredCache;
+
+// Whether a fetch's duration teaches the cost model its tiers' restore rates.
+enum class FetchTiming { kTimed, kUntimed };
+// Where fetch_async() runs a fetch that needs no disk or network.
+enum class FetchThread { kWhenItWaits, kAlways };
 
 // Blocks handed out by fetch(), pinned in the top tier until this is destroyed. Movable.
 class PinnedBlocks {
@@ -125,11 +132,11 @@ class TieredCache {
   // tier (the SSD, a remote tier), the whole fetch runs on a loader thread and the caller polls or
   // waits on the handle; otherwise it runs now. The prefix is located again when the load starts,
   // so a block evicted or erased meanwhile ends it there, as in fetch(). `keys` (and the tokens
-  // they point at) are copied. `always_background`: on a loader thread even from memory (a
-  // caller that computes meanwhile, as a hit plan does). `timed`: the load teaches the cost model
-  // its tiers' rates; false for a load that shares the GPU with the caller's compute (its time
-  // would charge the compute to the tier).
-  PendingFetch fetch_async(std::span<const BlockKey> keys, bool always_background = false, bool timed = true);
+  // they point at) are copied. FetchThread::kAlways: on a loader thread even from memory (a caller
+  // that computes meanwhile, as a hit plan does). FetchTiming::kUntimed for a load that shares the
+  // GPU with the caller's compute: its time would charge the compute to the tier.
+  PendingFetch fetch_async(std::span<const BlockKey> keys, FetchThread thread = FetchThread::kWhenItWaits,
+                           FetchTiming timing = FetchTiming::kTimed);
 
   // One record read where it lies, without pinning: the highest local tier holding it, else the
   // shared tiers. Its tokens are compared with the request's; one read from below the highest
@@ -146,7 +153,7 @@ class TieredCache {
   // Called with each block that falls off the last local tier (evicted, not admitted, refused)
   // and that no shared tier took: the end of its life here. On the evicting thread, without the
   // tiers' locks. Removing one waits for its calls in flight.
-  using DropListener = std::function<void(const BlockRef&)>;
+  using DropListener = EvictionCascade::DropListener;
   size_t add_drop_listener(DropListener listener);
   void remove_drop_listener(size_t id);
 
@@ -159,29 +166,25 @@ class TieredCache {
   // reports them, its prefills): what hit plans and /v1/lookup's estimates are made of.
   HitCostModel& costs() { return costs_; }
   const HitCostModel& costs() const { return costs_; }
-  // Per tier below the top one that holds blocks of `found`: the predicted seconds to bring them
-  // up (nullopt while the tier's rate is not known yet). What an engine we do not run needs to
-  // choose between loading and computing, as hit_planner.h does for ours.
-  struct LoadEstimate {
-    std::string tier;
-    size_t blocks = 0;
-    std::optional<double> seconds;
-  };
-  std::vector<LoadEstimate> estimate_load(const LookupResult& found, uint64_t block_bytes) const;
+  // `found` as the doors answer it: tier names, and per tier below the top one that holds blocks
+  // of it the predicted seconds to bring them up (nullopt while the tier's rate is not known
+  // yet) — what an engine we do not run needs to choose between loading and computing, as
+  // generate/hit_planner.h does for ours.
+  PrefixMatch describe(const LookupResult& found, uint64_t block_bytes) const;
   // Cache metrics, then every tier's.
   void visit_metrics(MetricVisitor& visitor) const;
 
  private:
-  void on_evicted(size_t from_tier, BlockRef block);
-  void tell_dropped(const BlockRef& block);
-  // Queues `block` for every shared tier at or below `first_tier`; true if one took it.
-  bool offer_to_shared(const BlockRef& block, size_t first_tier);
   // The highest local tier holding the block, or -1.
   int find_tier(const BlockRequest& request) const;
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
-  PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where, bool timed = true);
+  PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where,
+                             FetchTiming timing = FetchTiming::kTimed);
+  class PrefixFetch;  // one fetch_located()'s reads, checks and promotions
+  // Teaches the cost model what restoring `fetched` cost since `started`.
+  void charge_restore(const PinnedBlocks& fetched, std::chrono::steady_clock::time_point started);
   // The tier that holds `hash` now (top first, `skip` left out), or -1.
   int relocate(const BlockHash& hash, int skip) const;
   // A block locate() found in `tier` is in no tier at read: counted and logged, a miss.
@@ -192,16 +195,11 @@ class TieredCache {
   std::shared_ptr<EraseFence> fence_ = std::make_shared<EraseFence>();
   CacheMetrics metrics_;
   HitCostModel costs_;
-  std::unique_ptr<AdmissionPolicy> admission_;
-  size_t admission_tier_ = SIZE_MAX;
-  LogThrottle admission_log_;
+  EvictionCascade cascade_{tiers_, metrics_, *fence_};
   LogThrottle drop_log_;
   LogThrottle collision_log_;
   LogThrottle mismatch_log_;
   LogThrottle read_failure_log_;
-  std::mutex drop_listeners_mu_;  // held while they run: removal waits for them
-  std::map<size_t, DropListener> drop_listeners_;
-  size_t next_drop_listener_ = 0;
   std::mutex loader_mu_;  // guards creating loader_
   std::unique_ptr<FetchLoader> loader_;  // started by the first fetch that needs it
 };

@@ -1,4 +1,4 @@
-#include "cache/hit_planner.h"
+#include "generate/hit_planner.h"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,9 @@
-#include "cache/hybrid_generator.h"
+#include "generate/hybrid_generator.h"
 
 #include <algorithm>
 #include <chrono>
+
+#include "base/elapsed.h"
 
 namespace kvtier {
 
@@ -12,8 +14,6 @@ using Clock = std::chrono::steady_clock;
 int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 

@@ -78,7 +78,7 @@ struct HitPlan {
 };
 
 // The split `policy` asks for. kCost without estimates for every tier involved and the prefill
-// falls back to a pure load (what kvtier did before plans). A tier no fetch has timed yet — every
+// falls back to a pure load. A tier no fetch has timed yet — every
 // fetch that read from it read from a slower tier too, and was charged to that one — is estimated
 // at the pace of the nearest slower tier that has been: not faster than it is. A split that
 // computes every cached block is one prefill of them and the uncached rest together (no second

@@ -1,7 +1,9 @@
-#include "cache/cached_generator.h"
+#include "generate/cached_generator.h"
 
 #include <algorithm>
 #include <chrono>
+
+#include "base/elapsed.h"
 
 namespace kvtier {
 
@@ -25,8 +27,6 @@ struct Sequence {
   PendingFetch given_up;               // a load past its deadline, waited for after the first token
   Generation out;
 };
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int32_t slot_of(const Sequence& s, int pos, int block_size) {
   return s.table[pos / block_size] * block_size + pos % block_size;
@@ -111,26 +111,23 @@ void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_
   HitCostModel& costs = cache_.costs();
   if (plan.split_probe) {
     costs.note_split_probe();
-    if (auto n = split_probe_log_.admit()) {
-      spdlog::info("hit plan: computing {} of {} cached blocks while the rest load, to time the overlap again: the "
-                   "overlap factor {:.2f} had ruled such splits out ({} similar since)",
+    split_probe_log_.info("hit plan: computing {} of {} cached blocks while the rest load, to time the overlap again: the "
+                   "overlap factor {:.2f} had ruled such splits out",
                    plan.compute_blocks - plan.gpu_blocks, plan.cached_blocks - plan.gpu_blocks,
-                   costs.overlap_factor(), *n);
-    }
+                   costs.overlap_factor());
   } else if (plan.split_passed_over) {
     costs.note_unsplit();
   }
   if (plan.probe) {
     costs.note_probe(plan.probe_tier);
-    if (auto n = probe_log_.admit()) {
+    {
       const auto& tiers = cache_.tiers();
-      spdlog::info("hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
-                   "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks, or its last restore came in "
-                   "far under its estimate ({} similar since)",
-                   plan.cached_blocks - plan.gpu_blocks,
-                   plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
-                   plan.load_only.value_or(0) * 1e3,
-                   plan.compute_only.value_or(0) * 1e3, *n);
+      probe_log_.info("hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
+                      "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks, or its last "
+                      "restore came in far under its estimate",
+                      plan.cached_blocks - plan.gpu_blocks,
+                      plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
+                      plan.load_only.value_or(0) * 1e3, plan.compute_only.value_or(0) * 1e3);
     }
     return;
   }
@@ -267,7 +264,8 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     // cost model the compute's, so only a pure load is timed (and a front beside a load likewise).
     const bool overlapped = split > g && split < n;
     if (split < n) {
-      back = cache_.fetch_async(std::span(keys).subspan(split, n - split), /*always_background=*/true, !overlapped);
+      back = cache_.fetch_async(std::span(keys).subspan(split, n - split),
+                                FetchThread::kAlways, overlapped ? FetchTiming::kUntimed : FetchTiming::kTimed);
     }
     // The front, computed while the back loads. Computing every cached block is one prefill with
     // the uncached rest (below): a second launch costs more than it saves.

@@ -1,5 +1,5 @@
 // HybridGenerator: greedy generation with prefix caching for a hybrid model (Gated DeltaNet
-// layers beside attention, issue 35). A prompt's cached prefix is restorable only up to its last
+// layers beside attention). A prompt's cached prefix is restorable only up to its last
 // block with a state snapshot (HybridPrefixCache::lookup): its KV blocks are fetched into the GPU
 // tier, the snapshot is uploaded into the sequence's state slot, and the rest is computed. While
 // computing, the state is snapshotted at the prompt's last block end before its last token, at
@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "cache/cached_generator.h"
+#include "generate/cached_generator.h"
 #include "cache/hybrid_prefix_cache.h"
 #include "engine/model/gdn_state_pool.h"
 #include "engine/model/llama_model.h"
