@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define KVTIER_VERSION_MAJOR 0
-#define KVTIER_VERSION_MINOR 1
+#define KVTIER_VERSION_MINOR 2
 #define KVTIER_VERSION_PATCH 0
 #define KVTIER_VERSION (KVTIER_VERSION_MAJOR * 10000 + KVTIER_VERSION_MINOR * 100 + KVTIER_VERSION_PATCH)
 
@@ -112,22 +112,29 @@ typedef struct kvtier_cached_block {
   kvtier_tier tier;
 } kvtier_cached_block;
 
-/* The longest cached prefix of `tokens` (full blocks only). Writes the first `capacity` cached
- * blocks to `blocks` (NULL when capacity is 0) and the number of cached blocks to *n_blocks (which
- * may exceed capacity). `extra_keys` (n_extra_keys strings, NULL when 0) take part in the hash,
- * e.g. a LoRA id. */
-kvtier_status kvtier_lookup(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                            const char* const* extra_keys, size_t n_extra_keys,
-                            kvtier_cached_block* blocks, size_t capacity, size_t* n_blocks);
+/* A prompt as the cache hashes it: `n_tokens` token ids (`tokens` NULL only when 0) and
+ * `n_extra_keys` NUL-terminated strings (`extra_keys` NULL when 0) that take part in every block's
+ * hash, e.g. a LoRA id or a cache salt. Borrowed for the duration of a call. */
+typedef struct kvtier_prompt {
+  const uint32_t* tokens;
+  size_t n_tokens;
+  const char* const* extra_keys;
+  size_t n_extra_keys;
+} kvtier_prompt;
 
-/* Stores one block: `n_tokens` (= block size) token ids following the block `parent_hash`
- * (KVTIER_HASH_BYTES bytes, or NULL for a prompt's first block), and its dense bytes (`data_len`
- * = kvtier_block_bytes). Writes the block's hash to `hash_out` (may be NULL) and to *inserted
- * (may be NULL) 1 for a new block, 0 for one already cached. Nothing is stored on failure. */
-kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const uint8_t* parent_hash, const char* const* extra_keys,
-                                 size_t n_extra_keys, const void* data, size_t data_len,
-                                 uint8_t* hash_out, int* inserted);
+/* The longest cached prefix of the prompt (full blocks only). Writes the first `capacity` cached
+ * blocks to `blocks` (NULL when capacity is 0) and the number of cached blocks to *n_blocks (which
+ * may exceed capacity). */
+kvtier_status kvtier_lookup(kvtier_cache* cache, const kvtier_prompt* prompt, kvtier_cached_block* blocks,
+                            size_t capacity, size_t* n_blocks);
+
+/* Stores one block: the prompt's `n_tokens` (= block size) token ids following the block
+ * `parent_hash` (KVTIER_HASH_BYTES bytes, or NULL for a prompt's first block), and its dense bytes
+ * (`data_len` = kvtier_block_bytes). Writes the block's hash to `hash_out` (may be NULL) and to
+ * *inserted (may be NULL) 1 for a new block, 0 for one already cached. Nothing is stored on
+ * failure. */
+kvtier_status kvtier_store_block(kvtier_cache* cache, const kvtier_prompt* block, const uint8_t* parent_hash,
+                                 const void* data, size_t data_len, uint8_t* hash_out, int* inserted);
 
 /* Copies the block `hash` into `dst` (`dst_len` = kvtier_block_bytes), dequantized if it was
  * held quantized. With `tokens` (NULL when n_tokens is 0) the block's token ids must equal them.
@@ -135,34 +142,31 @@ kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, si
 kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const uint32_t* tokens,
                                 size_t n_tokens, void* dst, size_t dst_len, int* found);
 
-/* Loads part of the cached prefix of `tokens`: blocks first_block, first_block + 1, ... (at most
+/* Loads part of the cached prefix of the prompt: blocks first_block, first_block + 1, ... (at most
  * max_blocks, in order, dense, one after another) into `dst` (`dst_len` at least max_blocks *
  * kvtier_block_bytes). An engine computes blocks before first_block while these load, as kvtier's
  * own generator plans a hit. With timeout_ms >= 0, slices not in by then are not waited for (they
  * finish loading in the background). *loaded is the number of blocks written from dst's start;
  * *deadline_passed (may be NULL) is 1 when the cached run went on past them but was not in time.
  * The engine computes from block first_block + *loaded on. */
-kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, size_t first_block,
-                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len,
-                                 size_t* loaded, int* deadline_passed);
+kvtier_status kvtier_load_prefix(kvtier_cache* cache, const kvtier_prompt* prompt, size_t first_block,
+                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len, size_t* loaded,
+                                 int* deadline_passed);
 
 /* Hybrid caches. Bytes of one state snapshot: per GDN layer, in the pattern's order, its f32
  * recurrent state [heads, d_k, d_v] then its conv window [conv_channels, conv_width - 1],
  * row-major. 0 for a plain cache. */
 size_t kvtier_state_bytes(const kvtier_cache* cache);
 
-/* Stores the snapshot taken after `tokens` (n_tokens a multiple of the block size; `len` =
+/* Stores the snapshot taken after the prompt (n_tokens a multiple of the block size; `len` =
  * kvtier_state_bytes). *inserted (may be NULL) is 1 for a new snapshot, 0 for one already cached.
  * Nothing is stored on failure; KVTIER_FAILED_PRECONDITION on a plain cache. */
-kvtier_status kvtier_store_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, const void* snapshot,
+kvtier_status kvtier_store_state(kvtier_cache* cache, const kvtier_prompt* prompt, const void* snapshot,
                                  size_t len, int* inserted);
 
-/* Copies the snapshot taken after `tokens` into `dst` (`dst_len` = kvtier_state_bytes). *found is
+/* Copies the snapshot taken after the prompt into `dst` (`dst_len` = kvtier_state_bytes). *found is
  * 1 on a hit, 0 on a miss (dst unchanged). */
-kvtier_status kvtier_fetch_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, void* dst, size_t dst_len,
+kvtier_status kvtier_fetch_state(kvtier_cache* cache, const kvtier_prompt* prompt, void* dst, size_t dst_len,
                                  int* found);
 
 /* Every metric of the cache and its tiers as JSON ({"name": [{"labels": {...}, "value": v}]}).

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "embed/embedded_cache.h"
+#include "inprocess/embedded_cache.h"
 
 struct kvtier_options {
   kvtier::EmbeddedCacheOptions o;
@@ -78,6 +78,25 @@ std::vector<std::string> extra_keys_of(const char* const* keys, size_t n) {
   std::vector<std::string> out;
   for (size_t i = 0; i < n; ++i) out.emplace_back(keys[i] ? keys[i] : "");
   return out;
+}
+
+// What is wrong with a prompt's pointers, or null.
+const char* prompt_error(const kvtier_prompt* p) {
+  if (!p) return "prompt is NULL";
+  if (!p->tokens && p->n_tokens != 0) return "prompt->tokens is NULL";
+  if (!p->extra_keys && p->n_extra_keys != 0) return "prompt->extra_keys is NULL";
+  return nullptr;
+}
+
+// A kvtier_prompt as EmbeddedCache takes it (the extra keys copied into strings).
+struct PromptArgs {
+  std::span<const uint32_t> tokens;
+  std::vector<std::string> extra_keys;
+  kvtier::Prompt prompt() const { return {tokens, extra_keys}; }
+};
+
+PromptArgs prompt_args(const kvtier_prompt& p) {
+  return {{p.tokens, p.n_tokens}, extra_keys_of(p.extra_keys, p.n_extra_keys)};
 }
 
 kvtier::BlockHash hash_of(const uint8_t* bytes) {
@@ -228,16 +247,14 @@ size_t kvtier_block_size(const kvtier_cache* cache) {
 }
 size_t kvtier_block_bytes(const kvtier_cache* cache) { return cache ? cache->c->block_bytes() : 0; }
 
-kvtier_status kvtier_lookup(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                            const char* const* extra_keys, size_t n_extra_keys,
-                            kvtier_cached_block* blocks, size_t capacity, size_t* n_blocks) {
+kvtier_status kvtier_lookup(kvtier_cache* cache, const kvtier_prompt* prompt, kvtier_cached_block* blocks,
+                            size_t capacity, size_t* n_blocks) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && n_blocks, "cache or n_blocks is NULL");
-    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
-    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
     KVTIER_REQUIRE(blocks || capacity == 0, "blocks is NULL");
-    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
-    auto m = cache->c->lookup({tokens, n_tokens}, extra);
+    if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    const PromptArgs p = prompt_args(*prompt);
+    auto m = cache->c->lookup(p.prompt());
     if (!m.ok()) return report(m.status());
     *n_blocks = m->blocks.size();
     for (size_t i = 0; i < m->blocks.size() && i < capacity; ++i) {
@@ -248,18 +265,16 @@ kvtier_status kvtier_lookup(kvtier_cache* cache, const uint32_t* tokens, size_t 
   });
 }
 
-kvtier_status kvtier_store_block(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const uint8_t* parent_hash, const char* const* extra_keys,
-                                 size_t n_extra_keys, const void* data, size_t data_len,
-                                 uint8_t* hash_out, int* inserted) {
+kvtier_status kvtier_store_block(kvtier_cache* cache, const kvtier_prompt* block, const uint8_t* parent_hash,
+                                 const void* data, size_t data_len, uint8_t* hash_out, int* inserted) {
   return guarded([&] {
-    KVTIER_REQUIRE(cache && tokens && data, "cache, tokens or data is NULL");
-    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
-    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
+    KVTIER_REQUIRE(cache && block && block->tokens && data, "cache, block, block->tokens or data is NULL");
+    if (const char* bad = prompt_error(block)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    const PromptArgs p = prompt_args(*block);
     std::optional<kvtier::BlockHash> parent;
     if (parent_hash) parent = hash_of(parent_hash);
-    auto r = cache->c->store_bytes({tokens, n_tokens}, parent,
-                                   {static_cast<const uint8_t*>(data), data_len}, extra);
+    auto r = cache->c->store_bytes(p.prompt(), parent,
+                                   {static_cast<const uint8_t*>(data), data_len});
     if (!r.ok()) return report(r.status());
     if (hash_out) std::memcpy(hash_out, r->hash.bytes.data(), KVTIER_HASH_BYTES);
     if (inserted) *inserted = r->inserted ? 1 : 0;
@@ -281,21 +296,19 @@ kvtier_status kvtier_load_block(kvtier_cache* cache, const uint8_t* hash, const 
   });
 }
 
-kvtier_status kvtier_load_prefix(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, size_t first_block,
-                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len,
-                                 size_t* loaded, int* deadline_passed) {
+kvtier_status kvtier_load_prefix(kvtier_cache* cache, const kvtier_prompt* prompt, size_t first_block,
+                                 size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len, size_t* loaded,
+                                 int* deadline_passed) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && loaded, "cache or loaded is NULL");
-    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
     KVTIER_REQUIRE(dst || dst_len == 0, "dst is NULL");
-    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    const PromptArgs p = prompt_args(*prompt);
     *loaded = 0;
     if (deadline_passed) *deadline_passed = 0;
     kvtier::LoadOptions o{first_block, std::nullopt};
     if (timeout_ms >= 0) o.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
-    auto r = cache->c->load_prefix_bytes({tokens, n_tokens}, extra, o, max_blocks,
+    auto r = cache->c->load_prefix_bytes(p.prompt(), o, max_blocks,
                                          {static_cast<uint8_t*>(dst), dst_len});
     if (!r.ok()) return report(r.status());
     *loaded = r->loaded_blocks;
@@ -310,16 +323,14 @@ size_t kvtier_state_bytes(const kvtier_cache* cache) {
   return h ? h->snapshot_bytes() : 0;
 }
 
-kvtier_status kvtier_store_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, const void* snapshot,
+kvtier_status kvtier_store_state(kvtier_cache* cache, const kvtier_prompt* prompt, const void* snapshot,
                                  size_t len, int* inserted) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && snapshot, "cache or snapshot is NULL");
-    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
-    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    const PromptArgs p = prompt_args(*prompt);
     if (inserted) *inserted = 0;
-    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
-    auto r = cache->c->store_state({tokens, n_tokens}, extra,
+    auto r = cache->c->store_state(p.prompt(),
                                    std::span<const uint8_t>(static_cast<const uint8_t*>(snapshot), len));
     if (!r.ok()) return report(r.status());
     if (inserted) *inserted = *r ? 1 : 0;
@@ -327,21 +338,19 @@ kvtier_status kvtier_store_state(kvtier_cache* cache, const uint32_t* tokens, si
   });
 }
 
-kvtier_status kvtier_fetch_state(kvtier_cache* cache, const uint32_t* tokens, size_t n_tokens,
-                                 const char* const* extra_keys, size_t n_extra_keys, void* dst, size_t dst_len,
+kvtier_status kvtier_fetch_state(kvtier_cache* cache, const kvtier_prompt* prompt, void* dst, size_t dst_len,
                                  int* found) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && dst && found, "cache, dst or found is NULL");
-    KVTIER_REQUIRE(tokens || n_tokens == 0, "tokens is NULL");
-    KVTIER_REQUIRE(extra_keys || n_extra_keys == 0, "extra_keys is NULL");
+    if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    const PromptArgs p = prompt_args(*prompt);
     *found = 0;
     const size_t want = kvtier_state_bytes(cache);
     if (want != 0 && dst_len != want) {
       return fail(KVTIER_INVALID_ARGUMENT, "dst_len " + std::to_string(dst_len) + " is not the state's " +
                                                std::to_string(want) + " bytes");
     }
-    const auto extra = extra_keys_of(extra_keys, n_extra_keys);
-    auto r = cache->c->fetch_state({tokens, n_tokens}, extra);
+    auto r = cache->c->fetch_state(p.prompt());
     if (!r.ok()) return report(r.status());
     if (*r) {
       std::memcpy(dst, (*r)->data(), (*r)->size());

@@ -19,7 +19,7 @@ install(TARGETS kvtier_library EXPORT kvtierTargets LIBRARY DESTINATION lib)
 install(FILES capi/kvtier.h DESTINATION include)
 # The C++ API and exactly the headers it includes; everything else stays internal.
 set(KVTIER_PUBLIC_HEADERS
-  embed/embedded_cache.h embed/tensor_view.h
+  inprocess/embedded_cache.h inprocess/tensor_view.h cache/prefix_match.h
   serialize/kv_layout.h serialize/hybrid_layout.h serialize/dtype.h serialize/block_hash.h
   base/status.h)
 foreach(h ${KVTIER_PUBLIC_HEADERS})

@@ -23,7 +23,7 @@ from ._cache import (
 )
 from ._kvtier import BlockTensor, CacheFullError, HashCollisionError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "BlockTensor",
     "Cache",

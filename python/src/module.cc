@@ -8,7 +8,7 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
-#include "embed/embedded_cache.h"
+#include "inprocess/embedded_cache.h"
 #include "python/src/tensor_export.h"
 #include "python/src/tensor_import.h"
 
@@ -129,12 +129,12 @@ class PyCache {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
     std::vector<ImportedTensor> keep;
     const std::vector<LayerKv> views = import_block_layers(state, {}, keep);
-    return call([&] { return cache_->store_state(t, extra, std::span<const LayerKv>(views)); });
+    return call([&] { return cache_->store_state({t, extra}, std::span<const LayerKv>(views)); });
   }
 
   py::object fetch_state(py::handle tokens, const std::vector<std::string>& extra) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    std::optional<std::vector<uint8_t>> s = call([&] { return cache_->fetch_state(t, extra); });
+    std::optional<std::vector<uint8_t>> s = call([&] { return cache_->fetch_state({t, extra}); });
     if (!s) return py::none();
     return py::bytes(reinterpret_cast<const char*>(s->data()), s->size());
   }
@@ -142,7 +142,7 @@ class PyCache {
 
   std::vector<std::string> block_hashes(py::handle tokens, const std::vector<std::string>& extra) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    std::vector<BlockHash> hashes = call([&] { return cache_->block_hashes(t, extra); });
+    std::vector<BlockHash> hashes = call([&] { return cache_->block_hashes({t, extra}); });
     std::vector<std::string> out;
     for (const BlockHash& h : hashes) out.push_back(h.hex());
     return out;
@@ -150,7 +150,7 @@ class PyCache {
 
   py::tuple lookup(py::handle tokens, const std::vector<std::string>& extra) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    PrefixMatch m = call([&] { return cache_->lookup(t, extra); });
+    PrefixMatch m = call([&] { return cache_->lookup({t, extra}); });
     py::list blocks;
     for (const auto& b : m.blocks) blocks.append(py::make_tuple(b.hash.hex(), b.tier));
     py::dict estimates;
@@ -166,14 +166,14 @@ class PyCache {
     const std::optional<BlockHash> p = parse_parent(parent);
     std::vector<ImportedTensor> keep;
     const std::vector<LayerKv> views = import_block_layers(layers, {bf16_words}, keep);
-    StoreResult r = call([&] { return cache_->store(t, p, views, extra); });
+    StoreResult r = call([&] { return cache_->store({t, extra}, p, views); });
     return py::make_tuple(r.hash.hex(), r.inserted);
   }
 
   py::tuple save_blocks(py::handle tokens, py::handle ids, py::handle k, py::handle v,
                         const std::vector<std::string>& extra, bool bf16_words) {
     PagedCall c(tokens, ids, k, v, bf16_words);
-    SaveReport r = call([&] { return cache_->save_blocks(c.tokens, c.block_ids, c.paged, extra); });
+    SaveReport r = call([&] { return cache_->save_blocks({c.tokens, extra}, c.block_ids, c.paged); });
     return py::make_tuple(r.stored, r.already_cached, r.refused);
   }
 
@@ -183,7 +183,7 @@ class PyCache {
                         double deadline_seconds) {
     PagedCall c(tokens, ids, k, v, bf16_words);
     const LoadOptions o = load_options(first_block, deadline_seconds);
-    LoadReport r = call([&] { return cache_->load_blocks(c.tokens, c.block_ids, c.paged, extra, o); });
+    LoadReport r = call([&] { return cache_->load_blocks({c.tokens, extra}, c.block_ids, c.paged, o); });
     return py::make_tuple(r.first_block, r.loaded_blocks, r.deadline_passed);
   }
 
@@ -200,7 +200,7 @@ class PyCache {
 
   std::vector<size_t> missing_blocks(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    return call([&] { return cache_->missing_blocks(t, extra, max_blocks); });
+    return call([&] { return cache_->missing_blocks({t, extra}, max_blocks); });
   }
 
   void check_block_ids(py::handle ids, int64_t num_blocks) {
@@ -219,7 +219,7 @@ class PyCache {
     PythonHook hook(stage);
     Result<SaveReport> r = [&] {
       py::gil_scoped_release nogil;
-      return cache_->save_device_blocks(t, extra, indices, from, hook.as_hook());
+      return cache_->save_device_blocks({t, extra}, indices, from, hook.as_hook());
     }();
     hook.rethrow();
     const SaveReport report = value_or_raise(std::move(r));
@@ -231,7 +231,7 @@ class PyCache {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
     const std::optional<BlockHash> p = parse_parent(parent);
     const DeviceStaging from{device, stream, {src}, 1};
-    StoreResult r = call([&] { return cache_->store_device_block(t, p, extra, from); });
+    StoreResult r = call([&] { return cache_->store_device_block({t, extra}, p, from); });
     return py::make_tuple(r.hash.hex(), r.inserted);
   }
 
@@ -246,7 +246,7 @@ class PyCache {
     PythonHook hook(filled);
     Result<LoadReport> r = [&] {
       py::gil_scoped_release nogil;
-      return cache_->load_device_blocks(t, extra, o, max_blocks, to, hook.as_hook());
+      return cache_->load_device_blocks({t, extra}, o, max_blocks, to, hook.as_hook());
     }();
     hook.rethrow();
     const LoadReport report = value_or_raise(std::move(r));
@@ -255,7 +255,7 @@ class PyCache {
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    return Fetched(call([&] { return cache_->fetch(t, extra, max_blocks); }));
+    return Fetched(call([&] { return cache_->fetch({t, extra}, max_blocks); }));
   }
 
   std::string stats_json() { return call([&] { return cache_->stats_json(); }); }

@@ -8,7 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "embed/embedded_cache.h"
+#include "inprocess/embedded_cache.h"
 
 namespace kvtier::python {
 

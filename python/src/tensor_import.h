@@ -11,7 +11,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "embed/tensor_view.h"
+#include "inprocess/tensor_view.h"
 
 namespace kvtier::python {
 

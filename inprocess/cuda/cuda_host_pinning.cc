@@ -1,4 +1,4 @@
-#include "embed/cuda/cuda_host_pinning.h"
+#include "inprocess/cuda/cuda_host_pinning.h"
 
 #include <map>
 #include <mutex>

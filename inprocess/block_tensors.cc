@@ -1,4 +1,4 @@
-#include "embed/block_tensors.h"
+#include "inprocess/block_tensors.h"
 
 #include <algorithm>
 #include <cstring>

@@ -3,7 +3,7 @@
 // KV layout) in one namespace, over the same CacheStack kvtierd runs, and hashes prompts exactly
 // as kvtierd does: a block stored here is a hit over HTTP on the same directory, and back.
 //
-// Tensors come in as borrowed views (embed/tensor_view.h) and their bytes are copied unchanged:
+// Tensors come in as borrowed views (inprocess/tensor_view.h) and their bytes are copied unchanged:
 // bf16 stays bf16. Blocks handed out by fetch() are views into the cached blocks themselves.
 #pragma once
 
@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "embed/tensor_view.h"
+#include "cache/prefix_match.h"
+#include "inprocess/tensor_view.h"
 #include "serialize/block_hash.h"
 #include "serialize/hybrid_layout.h"
 #include "serialize/kv_layout.h"
@@ -50,21 +51,11 @@ struct EmbeddedCacheOptions {
   std::chrono::milliseconds close_timeout{30000};
 };
 
-struct PrefixMatch {
-  size_t matched_tokens = 0;
-  struct Cached {
-    BlockHash hash;
-    std::string tier;  // "gpu", "ram", "ssd"
-  };
-  std::vector<Cached> blocks;  // the cached prefix, in order
-  // Per tier below the top holding some of them: predicted seconds to load them (nullopt until
-  // the tier's rate has been measured by a load), to weigh against recomputing.
-  struct LoadEstimate {
-    std::string tier;
-    size_t blocks = 0;
-    std::optional<double> seconds;
-  };
-  std::vector<LoadEstimate> load_estimates;
+// A prompt as the cache hashes it: its token ids, and the extra keys (a LoRA id, image hashes, a
+// cache salt) folded into every block's hash, as vLLM's extra_keys are.
+struct Prompt {
+  std::span<const uint32_t> tokens;
+  std::span<const std::string> extra_keys = {};
 };
 
 struct StoreResult {
@@ -123,7 +114,7 @@ class FetchedBlocks {
   std::vector<FetchedBlock> blocks_;
 };
 
-// A CUDA engine's side of a transfer (embed/cuda/). Blocks cross the bus by DMA between kvtier's
+// A CUDA engine's side of a transfer (inprocess/cuda/). Blocks cross the bus by DMA between kvtier's
 // host memory (page-locked where it lies) and dense staging buffers in the engine's device memory,
 // on the engine's stream; the engine moves them between staging and its own layout with its own
 // kernels (the Python module does it with torch), ordered on the same stream.
@@ -161,46 +152,41 @@ class EmbeddedCache {
   size_t block_bytes() const;
 
   // The hashes of every full block of `tokens` (a partial last block has none).
-  Result<std::vector<BlockHash>> block_hashes(std::span<const uint32_t> tokens,
-                                              std::span<const std::string> extra_keys) const;
+  Result<std::vector<BlockHash>> block_hashes(const Prompt& prompt) const;
   // The longest cached prefix of `tokens`, block by block.
-  Result<PrefixMatch> lookup(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys);
+  Result<PrefixMatch> lookup(const Prompt& prompt);
 
   // Stores one block: `tokens` (exactly block_size) whose parent is `parent` (nullopt for a
   // prompt's first block), from per-layer [block_size, kv_heads, head_dim] tensors or quantized
   // triples. Nothing is stored when any check fails.
-  Result<StoreResult> store(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
-                            std::span<const LayerKv> layers, std::span<const std::string> extra_keys);
+  Result<StoreResult> store(const Prompt& prompt, const std::optional<BlockHash>& parent,
+                            std::span<const LayerKv> layers);
   // The same from one dense block's bytes in block order (layer 0 K, layer 0 V, layer 1 K, ...).
-  Result<StoreResult> store_bytes(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
-                                  std::span<const uint8_t> bytes, std::span<const std::string> extra_keys);
+  Result<StoreResult> store_bytes(const Prompt& prompt, const std::optional<BlockHash>& parent,
+                                  std::span<const uint8_t> bytes);
 
   // Gathers the full blocks of `tokens` out of an engine's paged arrays: block i of the prompt is
   // in block id block_ids[i] of every layer's [num_blocks, block_size, kv_heads, head_dim] K and V
   // (or quantized triples). Blocks the cache holds already are skipped without a copy. Saves
   // min(full blocks, block_ids.size()) blocks.
-  Result<SaveReport> save_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  Result<SaveReport> save_blocks(const Prompt& prompt, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged);
   // Scatters the cached prefix of `tokens` into the engine's block ids (dense arrays; quantized
   // layers arrive dequantized). Returns the tokens loaded: a multiple of block_size, at most
   // block_ids.size() blocks. Blocks past the first that cannot be served intact are not loaded.
-  Result<size_t> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                             std::span<const LayerKv> paged, std::span<const std::string> extra_keys);
+  Result<size_t> load_blocks(const Prompt& prompt, std::span<const int64_t> block_ids, std::span<const LayerKv> paged);
   // The same for part of the prefix: block i of the prompt (i >= options.first_block) into
   // block_ids[i] (entries before first_block are not read), stopping at options.deadline.
-  Result<LoadReport> load_blocks(std::span<const uint32_t> tokens, std::span<const int64_t> block_ids,
-                                 std::span<const LayerKv> paged, std::span<const std::string> extra_keys,
-                                 const LoadOptions& options);
+  Result<LoadReport> load_blocks(const Prompt& prompt, std::span<const int64_t> block_ids,
+                                 std::span<const LayerKv> paged, const LoadOptions& options);
   // Blocks [first_block, first_block + max_blocks) of the cached prefix of `tokens`, dense, one
   // after another into `dst` (at least max_blocks * block_bytes()): for engines that place blocks
   // themselves (the C ABI).
-  Result<LoadReport> load_prefix_bytes(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                       const LoadOptions& options, size_t max_blocks, std::span<uint8_t> dst);
+  Result<LoadReport> load_prefix_bytes(const Prompt& prompt, const LoadOptions& options,
+                                       size_t max_blocks, std::span<uint8_t> dst);
 
   // The cached prefix of `tokens` (at most `max_blocks`), promoted to the top tier and pinned.
-  Result<std::shared_ptr<FetchedBlocks>> fetch(std::span<const uint32_t> tokens,
-                                               std::span<const std::string> extra_keys,
-                                               size_t max_blocks = SIZE_MAX);
+  Result<std::shared_ptr<FetchedBlocks>> fetch(const Prompt& prompt, size_t max_blocks = SIZE_MAX);
   // One block by hash into `dst` (block_bytes(), dense). With `tokens`, the held block's tokens
   // must equal them. False on a miss.
   Result<bool> load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,
@@ -215,38 +201,35 @@ class EmbeddedCache {
   Status check_block_ids(std::span<const int64_t> block_ids, int64_t num_blocks);
   // The indices (< max_blocks) of the full blocks of `tokens` the cache does not
   // hold: what a save has to stage.
-  Result<std::vector<size_t>> missing_blocks(std::span<const uint32_t> tokens,
-                                             std::span<const std::string> extra_keys, size_t max_blocks);
+  Result<std::vector<size_t>> missing_blocks(const Prompt& prompt, size_t max_blocks);
   // Saves blocks `indices` of `tokens`, staged by the engine through the ring `from` (a slot at a
   // time, `stage` called before each slot's copies; without `stage` they are all in slots[0]
   // already): copies them down on `from.stream`, waits for the copies, then publishes them.
   // unavailable() without a CUDA driver.
-  Result<SaveReport> save_device_blocks(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        std::span<const size_t> indices, const DeviceStaging& from,
+  Result<SaveReport> save_device_blocks(const Prompt& prompt, std::span<const size_t> indices,
+                                        const DeviceStaging& from,
                                         const DeviceSlotHook& stage = {});
   // store() for one block staged at `from.slots[0]`.
-  Result<StoreResult> store_device_block(std::span<const uint32_t> tokens, const std::optional<BlockHash>& parent,
-                                         std::span<const std::string> extra_keys, const DeviceStaging& from);
+  Result<StoreResult> store_device_block(const Prompt& prompt,
+                                         const std::optional<BlockHash>& parent,
+                                         const DeviceStaging& from);
   // Loads blocks [options.first_block, first_block + max_blocks) of the cached prefix into the
   // staging ring `to`, calling `filled` as each slot's copies are enqueued (and for the last,
   // partial one). Returns when everything is enqueued, not copied: the host blocks are kept alive
   // until the copies retire, and the engine's stream order does the rest.
-  Result<LoadReport> load_device_blocks(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        const LoadOptions& options, size_t max_blocks, const DeviceStaging& to,
+  Result<LoadReport> load_device_blocks(const Prompt& prompt, const LoadOptions& options,
+                                        size_t max_blocks, const DeviceStaging& to,
                                         const DeviceSlotHook& filled);
 
   // Hybrid caches. Stores the GDN state snapshot (hybrid_layout()->snapshot_bytes(): per GDN layer
   // its f32 state [heads, d_k, d_v] then its conv window [conv_channels, conv_width - 1]) taken
   // after `tokens`, whose length must be a whole number of blocks; true when it was new.
-  Result<bool> store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                           std::span<const uint8_t> snapshot);
+  Result<bool> store_state(const Prompt& prompt, std::span<const uint8_t> snapshot);
   // The same from the engine's tensors: per GDN layer a (state, conv window) pair of f32 views
-  // (embed/state_tensors.h); every check made before anything is stored.
-  Result<bool> store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                           std::span<const LayerKv> state);
+  // (inprocess/state_tensors.h); every check made before anything is stored.
+  Result<bool> store_state(const Prompt& prompt, std::span<const LayerKv> state);
   // The snapshot taken after `tokens` (a whole number of blocks), or nullopt when none is cached.
-  Result<std::optional<std::vector<uint8_t>>> fetch_state(std::span<const uint32_t> tokens,
-                                                          std::span<const std::string> extra_keys);
+  Result<std::optional<std::vector<uint8_t>>> fetch_state(const Prompt& prompt);
 
   // Every metric (this door's, the cache's, every tier's) as JSON ({"name": [{labels, value}]})
   // and as Prometheus text.
@@ -262,8 +245,12 @@ class EmbeddedCache {
  private:
   explicit EmbeddedCache(EmbeddedCacheOptions options);
   void visit_metrics(MetricVisitor& visitor) const;
-  // Held shared while a call runs; close() takes it exclusively.
-  std::shared_lock<std::shared_mutex> enter() const;
+  // A call in flight: holds state_mu_ shared, so close() (which takes it exclusively) waits for it.
+  using Call = std::shared_lock<std::shared_mutex>;
+  // Every call begins here: fails once the cache is closed, and with a prompt, refuses (and
+  // counts) extra keys the hash cannot take before anything else is done.
+  Result<Call> enter() const;
+  Result<Call> enter(const Prompt& prompt) const;
 
   EmbeddedCacheOptions options_;
   std::shared_ptr<Impl> impl_;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "embed/tensor_view.h"
+#include "inprocess/tensor_view.h"
 #include "serialize/hybrid_layout.h"
 
 namespace kvtier {

@@ -1,11 +1,11 @@
-#include "embed/cuda/device_transfers.h"
+#include "inprocess/cuda/device_transfers.h"
 
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
 #include "base/memory/large_buffer_cache.h"
-#include "embed/cuda/cuda_host_pinning.h"
+#include "inprocess/cuda/cuda_host_pinning.h"
 
 namespace kvtier::cuda {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "embed/tensor_view.h"
+#include "inprocess/tensor_view.h"
 #include "serialize/block.h"
 
 namespace kvtier {

@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "base/status.h"
-#include "embed/cuda/cuda_driver.h"
+#include "inprocess/cuda/cuda_driver.h"
 
 namespace kvtier::cuda {
 

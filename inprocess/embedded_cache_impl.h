@@ -14,15 +14,14 @@
 #include "cache/cache_stack.h"
 #include "cache/hybrid_prefix_cache.h"
 #include "cache/prefix_hasher.h"
-#include "embed/cuda/device_transfers.h"
-#include "embed/embedded_cache.h"
+#include "inprocess/cuda/device_transfers.h"
+#include "inprocess/embedded_cache.h"
 #include "engine/vulkan/vulkan_context.h"
 
 namespace kvtier {
 
 // Extra keys are at most 256 bytes each.
 Status check_extra_keys(std::span<const std::string> extra_keys);
-Status closed_status();
 // EmbeddedCacheOptions::hybrid_layout: JSON text ("{...") or a file holding it.
 Result<HybridLayout> hybrid_layout_from(const std::string& text_or_path);
 
@@ -80,6 +79,8 @@ struct EmbeddedCache::Impl {
   bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
   // Counts a load of `loaded` blocks.
   void count_load(size_t loaded);
+  // This door's counters, the cache's, every tier's, and the hybrid snapshots'.
+  void visit_metrics(MetricVisitor& visitor);
   // Block ids must address blocks of the paged arrays.
   Status check_block_ids(std::span<const int64_t> ids, size_t used, int64_t num_blocks);
 
@@ -90,9 +91,7 @@ struct EmbeddedCache::Impl {
     const StatusCode code = r.ok() ? StatusCode::kOk : r.status().code();
     if (!r.ok() && code != StatusCode::kInvalidArgument && code != StatusCode::kFailedPrecondition) {
       metrics.cuda_failures.inc();
-      if (auto n = device_log.admit()) {
-        spdlog::warn("a CUDA transfer failed: {} ({} similar suppressed)", r.status().message(), *n);
-      }
+      device_log.warn("a CUDA transfer failed: {}", r.status().message());
     }
     return r;
   }

@@ -1,4 +1,4 @@
-#include "embed/state_tensors.h"
+#include "inprocess/state_tensors.h"
 
 #include <cstring>
 #include <string>

@@ -1,6 +1,6 @@
-#include "embed/embedded_cache.h"
-#include "embed/embedded_cache_impl.h"
-#include "embed/cuda/cuda_host_pinning.h"
+#include "inprocess/embedded_cache.h"
+#include "inprocess/embedded_cache_impl.h"
+#include "inprocess/cuda/cuda_host_pinning.h"
 
 #include <algorithm>
 #include <deque>
@@ -14,7 +14,7 @@
 #include "base/metrics/metrics_exporters.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
-#include "embed/block_tensors.h"
+#include "inprocess/block_tensors.h"
 #include "engine/vulkan/vulkan_context.h"
 
 namespace kvtier {
@@ -113,13 +113,10 @@ Status check_extra_keys(std::span<const std::string> extra_keys) {
   return ok_status();
 }
 
-Status closed_status() { return failed_precondition("the cache is closed"); }
 
 Status EmbeddedCache::Impl::reject(Status st) {
   metrics.rejected_calls.inc();
-  if (auto n = reject_log.admit()) {
-    spdlog::warn("refused a call: {} ({} similar suppressed)", st.message(), *n);
-  }
+  reject_log.warn("refused a call: {}", st.message());
   return st;
 }
 
@@ -265,7 +262,8 @@ Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> key
   // the disk always has a batch queued and the copies hide behind it. Hits in memory need no
   // I/O: they come back at once, in one slice.
   const Tier& top = *cache().tiers().front();
-  const bool all_on_top = std::all_of(wanted.begin(), wanted.end(), [&](const BlockKey& k) { return top.contains(k.hash); });
+  const bool all_on_top = std::all_of(wanted.begin(), wanted.end(),
+                                      [&](const BlockKey& k) { return top.contains(k.hash); });
   const size_t slice = all_on_top ? wanted.size() : std::max<size_t>(1, kLoadSliceBytes / layout().dense_block_bytes());
   const size_t slices = (wanted.size() + slice - 1) / slice;
   // Slices still loading when this call returns (a deadline passed, a prefix broke) finish on
@@ -363,106 +361,89 @@ EmbeddedCache::~EmbeddedCache() { close(); }
 const KvLayout& EmbeddedCache::layout() const { return impl_->layout(); }
 size_t EmbeddedCache::block_bytes() const { return layout().dense_block_bytes(); }
 
-std::shared_lock<std::shared_mutex> EmbeddedCache::enter() const {
-  return std::shared_lock<std::shared_mutex>(state_mu_);
+Result<EmbeddedCache::Call> EmbeddedCache::enter() const {
+  Call call(state_mu_);
+  if (closed_) return failed_precondition("the cache is closed");
+  return call;
 }
 
-Result<std::vector<BlockHash>> EmbeddedCache::block_hashes(std::span<const uint32_t> tokens,
-                                                           std::span<const std::string> extra_keys) const {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  return impl_->hasher->hash_prefix(tokens, extra_keys);
+Result<EmbeddedCache::Call> EmbeddedCache::enter(const Prompt& prompt) const {
+  KVTIER_ASSIGN_OR_RETURN(Call call, enter());
+  if (Status st = check_extra_keys(prompt.extra_keys); !st.ok()) return impl_->reject(st);
+  return call;
 }
 
-Result<PrefixMatch> EmbeddedCache::lookup(std::span<const uint32_t> tokens,
-                                          std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+Result<std::vector<BlockHash>> EmbeddedCache::block_hashes(const Prompt& prompt) const {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  return impl_->hasher->hash_prefix(prompt.tokens, prompt.extra_keys);
+}
+
+Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   LookupResult found;
   if (impl_->hybrid) {
-    const HybridLookup h = impl_->hybrid->lookup(impl_->hasher->keys(tokens, extra_keys));
+    const HybridLookup h = impl_->hybrid->lookup(impl_->hasher->keys(prompt.tokens, prompt.extra_keys));
     found.matched_tokens = h.matched_tokens;
     found.blocks = h.hits;
   } else {
-    found = impl_->cache().lookup(*impl_->hasher, tokens, extra_keys);
+    found = impl_->cache().lookup(*impl_->hasher, prompt.tokens, prompt.extra_keys);
   }
-  PrefixMatch out;
-  out.matched_tokens = found.matched_tokens;
-  const auto& tiers = impl_->cache().tiers();
-  for (const LookupResult::Hit& h : found.blocks) out.blocks.push_back({h.hash, std::string(tiers[h.tier]->name())});
-  for (const auto& e : impl_->cache().estimate_load(found, impl_->layout().dense_block_bytes())) {
-    out.load_estimates.push_back({e.tier, e.blocks, e.seconds});
-  }
-  return out;
+  return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
 }
 
-Result<StoreResult> EmbeddedCache::store(std::span<const uint32_t> tokens,
+Result<StoreResult> EmbeddedCache::store(const Prompt& prompt,
                                          const std::optional<BlockHash>& parent,
-                                         std::span<const LayerKv> layers,
-                                         std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  return impl_->store(tokens, parent, layers, extra_keys);
+                                         std::span<const LayerKv> layers) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  return impl_->store(prompt.tokens, parent, layers, prompt.extra_keys);
 }
 
-Result<StoreResult> EmbeddedCache::store_bytes(std::span<const uint32_t> tokens,
+Result<StoreResult> EmbeddedCache::store_bytes(const Prompt& prompt,
                                                const std::optional<BlockHash>& parent,
-                                               std::span<const uint8_t> bytes,
-                                               std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
+                                               std::span<const uint8_t> bytes) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
   if (bytes.size() != block_bytes()) {
     return impl_->reject(invalid_argument("a block of layout '" + layout().name + "' is " +
                                           std::to_string(block_bytes()) + " bytes, got " +
                                           std::to_string(bytes.size())));
   }
   const std::vector<LayerKv> views = dense_block_views(layout(), bytes.data(), /*read_only=*/true);
-  return impl_->store(tokens, parent, views, extra_keys);
+  return impl_->store(prompt.tokens, parent, views, prompt.extra_keys);
 }
 
-Result<SaveReport> EmbeddedCache::save_blocks(std::span<const uint32_t> tokens,
+Result<SaveReport> EmbeddedCache::save_blocks(const Prompt& prompt,
                                               std::span<const int64_t> block_ids,
-                                              std::span<const LayerKv> paged,
-                                              std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  return impl_->save_blocks(tokens, block_ids, paged, extra_keys);
+                                              std::span<const LayerKv> paged) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  return impl_->save_blocks(prompt.tokens, block_ids, paged, prompt.extra_keys);
 }
 
-Result<size_t> EmbeddedCache::load_blocks(std::span<const uint32_t> tokens,
-                                          std::span<const int64_t> block_ids,
-                                          std::span<const LayerKv> paged,
-                                          std::span<const std::string> extra_keys) {
-  KVTIER_ASSIGN_OR_RETURN(LoadReport r, load_blocks(tokens, block_ids, paged, extra_keys, LoadOptions{}));
+Result<size_t> EmbeddedCache::load_blocks(const Prompt& prompt, std::span<const int64_t> block_ids,
+                                          std::span<const LayerKv> paged) {
+  KVTIER_ASSIGN_OR_RETURN(LoadReport r, load_blocks(prompt, block_ids, paged, LoadOptions{}));
   return r.loaded_blocks * static_cast<size_t>(layout().block_size);
 }
 
-Result<LoadReport> EmbeddedCache::load_blocks(std::span<const uint32_t> tokens,
+Result<LoadReport> EmbeddedCache::load_blocks(const Prompt& prompt,
                                               std::span<const int64_t> block_ids,
                                               std::span<const LayerKv> paged,
-                                              std::span<const std::string> extra_keys,
                                               const LoadOptions& options) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  return impl_->load_blocks(tokens, block_ids, paged, extra_keys, options);
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  return impl_->load_blocks(prompt.tokens, block_ids, paged, prompt.extra_keys, options);
 }
 
-Result<LoadReport> EmbeddedCache::load_prefix_bytes(std::span<const uint32_t> tokens,
-                                                    std::span<const std::string> extra_keys,
+Result<LoadReport> EmbeddedCache::load_prefix_bytes(const Prompt& prompt,
                                                     const LoadOptions& options, size_t max_blocks,
                                                     std::span<uint8_t> dst) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   const size_t bb = block_bytes();
   if (max_blocks > dst.size() / bb) {
     return impl_->reject(invalid_argument(std::to_string(max_blocks) + " blocks of " + std::to_string(bb) +
                                           " bytes do not fit a buffer of " + std::to_string(dst.size())));
   }
-  const std::vector<BlockKey> keys = impl_->loadable_keys(tokens, extra_keys);
-  const size_t end = options.first_block + std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
+  const std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
+  const size_t end = options.first_block +
+                     std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
   return impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
     const std::vector<LayerKv> views =
         dense_block_views(layout(), dst.data() + (i - options.first_block) * bb, /*read_only=*/false);
@@ -470,13 +451,9 @@ Result<LoadReport> EmbeddedCache::load_prefix_bytes(std::span<const uint32_t> to
   });
 }
 
-Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(std::span<const uint32_t> tokens,
-                                                            std::span<const std::string> extra_keys,
-                                                            size_t max_blocks) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  std::vector<BlockKey> keys = impl_->loadable_keys(tokens, extra_keys);
+Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(const Prompt& prompt, size_t max_blocks) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
   if (keys.size() > max_blocks) keys.resize(max_blocks);
   auto state = std::make_unique<FetchedBlocks::State>();
   state->impl = impl_;
@@ -502,8 +479,7 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(std::span<const uint
 
 Result<bool> EmbeddedCache::load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,
                                              std::span<uint8_t> dst) {
-  auto lock = enter();
-  if (closed_) return closed_status();
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
   if (dst.size() != block_bytes()) {
     return impl_->reject(invalid_argument("a block of layout '" + layout().name + "' is " +
                                           std::to_string(block_bytes()) + " bytes, the buffer " +
@@ -524,8 +500,10 @@ Result<bool> EmbeddedCache::load_block_bytes(const BlockHash& hash, std::span<co
   return true;
 }
 
-void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
-  const EmbeddedCacheMetrics& m = impl_->metrics;
+void EmbeddedCache::visit_metrics(MetricVisitor& v) const { impl_->visit_metrics(v); }
+
+void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
+  const EmbeddedCacheMetrics& m = metrics;
   v.counter("kvtier_embedded_rejected_calls_total", "Calls refused for bad input (shape, dtype, tokens, ids)",
             {}, m.rejected_calls.value());
   v.counter("kvtier_embedded_blocks_total", "Blocks offered by the engine, by outcome", {{"outcome", "stored"}},
@@ -540,8 +518,8 @@ void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
   v.counter("kvtier_embedded_bytes_in_total", "KV bytes copied in from the engine", {}, m.bytes_in.value());
   v.counter("kvtier_embedded_bytes_out_total", "KV bytes copied out to the engine", {}, m.bytes_out.value());
   {
-    std::lock_guard lock(impl_->device_mu);
-    const cuda::DeviceTransferMetrics* d = impl_->device ? &impl_->device->metrics() : nullptr;
+    std::lock_guard lock(device_mu);
+    const cuda::DeviceTransferMetrics* d = device ? &device->metrics() : nullptr;
     const char* help = "KV bytes moved by DMA between kvtier's host memory and an engine's CUDA memory";
     v.counter("kvtier_embedded_cuda_bytes_total", help, {{"direction", "to_device"}},
               d ? d->bytes_to_device.value() : 0);
@@ -552,25 +530,23 @@ void EmbeddedCache::visit_metrics(MetricVisitor& v) const {
               d ? d->unpinned_copies.value() : 0);
     v.counter("kvtier_embedded_cuda_failures_total",
               "CUDA transfers that failed (no driver, a driver error), other than bad input", {},
-              impl_->metrics.cuda_failures.value());
+              metrics.cuda_failures.value());
     v.gauge("kvtier_embedded_cuda_pinned_bytes", "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
   }
-  impl_->cache().visit_metrics(v);
-  if (impl_->hybrid) impl_->hybrid->visit_metrics(v);
+  cache().visit_metrics(v);
+  if (hybrid) hybrid->visit_metrics(v);
 }
 
 Result<std::string> EmbeddedCache::stats_json() const {
-  auto lock = enter();
-  if (closed_) return closed_status();
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
   JsonMetricsWriter w;
   visit_metrics(w);
   return w.json().dump();
 }
 
 Result<std::string> EmbeddedCache::metrics_text() const {
-  auto lock = enter();
-  if (closed_) return closed_status();
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
   PrometheusTextWriter w;
   visit_metrics(w);
   return w.text();

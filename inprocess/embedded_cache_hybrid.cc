@@ -1,8 +1,8 @@
 // EmbeddedCache for hybrid models: state snapshots beside the blocks, and loads that end at the
 // last block with one (cache/hybrid_prefix_cache.h).
-#include "embed/embedded_cache.h"
-#include "embed/embedded_cache_impl.h"
-#include "embed/state_tensors.h"
+#include "inprocess/embedded_cache.h"
+#include "inprocess/embedded_cache_impl.h"
+#include "inprocess/state_tensors.h"
 
 #include <fstream>
 #include <sstream>
@@ -37,19 +37,16 @@ Status EmbeddedCache::Impl::check_state_call(std::span<const uint32_t> tokens) c
   return ok_status();
 }
 
-Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        std::span<const uint8_t> snapshot) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+Result<bool> EmbeddedCache::store_state(const Prompt& prompt, std::span<const uint8_t> snapshot) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  if (Status st = impl_->check_state_call(prompt.tokens); !st.ok()) return impl_->reject(st);
+  const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
   // As kvtierd answers it (422): a snapshot is of no use without the block it ends at.
   if (impl_->stack->cache().presence({keys.back().hash, keys.back().tokens}) == Tier::Presence::kAbsent) {
-    return impl_->reject(failed_precondition("the block ending at token " + std::to_string(tokens.size()) +
+    return impl_->reject(failed_precondition("the block ending at token " + std::to_string(prompt.tokens.size()) +
                                              " is not cached: store a prompt's blocks before its state"));
   }
-  auto r = impl_->hybrid->store_snapshot(keys, keys.size() - 1, extra_keys, snapshot);
+  auto r = impl_->hybrid->store_snapshot(keys, keys.size() - 1, prompt.extra_keys, snapshot);
   if (!r.ok()) {
     if (r.status().code() == StatusCode::kInvalidArgument) return impl_->reject(r.status());
     return r.status();  // no tier took it: counted and logged by the hybrid cache
@@ -57,24 +54,20 @@ Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::s
   return *r == InsertOutcome::kInserted;
 }
 
-Result<bool> EmbeddedCache::store_state(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys,
-                                        std::span<const LayerKv> state) {
-  if (!impl_->hybrid) return store_state(tokens, extra_keys, std::span<const uint8_t>());  // refused there
+Result<bool> EmbeddedCache::store_state(const Prompt& prompt, std::span<const LayerKv> state) {
+  if (!impl_->hybrid) return store_state(prompt, std::span<const uint8_t>());  // refused there
   auto bytes = gather_state(impl_->hybrid->layout(), state);
   if (!bytes.ok()) {
-    auto lock = enter();
+    KVTIER_ASSIGN_OR_RETURN(auto call, enter());
     return impl_->reject(bytes.status());
   }
-  return store_state(tokens, extra_keys, std::span<const uint8_t>(*bytes));
+  return store_state(prompt, std::span<const uint8_t>(*bytes));
 }
 
-Result<std::optional<std::vector<uint8_t>>> EmbeddedCache::fetch_state(std::span<const uint32_t> tokens,
-                                                                       std::span<const std::string> extra_keys) {
-  auto lock = enter();
-  if (closed_) return closed_status();
-  if (Status st = check_extra_keys(extra_keys); !st.ok()) return impl_->reject(st);
-  if (Status st = impl_->check_state_call(tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(tokens, extra_keys);
+Result<std::optional<std::vector<uint8_t>>> EmbeddedCache::fetch_state(const Prompt& prompt) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  if (Status st = impl_->check_state_call(prompt.tokens); !st.ok()) return impl_->reject(st);
+  const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
   if (!impl_->hybrid->has_snapshot(keys, keys.size() - 1)) return std::optional<std::vector<uint8_t>>();
   auto snapshot = impl_->hybrid->fetch_snapshot(keys, keys.size() - 1);
   if (!snapshot.ok()) return std::optional<std::vector<uint8_t>>();  // counted and logged: a miss

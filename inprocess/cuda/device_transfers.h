@@ -14,7 +14,7 @@
 
 #include "base/metrics/metrics.h"
 #include "base/status.h"
-#include "embed/cuda/cuda_driver.h"
+#include "inprocess/cuda/cuda_driver.h"
 #include "tiers/tier.h"
 
 namespace kvtier::cuda {

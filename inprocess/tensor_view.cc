@@ -1,4 +1,4 @@
-#include "embed/tensor_view.h"
+#include "inprocess/tensor_view.h"
 
 namespace kvtier {
 

@@ -1,4 +1,4 @@
-#include "embed/cuda/cuda_driver.h"
+#include "inprocess/cuda/cuda_driver.h"
 
 #include <dlfcn.h>
 

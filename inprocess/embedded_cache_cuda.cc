@@ -1,0 +1,128 @@
+// EmbeddedCache for CUDA engines: the calls' checks; the moving is DeviceBlocks'. The engine's own
+// layout is its business (the Python module gathers and scatters with torch).
+#include "inprocess/block_tensors.h"
+#include "inprocess/embedded_cache.h"
+#include "inprocess/device_blocks.h"
+#include "inprocess/embedded_cache_impl.h"
+
+namespace kvtier {
+namespace {
+
+Status check_staging(const DeviceStaging& s, size_t blocks_needed, bool ring) {
+  if (s.device < 0) return invalid_argument("device " + std::to_string(s.device) + " is not a CUDA ordinal");
+  if (s.slots.empty() || s.slot_blocks == 0) return invalid_argument("no staging buffer");
+  for (uint64_t p : s.slots) {
+    if (p == 0) return invalid_argument("a staging buffer's address is null");
+  }
+  if (!ring && s.slot_blocks < blocks_needed) {
+    return invalid_argument("the staging buffer holds " + std::to_string(s.slot_blocks) + " blocks, " +
+                            std::to_string(blocks_needed) + " are to be saved");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<cuda::DeviceTransfers*> EmbeddedCache::Impl::device_transfers() {
+  std::lock_guard lock(device_mu);
+  if (!device) {
+    auto created = cuda::DeviceTransfers::create();
+    if (!created.ok()) return created.status().with_context("CUDA tensors need the CUDA driver");
+    device = std::move(created).value();
+  }
+  return device.get();
+}
+
+void EmbeddedCache::Impl::close_device() {
+  std::unique_ptr<cuda::DeviceTransfers> d;
+  {
+    std::lock_guard lock(device_mu);
+    d = std::move(device);
+  }
+  d.reset();  // waits for uploads in flight
+}
+
+Result<int64_t> EmbeddedCache::check_paged_layers(std::span<const LayerKv> paged, TensorAccess access,
+                                                 std::span<const int64_t> block_ids) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  auto n = check_layer_tensors(layout(), paged, BlockAddressing::kPaged, access);
+  if (!n.ok()) return impl_->reject(n.status());
+  for (const LayerKv& l : paged) {
+    if (l.k.quantized() || l.v.quantized()) {
+      return impl_->reject(invalid_argument("quantized layers are taken from host tensors only, not CUDA ones"));
+    }
+  }
+  if (Status st = impl_->check_block_ids(block_ids, block_ids.size(), *n); !st.ok()) return impl_->reject(st);
+  return n;
+}
+
+Status EmbeddedCache::check_block_ids(std::span<const int64_t> block_ids, int64_t num_blocks) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  if (Status st = impl_->check_block_ids(block_ids, block_ids.size(), num_blocks); !st.ok()) return impl_->reject(st);
+  return ok_status();
+}
+
+Result<std::vector<size_t>> EmbeddedCache::missing_blocks(const Prompt& prompt, size_t max_blocks) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
+  std::vector<size_t> out;
+  for (size_t i = 0; i < std::min(keys.size(), max_blocks); ++i) {
+    if (!impl_->holds(keys[i].hash, keys[i].tokens)) out.push_back(i);
+  }
+  return out;
+}
+
+Result<SaveReport> EmbeddedCache::save_device_blocks(const Prompt& prompt,
+                                                     std::span<const size_t> indices,
+                                                     const DeviceStaging& from,
+                                                     const DeviceSlotHook& stage) {
+  return impl_->device_outcome([&]() -> Result<SaveReport> {
+    KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+    if (Status st = check_staging(from, indices.size(), /*ring=*/static_cast<bool>(stage)); !st.ok()) {
+      return impl_->reject(st);
+    }
+    const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
+    for (size_t j = 0; j < indices.size(); ++j) {
+      if (indices[j] >= keys.size()) {
+        return impl_->reject(invalid_argument("block " + std::to_string(indices[j]) + " is past the prompt's " +
+                                              std::to_string(keys.size()) + " full blocks"));
+      }
+    }
+    return DeviceBlocks(*impl_).save(prompt, keys, indices, from, stage);
+  }());
+}
+
+Result<StoreResult> EmbeddedCache::store_device_block(const Prompt& prompt,
+                                                      const std::optional<BlockHash>& parent,
+                                                      const DeviceStaging& from) {
+  return impl_->device_outcome([&]() -> Result<StoreResult> {
+    KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+    const KvLayout& l = layout();
+    if (static_cast<int>(prompt.tokens.size()) != l.block_size) {
+      return impl_->reject(invalid_argument("a block holds " + std::to_string(l.block_size) + " tokens, got " +
+                                            std::to_string(prompt.tokens.size())));
+    }
+    if (Status st = check_extra_keys(prompt.extra_keys); !st.ok()) return impl_->reject(st);
+    if (Status st = check_staging(from, 1, /*ring=*/false); !st.ok()) return impl_->reject(st);
+    BlockIdentity id = impl_->identity(parent.value_or(impl_->hasher->root()), prompt.tokens, prompt.extra_keys);
+    const BlockHash hash = id.hash;
+    if (impl_->holds(hash, prompt.tokens)) {
+      impl_->metrics.already_cached.inc();
+      return StoreResult{hash, false};
+    }
+    return DeviceBlocks(*impl_).store(std::move(id), from);
+  }());
+}
+
+Result<LoadReport> EmbeddedCache::load_device_blocks(const Prompt& prompt,
+                                                     const LoadOptions& options, size_t max_blocks,
+                                                     const DeviceStaging& to,
+                                                     const DeviceSlotHook& filled) {
+  return impl_->device_outcome([&]() -> Result<LoadReport> {
+    KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+    if (Status st = check_staging(to, 0, /*ring=*/true); !st.ok()) return impl_->reject(st);
+    return DeviceBlocks(*impl_).load(prompt, options, max_blocks, to, filled);
+  }());
+}
+
+}  // namespace kvtier
