@@ -80,15 +80,10 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
     found = stack_.cache().lookup(keys);
   }
   LookupReply reply;
-  reply.matched_tokens = found.matched_tokens;
-  const auto& tiers = stack_.cache().tiers();
-  for (const LookupResult::Hit& h : found.blocks) {
-    reply.blocks.push_back({h.hash, std::string(tiers[h.tier]->name())});
-  }
+  static_cast<PrefixMatch&>(reply) = stack_.cache().describe(found, layout().dense_block_bytes());
   for (size_t i = found.blocks.size(); i < keys.size(); ++i) {
     reply.missing.push_back({keys[i].hash, i == 0 ? hasher.root() : keys[i - 1].hash});
   }
-  reply.load_estimates = stack_.cache().estimate_load(found, layout().dense_block_bytes());
   return reply;
 }
 
@@ -158,10 +153,8 @@ std::optional<BlockDocumentParts> BlockService::document_of(const PinnedBlocks::
   auto header = block_document_header(*block);
   if (!header.ok()) {
     metrics_.encode_failures.inc();
-    if (auto n = encode_log_.admit()) {
-      spdlog::error("GET {}: cannot encode the stored block: {} ({} similar suppressed)", e.hash.hex(),
-                    header.status().to_string(), *n);
-    }
+    encode_log_.error("GET {}: cannot encode the stored block: {}", e.hash.hex(),
+                      header.status().to_string());
     return std::nullopt;
   }
   BlockDocumentParts parts{std::string(8, '\0'), std::move(block)};
@@ -335,11 +328,10 @@ Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
   metrics_.prefetched_blocks.inc(reply.prefetched);
   if (reply.failed > 0) {
     metrics_.prefetch_failures.inc(reply.failed);
-    if (auto n = prefetch_log_.admit()) {
-      spdlog::warn("prefetch in '{}': {} of {} SSD blocks not warmed (failed their checks, or RAM had no "
-                   "room: see the ssd and ram tier metrics) ({} similar suppressed)",
-                   escaped_text(r.ns, 64), reply.failed, reads.size(), *n);
-    }
+    prefetch_log_.warn(
+        "prefetch in '{}': {} of {} SSD blocks not warmed (failed their checks, or RAM had no "
+        "room: see the ssd and ram tier metrics)",
+        escaped_text(r.ns, 64), reply.failed, reads.size());
   }
   return reply;
 }

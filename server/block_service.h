@@ -30,22 +30,14 @@ struct PromptRequest {
   std::vector<std::string> extra_keys;
 };
 
-struct LookupReply {
-  size_t matched_tokens = 0;
-  struct Cached {
-    BlockHash hash;
-    std::string tier;  // "gpu", "ram", "ssd"
-  };
-  std::vector<Cached> blocks;  // the cached prefix
-  // The full blocks after it, with what a client needs to PUT each once computed.
+// The cached prefix as every door answers it, and for a client that computes the rest, the full
+// blocks after it with what it needs to PUT each once computed.
+struct LookupReply : PrefixMatch {
   struct Missing {
     BlockHash hash;
     BlockHash parent_hash;
   };
   std::vector<Missing> missing;
-  // Per tier below the top holding blocks of the prefix: the predicted seconds to restore them,
-  // from the rates this server measured (TieredCache::estimate_load).
-  std::vector<TieredCache::LoadEstimate> load_estimates;
 };
 
 struct PrefetchReply {

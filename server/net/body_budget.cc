@@ -59,10 +59,8 @@ std::optional<BodyBudget::Lease> BodyBudget::take(uint64_t bytes, std::chrono::s
 
 void BodyBudget::refused(uint64_t bytes, const char* what) {
   refusals_.inc();
-  if (auto n = refuse_log_.admit()) {
-    spdlog::warn("refused {} of {}: request bodies already hold {} of --max-body-memory {} ({} similar suppressed)",
-                 what, format_byte_size(bytes), format_byte_size(held()), format_byte_size(capacity_), *n);
-  }
+  refuse_log_.warn("refused {} of {}: request bodies already hold {} of --max-body-memory {}", what,
+                   format_byte_size(bytes), format_byte_size(held()), format_byte_size(capacity_));
 }
 
 uint64_t BodyBudget::held() const {

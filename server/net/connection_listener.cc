@@ -74,9 +74,7 @@ Status ConnectionListener::run(Serve serve, Refuse refuse) {
       if (stopping_.load()) break;
       if (errno == EINTR || errno == ECONNABORTED) continue;
       metrics_.accept_failures.inc();
-      if (auto n = error_log_.admit()) {
-        spdlog::error("{}: accept failed: {} ({} similar suppressed)", door_, std::strerror(errno), *n);
-      }
+      error_log_.error("{}: accept failed: {}", door_, std::strerror(errno));
       // Out of descriptors or memory: a pause lets connections end instead of spinning.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
@@ -105,10 +103,9 @@ bool ConnectionListener::admit(int fd, const std::string& peer, const Refuse& re
   if (n >= max_per_client_) {
     lock.unlock();
     metrics_.refused_per_client.inc();
-    if (auto k = refuse_log_.admit()) {
-      spdlog::warn("{}: refused a connection from {}: it has {} open (--max-connections-per-client; {} similar suppressed)",
-                   door_, peer, max_per_client_, *k);
-    }
+    refuse_log_.warn(
+        "{}: refused a connection from {}: it has {} open (--max-connections-per-client)", door_,
+        peer, max_per_client_);
     // Said in the door's format, so the client's first request reads why instead of a reset.
     refuse(fd, "too many connections from " + peer);
     ::close(fd);

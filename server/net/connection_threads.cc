@@ -73,7 +73,7 @@ bool ConnectionThreads::start_thread(std::function<void()>& fn) {
   if (err != 0) {
     fn = std::move(start->fn);
     static LogThrottle log;
-    if (auto n = log.admit()) spdlog::error("cannot start a connection thread (errno {}; {} similar suppressed)", err, *n);
+    log.error("cannot start a connection thread (errno {})", err);
     return false;
   }
   start.release();  // the thread owns it

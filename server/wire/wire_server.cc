@@ -99,10 +99,8 @@ class WireServer::Session {
       s_.metrics_.bytes_sent.inc(n);
     } else if (net::is_deadline(st)) {
       s_.metrics_.timeouts.inc();
-      if (auto k = s_.error_log_.admit()) {
-        spdlog::warn("wire: closed a connection that did not read its reply within --request-timeout ({} similar "
-                     "suppressed)", *k);
-      }
+      s_.error_log_.warn(
+          "wire: closed a connection that did not read its reply within --request-timeout");
     }
     return st;
   }
@@ -114,12 +112,10 @@ class WireServer::Session {
     keep_open_ = false;
     if (net::is_deadline(st)) {
       s_.metrics_.timeouts.inc();
-      if (auto n = s_.error_log_.admit()) {
-        spdlog::warn("wire: closed a connection that did not send {} within --request-timeout ({} similar suppressed)",
-                     what, *n);
-      }
+      s_.error_log_.warn("wire: closed a connection that did not send {} within --request-timeout",
+                         what);
     } else if (st.code() != StatusCode::kUnavailable) {
-      if (auto n = s_.error_log_.admit()) spdlog::warn("wire: reading {}: {} ({} similar suppressed)", what, st.message(), *n);
+      s_.error_log_.warn("wire: reading {}: {}", what, st.message());
     }
     return false;
   }
@@ -144,7 +140,7 @@ class WireServer::Session {
                                                                   : error_code_for(st.code()),
                                                   st.message()));
     if (status >= 400 && status != 404) {
-      if (auto n = s_.refuse_log_.admit()) spdlog::warn("wire -> {}: {} ({} similar suppressed)", status, text, *n);
+      s_.refuse_log_.warn("wire -> {}: {}", status, text);
     }
     iovec body = piece(text.data(), text.size());
     return reply(status, std::span(&body, 1));
@@ -323,7 +319,7 @@ void WireServer::serve(int fd) {
   // The handshake gets what a request gets: a client that opens a connection and stalls loses it.
   if (Status st = tls->accept(Clock::now() + options_.request_timeout); !st.ok()) {
     metrics_.tls_handshake_failures.inc();
-    if (auto n = error_log_.admit()) spdlog::warn("wire: {} ({} similar suppressed)", st.message(), *n);
+    error_log_.warn("wire: {}", st.message());
     return;
   }
   Session(*this, fd, std::move(tls)).run();
