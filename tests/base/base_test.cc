@@ -1,6 +1,9 @@
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "base/byte_size.h"
 #include "base/log.h"
@@ -12,7 +15,7 @@
 namespace kvtier {
 namespace {
 
-TEST(ByteSize, ParsesWhatPeopleWrite) {
+TEST(ByteSizeTest, ParsesWhatPeopleWrite) {
   EXPECT_EQ(*parse_byte_size("4096"), 4096u);
   EXPECT_EQ(*parse_byte_size("512M"), 512ull << 20);
   EXPECT_EQ(*parse_byte_size("8G"), 8ull << 30);
@@ -28,7 +31,7 @@ TEST(ByteSize, ParsesWhatPeopleWrite) {
   }
 }
 
-TEST(Status, ErrnoNoSpaceMapsToNoSpaceAndKeepsContext) {
+TEST(StatusTest, ErrnoNoSpaceMapsToNoSpaceAndKeepsContext) {
   Status s = errno_status("write segment 3", ENOSPC).with_context("spill");
   EXPECT_EQ(s.code(), StatusCode::kNoSpace);
   EXPECT_EQ(s.message().rfind("spill: write segment 3: ", 0), 0u) << s.message();
@@ -36,7 +39,7 @@ TEST(Status, ErrnoNoSpaceMapsToNoSpaceAndKeepsContext) {
   EXPECT_EQ(errno_status("read", EIO).code(), StatusCode::kIoError);
 }
 
-TEST(Status, ResultCarriesValueOrError) {
+TEST(StatusTest, ResultCarriesValueOrError) {
   Result<int> good = 5;
   Result<int> bad = not_found("nope");
   ASSERT_TRUE(good.ok());
@@ -45,7 +48,7 @@ TEST(Status, ResultCarriesValueOrError) {
   EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
 }
 
-TEST(LogThrottle, AdmitsFirstThenFoldsRepeatsWithinTheInterval) {
+TEST(LogThrottleTest, AdmitsFirstThenFoldsRepeatsWithinTheInterval) {
   LogThrottle t(std::chrono::hours(1));
   auto first = t.admit();
   ASSERT_TRUE(first.has_value());
@@ -56,7 +59,23 @@ TEST(LogThrottle, AdmitsFirstThenFoldsRepeatsWithinTheInterval) {
   ASSERT_TRUE(fast.admit().has_value());
 }
 
-TEST(Histogram, QuantilesFallInTheRightBucket) {
+TEST(LogThrottleTest, LogsAnAdmittedLineWithHowManyWereFoldedIntoIt) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(8);
+  sink->set_pattern("%l %v");
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("throttle-test", sink));
+  LogThrottle t(std::chrono::milliseconds(200));
+  t.warn("block {} dropped: {}", 7, "no room");
+  for (int i = 0; i < 3; ++i) t.warn("block {} dropped: {}", 8 + i, "no room");  // folded
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the interval itself is the subject
+  t.error("block {} dropped: {}", 11, "I/O error");
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(sink->last_formatted(), (std::vector<std::string>{
+                                        "warning block 7 dropped: no room (0 similar suppressed)\n",
+                                        "error block 11 dropped: I/O error (3 similar suppressed)\n"}));
+}
+
+TEST(HistogramTest, QuantilesFallInTheRightBucket) {
   Histogram h;
   for (int i = 0; i < 99; ++i) h.observe(0.001);
   h.observe(1.0);
@@ -76,7 +95,7 @@ namespace {
 
 // Page-aligned buffers come back for reuse by size class: small (an O_DIRECT record of a 16 KiB
 // block) and large (2 MiB) alike, aligned, and the contents asked to be zero are zero.
-TEST(AlignedBufferReuse, FreedBuffersAreReusedBySizeClassAndStayAligned) {
+TEST(AlignedBufferReuseTest, FreedBuffersAreReusedBySizeClassAndStayAligned) {
   for (const size_t size : {size_t{20} << 10, size_t{2} << 20}) {
     void* first = nullptr;
     {
@@ -97,7 +116,7 @@ TEST(AlignedBufferReuse, FreedBuffersAreReusedBySizeClassAndStayAligned) {
 // limit a freed slot's pages are dropped (it comes back known zero), and a chunk with no buffer
 // left is unmapped — unless it is held (imported by a device), which keeps it and its bytes. The
 // same for the 4 KiB classes under 256 KiB (a small model's blocks) as for the 64 KiB ones above.
-TEST(LargeBufferChunks, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
+TEST(LargeBufferChunksTest, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
   // Size classes no other test uses, and the slot each rounds up to.
   const std::pair<size_t, size_t> cases[] = {{(3u << 20) + (192u << 10), (3u << 20) + (192u << 10)},
                                              {(44u << 10) + 100, 48u << 10}};
@@ -143,7 +162,7 @@ TEST(LargeBufferChunks, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
 // Trimming empty chunks of a size class, in whatever order they lie, leaves the class usable: the
 // trim once left a null "last freed" entry for a class and the next acquire of it crashed (seen on
 // the H100 host when a 32 KiB-block cache was trimmed before a 256 KiB-block one filled).
-TEST(LargeBufferChunks, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
+TEST(LargeBufferChunksTest, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
   const size_t size = 40u << 20;  // one slot per chunk: three buffers, three chunks
   bool fresh = false;
   void* bufs[3];
@@ -164,7 +183,7 @@ TEST(LargeBufferChunks, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
 // Over the limit, the cache drops the pages of the size classes touched longest ago, not those of
 // the class a release just went into: a restore's blocks otherwise came back zeroed and faulted
 // in on every reuse while a finished spill's frames kept their pages.
-TEST(LargeBufferChunks, TheColdestSizeClassIsTrimmedFirst) {
+TEST(LargeBufferChunksTest, TheColdestSizeClassIsTrimmedFirst) {
   const size_t cold = (1u << 20) + (320u << 10), hot = (1u << 20) + (448u << 10);  // classes no other test uses
   set_large_buffer_cache_limit(8u << 20);
   bool fresh = false;

@@ -6,19 +6,19 @@
 namespace kvtier {
 namespace {
 
-TEST(ClientText, WellFormedUtf8IsKeptAsItIs) {
+TEST(ClientTextTest, WellFormedUtf8IsKeptAsItIs) {
   EXPECT_TRUE(is_valid_utf8("qwen-7b"));
   EXPECT_TRUE(is_valid_utf8("модель-\xe6\xa8\xa1\xe5\x9e\x8b-\xf0\x9f\x99\x82"));
   EXPECT_EQ(escaped_text("модель"), "модель");
 }
 
-TEST(ClientText, MalformedSequencesAreInvalid) {
+TEST(ClientTextTest, MalformedSequencesAreInvalid) {
   for (std::string_view bad : {"\xfe", "\xc0\x80", "x\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe6\xa8", "\x80"}) {
     EXPECT_FALSE(is_valid_utf8(bad)) << escaped_text(bad);
   }
 }
 
-TEST(ClientText, EscapedTextIsAlwaysEncodableJson) {
+TEST(ClientTextTest, EscapedTextIsAlwaysEncodableJson) {
   // The three namespaces a hostile client used to abort kvtierd, and a forged log line.
   for (std::string_view bad : {"canary-n\xfe", "\xc0\x80", "x\xed\xa0\x80", "a\nW forged line"}) {
     const std::string text = escaped_text(bad);
@@ -35,7 +35,7 @@ TEST(ClientText, EscapedTextIsAlwaysEncodableJson) {
   }
 }
 
-TEST(ClientText, LongInputIsCutAndSaysItsLength) {
+TEST(ClientTextTest, LongInputIsCutAndSaysItsLength) {
   const std::string text = escaped_text(std::string(5000, 'a'), 10);
   EXPECT_EQ(text, "aaaaaaaaaa...(5000 bytes)");
 }

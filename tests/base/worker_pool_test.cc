@@ -17,7 +17,7 @@ namespace kvtier {
 namespace {
 
 // Tasks run on the pool's threads, in parallel, and what they wrote is seen after join().
-TEST(WorkerPool, TasksRunOnItsThreadsInParallel) {
+TEST(WorkerPoolTest, TasksRunOnItsThreadsInParallel) {
   WorkerPool pool(3);
   std::latch all_started(3);  // only three tasks running at once get past it
   std::vector<std::thread::id> ran_on(3);
@@ -41,7 +41,7 @@ TEST(WorkerPool, TasksRunOnItsThreadsInParallel) {
 
 // A task that submits another and joins it finishes even when the pool has one thread (busy with
 // the outer task): a task nobody started is run by its joiner.
-TEST(WorkerPool, ATaskJoiningATaskOnAFullPoolRunsItItself) {
+TEST(WorkerPoolTest, ATaskJoiningATaskOnAFullPoolRunsItItself) {
   WorkerPool pool(1);
   std::atomic<int> inner_runs{0};
   std::thread::id outer_thread, inner_thread;
@@ -58,7 +58,7 @@ TEST(WorkerPool, ATaskJoiningATaskOnAFullPoolRunsItItself) {
   if (outer_thread != std::this_thread::get_id()) EXPECT_EQ(inner_thread, outer_thread);
 }
 
-TEST(WorkerPool, JoinRethrowsWhatTheTaskThrew) {
+TEST(WorkerPoolTest, JoinRethrowsWhatTheTaskThrew) {
   WorkerPool pool(2);
   auto t = pool.submit([] { throw std::runtime_error("part failed"); });
   try {
@@ -72,7 +72,7 @@ TEST(WorkerPool, JoinRethrowsWhatTheTaskThrew) {
 
 // A task that failed where nobody joins it (its owner unwinding) is not lost silently: the
 // handle's destructor waits for it and logs the error once.
-TEST(WorkerPool, AnErrorNobodyCollectsIsLogged) {
+TEST(WorkerPoolTest, AnErrorNobodyCollectsIsLogged) {
   std::ostringstream log;
   auto previous = spdlog::default_logger();
   spdlog::set_default_logger(
@@ -87,7 +87,7 @@ TEST(WorkerPool, AnErrorNobodyCollectsIsLogged) {
 
 // Many requests at once, each split into parts that nest (a striped read's directories, each
 // split again): every part runs exactly once.
-TEST(WorkerPool, NestedPartsFromManyThreadsEachRunOnce) {
+TEST(WorkerPoolTest, NestedPartsFromManyThreadsEachRunOnce) {
   WorkerPool pool(4);
   constexpr int kRequests = 8, kOuter = 4, kInner = 4;
   std::vector<std::atomic<int>> runs(kRequests * kOuter * kInner);
@@ -112,7 +112,7 @@ TEST(WorkerPool, NestedPartsFromManyThreadsEachRunOnce) {
 }
 
 // A pool stopped with tasks still queued: their joiners run them.
-TEST(WorkerPool, TasksQueuedWhenThePoolStopsAreRunByTheirJoiners) {
+TEST(WorkerPoolTest, TasksQueuedWhenThePoolStopsAreRunByTheirJoiners) {
   std::latch release(1);  // outlives the pool: a task it never started runs at its join, below
   std::vector<WorkerPool::Task> tasks;
   std::atomic<int> ran{0};

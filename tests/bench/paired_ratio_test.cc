@@ -7,7 +7,7 @@
 namespace kvtier::bench {
 namespace {
 
-TEST(PairedRatio, ADriftingHostCancelsOutWithinEachPair) {
+TEST(PairedRatioTest, ADriftingHostCancelsOutWithinEachPair) {
   // The subject runs at 0.8 of the reference every round while the host slows down 4x.
   const std::vector<double> reference{1.0, 2.0, 4.0, 3.0, 1.5};
   std::vector<double> subject;
@@ -26,7 +26,7 @@ TEST(PairedRatio, ADriftingHostCancelsOutWithinEachPair) {
   EXPECT_DOUBLE_EQ(q.max, 2.4);
 }
 
-TEST(PairedRatio, SpreadAndTextAndRoundsWithoutATime) {
+TEST(PairedRatioTest, SpreadAndTextAndRoundsWithoutATime) {
   const PairedRatio p = paired_ratio({1.0, 1.0, 1.0, 0.0}, {2.0, 1.0, 1.25, 1.0});
   EXPECT_EQ(p.pairs, 3u) << "a round without a reference time is left out";
   EXPECT_DOUBLE_EQ(p.median, 0.8);
@@ -36,7 +36,7 @@ TEST(PairedRatio, SpreadAndTextAndRoundsWithoutATime) {
   EXPECT_EQ(paired_ratio({}, {}).pairs, 0u);
 }
 
-TEST(PairedRatio, FromRatesIsTheSubjectsRateOverTheReferences) {
+TEST(PairedRatioTest, FromRatesIsTheSubjectsRateOverTheReferences) {
   const PairedRatio p = paired_rate_ratio({2e9, 1e9, 4e9}, {1.6e9, 0.8e9, 3.2e9});  // bytes/s
   EXPECT_DOUBLE_EQ(p.median, 0.8);
   EXPECT_DOUBLE_EQ(p.min, 0.8);

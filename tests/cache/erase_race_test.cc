@@ -83,7 +83,7 @@ class GatedSsd final : public Tier {
   bool arrived_ = false, released_ = false;
 };
 
-class EraseRace : public ::testing::Test {
+class EraseRaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::RamOverSsd tiers(dir_.str(), 8 * (20 << 10));
@@ -118,7 +118,7 @@ class EraseRace : public ::testing::Test {
   std::unique_ptr<TieredCache> cache_;
 };
 
-TEST_F(EraseRace, APrefetchThatReadTheBlocksBeforeTheirDeleteDoesNotBringThemBack) {
+TEST_F(EraseRaceTest, APrefetchThatReadTheBlocksBeforeTheirDeleteDoesNotBringThemBack) {
   std::vector<uint32_t> tokens;
   const std::vector<BlockKey> keys = on_ssd_only(tokens, 4, 1);
   // The prefetch's read is held on the disk while every block is deleted.
@@ -136,7 +136,7 @@ TEST_F(EraseRace, APrefetchThatReadTheBlocksBeforeTheirDeleteDoesNotBringThemBac
   EXPECT_EQ(cache_->erase_fence().tombstones(), 0u) << "pruned once no move older than the deletes is in flight";
 }
 
-TEST_F(EraseRace, ABlockPutAgainAfterItsDeleteIsServed) {
+TEST_F(EraseRaceTest, ABlockPutAgainAfterItsDeleteIsServed) {
   std::vector<uint32_t> tokens;
   const std::vector<BlockKey> keys = on_ssd_only(tokens, 2, 2);
   testing::ScopedIoFault slow({.site = IoSite::kRead, .path_prefix = dir_.str(), .error = 0,
@@ -150,7 +150,7 @@ TEST_F(EraseRace, ABlockPutAgainAfterItsDeleteIsServed) {
   EXPECT_TRUE(ram_->contains(keys[0].hash));
 }
 
-TEST_F(EraseRace, ManyPrefetchersAndADeleterLeaveNothingDeletedBehind) {
+TEST_F(EraseRaceTest, ManyPrefetchersAndADeleterLeaveNothingDeletedBehind) {
   // Free-running: three threads prefetch a prompt over and over while it is deleted block by
   // block, as in the hostile check that found the fault (1-6 of 48 blocks came back then).
   size_t resurrected = 0, rounds = 0;
@@ -175,7 +175,7 @@ TEST_F(EraseRace, ManyPrefetchersAndADeleterLeaveNothingDeletedBehind) {
   EXPECT_EQ(cache_->erase_fence().moves_in_flight(), 0u);
 }
 
-TEST_F(EraseRace, ABlockDeletedBetweenLeavingRamAndReachingTheSsdStaysDeleted) {
+TEST_F(EraseRaceTest, ABlockDeletedBetweenLeavingRamAndReachingTheSsdStaysDeleted) {
   auto gated = std::make_shared<GatedSsd>(ssd_);
   cache_.reset();
   cache_ = std::make_unique<TieredCache>(std::vector<std::shared_ptr<Tier>>{ram_, gated});
@@ -195,7 +195,7 @@ TEST_F(EraseRace, ABlockDeletedBetweenLeavingRamAndReachingTheSsdStaysDeleted) {
   for (size_t i = 1; i < keys.size(); ++i) EXPECT_FALSE(holders(keys[i].hash).empty()) << i;
 }
 
-TEST_F(EraseRace, AnEvictionCarryingABlockDownDoesNotBringItBackAfterItsDelete) {
+TEST_F(EraseRaceTest, AnEvictionCarryingABlockDownDoesNotBringItBackAfterItsDelete) {
   // One thread publishes new blocks (each pushes RAM's oldest down to the SSD); another deletes
   // blocks about to be evicted, in RAM or on their way down. Free-running, the window rarely
   // opens (the gated test above opens it every time); this one is the eviction path's race check

@@ -138,7 +138,7 @@ TEST_F(FetchAsyncTest, AFetchOfBlocksInMemoryIsReadyAtOnce) {
 // A prefix of 40 blocks on the SSD is read and promoted in slices (16 blocks, then the rest), the
 // next slice read while this one is promoted; a damaged record in the second slice ends the prefix
 // right there, and every block before it is served exact.
-TEST(FetchSlices, ALongPrefixFromSsdIsServedExactlyUpToItsFirstDamagedBlock) {
+TEST(FetchSlicesTest, ALongPrefixFromSsdIsServedExactlyUpToItsFirstDamagedBlock) {
   testing::TempDir dir;
   auto registry = std::make_shared<LayoutRegistry>();
   ASSERT_TRUE(registry->add(*layout()).ok());

@@ -36,7 +36,7 @@ std::vector<uint8_t> snapshot_for(const BlockHash& block, size_t bytes) {
   return s;
 }
 
-TEST(HybridPrefixCacheConcurrency, SixThreadsStoreAndRestoreWhileEvictionsDropSnapshots) {
+TEST(HybridPrefixCacheConcurrencyTest, SixThreadsStoreAndRestoreWhileEvictionsDropSnapshots) {
   auto h = testing::small_hasher();
   const uint64_t bb = computed_block(h, h.keys(testing::prompt(4, 1), {}), 0)->size_bytes();
   RamTierOptions o0, o1;

@@ -60,7 +60,7 @@ struct Fixture {
   std::unique_ptr<HybridPrefixCache> hybrid_cache;
 };
 
-TEST(HybridPrefixCache, LookupEndsAtTheLastBlockWithASnapshot) {
+TEST(HybridPrefixCacheTest, LookupEndsAtTheLastBlockWithASnapshot) {
   Fixture f({ram(1 << 20)});
   auto h = small_hasher();
   const auto tokens = prompt(4 * 6 + 2, 1);
@@ -105,7 +105,7 @@ TEST(HybridPrefixCache, LookupEndsAtTheLastBlockWithASnapshot) {
   EXPECT_EQ(f.hybrid_cache->metrics().snapshot_read_failures.value(), 1u);
 }
 
-TEST(HybridPrefixCache, ASnapshotOfTheWrongSizeIsRefusedAndCounted) {
+TEST(HybridPrefixCacheTest, ASnapshotOfTheWrongSizeIsRefusedAndCounted) {
   Fixture f({ram(1 << 20)});
   auto h = small_hasher();
   const auto tokens = prompt(8, 1);
@@ -118,7 +118,7 @@ TEST(HybridPrefixCache, ASnapshotOfTheWrongSizeIsRefusedAndCounted) {
   EXPECT_FALSE(f.hybrid_cache->has_snapshot(keys, 1));
 }
 
-TEST(HybridPrefixCache, SnapshotsComeBackFromTheSsdAfterARestartBitForBit) {
+TEST(HybridPrefixCacheTest, SnapshotsComeBackFromTheSsdAfterARestartBitForBit) {
   testing::TempDir dir;
   auto h = small_hasher();
   const auto tokens = prompt(4 * 5, 7);
@@ -158,7 +158,7 @@ TEST(HybridPrefixCache, SnapshotsComeBackFromTheSsdAfterARestartBitForBit) {
   EXPECT_TRUE(top->contains(h.snapshot_key(keys[4].hash)));
 }
 
-TEST(HybridPrefixCache, ASnapshotNeverOutlivesItsBlock) {
+TEST(HybridPrefixCacheTest, ASnapshotNeverOutlivesItsBlock) {
   auto h = small_hasher();
   const uint64_t block = computed_block(h, h.keys(prompt(4, 1), {}), 0)->size_bytes();
   // Room for the prompt's 3 blocks and its snapshot record (padded f32, larger than a block).

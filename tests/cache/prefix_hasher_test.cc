@@ -26,7 +26,7 @@ size_t first_difference(const std::vector<BlockHash>& a, const std::vector<Block
   return i;
 }
 
-TEST(PrefixHasher, SamePrefixGivesSameHashes) {
+TEST(PrefixHasherTest, SamePrefixGivesSameHashes) {
   auto h = hasher();
   auto a = iota_tokens(64);
   auto b = a;
@@ -39,7 +39,7 @@ TEST(PrefixHasher, SamePrefixGivesSameHashes) {
   EXPECT_EQ(ha, h.hash_prefix(a, {})) << "deterministic";
 }
 
-TEST(PrefixHasher, AnyChangeChangesEveryHashFromThatBlockOn) {
+TEST(PrefixHasherTest, AnyChangeChangesEveryHashFromThatBlockOn) {
   const auto base_tokens = iota_tokens(80);
   const std::vector<std::string> extra = {"lora:3"};
   const auto base = hasher().hash_prefix(base_tokens, extra);
@@ -65,13 +65,13 @@ TEST(PrefixHasher, AnyChangeChangesEveryHashFromThatBlockOn) {
   EXPECT_TRUE(all_differ(hasher(HashAlgorithm::kXxh3).hash_prefix(base_tokens, extra)));
 }
 
-TEST(PrefixHasher, ExtraKeysAreLengthDelimited) {
+TEST(PrefixHasherTest, ExtraKeysAreLengthDelimited) {
   const auto t = iota_tokens(16);
   const std::vector<std::string> ab_c = {"ab", "c"}, a_bc = {"a", "bc"};
   EXPECT_NE(hasher().hash_prefix(t, ab_c), hasher().hash_prefix(t, a_bc));
 }
 
-TEST(PrefixHasher, PartialLastBlockIsNeverHashed) {
+TEST(PrefixHasherTest, PartialLastBlockIsNeverHashed) {
   auto h = hasher();
   EXPECT_EQ(h.hash_prefix(iota_tokens(15), {}).size(), 0u);
   EXPECT_EQ(h.hash_prefix(iota_tokens(16), {}).size(), 1u);
@@ -80,7 +80,7 @@ TEST(PrefixHasher, PartialLastBlockIsNeverHashed) {
   EXPECT_EQ(h.hash_prefix(iota_tokens(47), {}), full) << "the tail does not touch full blocks";
 }
 
-TEST(PrefixHasher, HashesAreFrozen) {
+TEST(PrefixHasherTest, HashesAreFrozen) {
   // These values name blocks on disk: a change here orphans every SSD cache ever written.
   auto t = iota_tokens(16);
   EXPECT_EQ(hasher().hash_prefix(t, {})[0].hex(),
@@ -89,7 +89,7 @@ TEST(PrefixHasher, HashesAreFrozen) {
             "31fbc47fdd138116d2a0f1b465cdd8f100000000000000000000000000000000");
 }
 
-TEST(PrefixHasher, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
+TEST(PrefixHasherTest, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
   auto h = hasher(HashAlgorithm::kXxh3).hash_prefix(iota_tokens(16), {})[0];
   for (size_t i = 16; i < 32; ++i) EXPECT_EQ(h.bytes[i], 0) << i;
   EXPECT_EQ(h.hex().size(), 64u);
@@ -100,7 +100,7 @@ TEST(PrefixHasher, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
 
 // Hashes come back from documents, URLs and Redis keys as hex: both cases parse to the same bytes,
 // and any other byte (every one of the 256, at the first and the last digit) is refused.
-TEST(BlockHashHex, BothCasesParseAndEveryOtherCharacterIsRefused) {
+TEST(BlockHashHexTest, BothCasesParseAndEveryOtherCharacterIsRefused) {
   auto h = hasher().hash_prefix(iota_tokens(16), {})[0];
   std::string hex = h.hex(), upper = hex;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -120,7 +120,7 @@ TEST(BlockHashHex, BothCasesParseAndEveryOtherCharacterIsRefused) {
   EXPECT_FALSE(BlockHash::from_hex(hex.substr(1)).ok());
 }
 
-TEST(PrefixHasher, IdentityOfAKeyVerifiesAndAForgeryDoesNot) {
+TEST(PrefixHasherTest, IdentityOfAKeyVerifiesAndAForgeryDoesNot) {
   auto h = hasher();
   auto tokens = iota_tokens(48);
   const std::vector<std::string> extra = {"x"};

@@ -20,9 +20,9 @@ namespace {
 using testing::computed_block;
 
 // Every eviction policy: they run under the tier's lock, and this is where a data race would show.
-class TieredCacheConcurrency : public ::testing::TestWithParam<const char*> {};
+class TieredCacheConcurrencyTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(TieredCacheConcurrency, EightThreadsOfLookupInsertFetchKeepTheInvariants) {
+TEST_P(TieredCacheConcurrencyTest, EightThreadsOfLookupInsertFetchKeepTheInvariants) {
   auto h = testing::small_hasher();
   const auto first = testing::prompt(4, 1);
   const uint64_t bb = computed_block(h, h.keys(first, {}), 0)->size_bytes();
@@ -92,7 +92,7 @@ TEST_P(TieredCacheConcurrency, EightThreadsOfLookupInsertFetchKeepTheInvariants)
 // The same with the GPU on top, where fetches pin their prefix in one pass (GpuTier::pin_many)
 // while other threads publish, evict and release: every block a fetch hands out is pinned at a
 // slot that holds its tokens for as long as it is held, and every pin comes back.
-TEST(TieredCacheGpuConcurrency, FetchesPinningGpuPrefixesWhileOthersEvictKeepTheInvariants) {
+TEST(TieredCacheGpuConcurrencyTest, FetchesPinningGpuPrefixesWhileOthersEvictKeepTheInvariants) {
   auto h = testing::small_hasher();
   auto pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {24, 0})).value();
   std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
@@ -144,7 +144,7 @@ TEST(TieredCacheGpuConcurrency, FetchesPinningGpuPrefixesWhileOthersEvictKeepThe
   EXPECT_EQ(pool->blocks_in_use(), 0u) << "every pin released";
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, TieredCacheConcurrency, ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain"),
+INSTANTIATE_TEST_SUITE_P(Policies, TieredCacheConcurrencyTest, ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -35,7 +35,7 @@ void publish(TieredCache& cache, const PrefixHasher& h, const std::vector<BlockK
   for (size_t i = 0; i < count; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
 }
 
-TEST(TieredCache, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
+TEST(TieredCacheTest, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
   auto h = small_hasher();
   TieredCache cache({ram(100)});
   auto tokens = prompt(4 * 6 + 3, 1);  // 6 full blocks and a partial one
@@ -57,7 +57,7 @@ TEST(TieredCache, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
 // Lookups ask the tiers a window of blocks at a time (windows of 4, 8, 16, ...): the chain must
 // still end exactly at its first hole, wherever that falls in a window, with each block credited
 // to the highest tier holding it.
-TEST(TieredCache, LookupStopsAtTheFirstHoleAcrossWindowsAndTiers) {
+TEST(TieredCacheTest, LookupStopsAtTheFirstHoleAcrossWindowsAndTiers) {
   auto h = small_hasher();
   auto tokens = prompt(4 * 100, 3);
   auto keys = h.keys(tokens, {});
@@ -81,7 +81,7 @@ TEST(TieredCache, LookupStopsAtTheFirstHoleAcrossWindowsAndTiers) {
   }
 }
 
-TEST(TieredCache, PublishingTheSameBlockTwiceIsANoOp) {
+TEST(TieredCacheTest, PublishingTheSameBlockTwiceIsANoOp) {
   auto h = small_hasher();
   TieredCache cache({ram(10)});
   auto tokens = prompt(8, 1);
@@ -92,7 +92,7 @@ TEST(TieredCache, PublishingTheSameBlockTwiceIsANoOp) {
   EXPECT_EQ(cache.tiers()[0]->block_count(), 1u);
 }
 
-TEST(TieredCache, DifferentTokensUnderAStoredHashAreRejectedAsACollision) {
+TEST(TieredCacheTest, DifferentTokensUnderAStoredHashAreRejectedAsACollision) {
   auto h = small_hasher();
   auto lower = ram(10, "ram1");
   TieredCache cache({ram(10), lower});
@@ -112,7 +112,7 @@ TEST(TieredCache, DifferentTokensUnderAStoredHashAreRejectedAsACollision) {
   EXPECT_EQ((*held)->identity().token_ids, genuine->identity().token_ids) << "nothing changed";
 }
 
-TEST(TieredCache, FetchPromotesFromBelowAndPinsUntilReleased) {
+TEST(TieredCacheTest, FetchPromotesFromBelowAndPinsUntilReleased) {
   auto h = small_hasher();
   auto top = ram(3, "ram0");
   auto lower = ram(20, "ram1");
@@ -143,7 +143,7 @@ TEST(TieredCache, FetchPromotesFromBelowAndPinsUntilReleased) {
   EXPECT_EQ(again.entries()[0].source_tier, 0) << "now served from the top tier";
 }
 
-TEST(TieredCache, EvictionCascadesThroughTwoRamTiersAndDropsFromTheLast) {
+TEST(TieredCacheTest, EvictionCascadesThroughTwoRamTiersAndDropsFromTheLast) {
   auto h = small_hasher();
   auto top = ram(4, "ram0");
   auto lower = ram(10, "ram1");
@@ -169,7 +169,7 @@ TEST(TieredCache, EvictionCascadesThroughTwoRamTiersAndDropsFromTheLast) {
   EXPECT_EQ(r.blocks[13].tier, 0);
 }
 
-TEST(TieredCache, AnEvictedBlockTooLargeForTheNextTierGoesFurtherDown) {
+TEST(TieredCacheTest, AnEvictedBlockTooLargeForTheNextTierGoesFurtherDown) {
   auto h = small_hasher();
   auto top = ram(2, "ram0");
   RamTierOptions tiny;
@@ -188,7 +188,7 @@ TEST(TieredCache, AnEvictedBlockTooLargeForTheNextTierGoesFurtherDown) {
   EXPECT_EQ(cache.lookup(keys).matched_tokens, 4u * 5);
 }
 
-TEST(TieredCache, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
+TEST(TieredCacheTest, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
   auto h = small_hasher();
   auto top = ram(10, "ram0");
   auto lower = ram(10, "ram1");
@@ -210,7 +210,7 @@ TEST(TieredCache, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
 // A GPU hit is located once (lookup) and pinned in one pass (fetch of what it found). What
 // changed in between is still caught: a block evicted from the GPU since is read where it went
 // and uploaded again, and a GPU block under the right hash with other tokens ends the prefix.
-TEST(TieredCache, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensOnTheGpu) {
+TEST(TieredCacheTest, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensOnTheGpu) {
   auto h = small_hasher();
   auto pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {8, 0})).value();
   std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
@@ -246,7 +246,7 @@ TEST(TieredCache, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensOnThe
   EXPECT_EQ(pool->blocks_in_use(), 0u) << "released";
 }
 
-TEST(TieredCache, RandomOperationsKeepEveryTierWithinCapacity) {
+TEST(TieredCacheTest, RandomOperationsKeepEveryTierWithinCapacity) {
   auto h = small_hasher();
   auto top = ram(7, "ram0");
   auto lower = ram(23, "ram1");

@@ -79,15 +79,15 @@ int main(void) {
   fill(block0, bytes, 1);
   fill(block1, bytes, 2);
 
-  REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, hash0, &inserted));
+  REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens, 16, NULL, 0}, NULL, block0, bytes, hash0, &inserted));
   CHECK(inserted == 1);
-  REQUIRE_OK(kvtier_store_block(c, tokens + 16, 16, hash0, NULL, 0, block1, bytes, hash1, &inserted));
+  REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens + 16, 16, NULL, 0}, hash0, block1, bytes, hash1, &inserted));
   CHECK(inserted == 1);
-  REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, NULL, &inserted));
+  REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens, 16, NULL, 0}, NULL, block0, bytes, NULL, &inserted));
   CHECK(inserted == 0);
 
   /* 40 tokens: two full blocks cached, the partial third never hashed. */
-  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, found_blocks, 4, &n_blocks));
+  REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 0}, found_blocks, 4, &n_blocks));
   CHECK(n_blocks == 2);
   CHECK(memcmp(found_blocks[0].hash, hash0, KVTIER_HASH_BYTES) == 0);
   CHECK(memcmp(found_blocks[1].hash, hash1, KVTIER_HASH_BYTES) == 0);
@@ -95,7 +95,7 @@ int main(void) {
   /* An extra key (a LoRA id) is another prefix. */
   {
     const char* lora[] = {"lora-7"};
-    REQUIRE_OK(kvtier_lookup(c, tokens, 40, lora, 1, found_blocks, 4, &n_blocks));
+    REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, lora, 1}, found_blocks, 4, &n_blocks));
     CHECK(n_blocks == 0);
   }
 
@@ -109,16 +109,16 @@ int main(void) {
     size_t loaded = 99;
     int late = -1;
     memset(two, 0x5a, 2 * bytes);
-    REQUIRE_OK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 1, 2, -1, two, 2 * bytes, &loaded, &late));
+    REQUIRE_OK(kvtier_load_prefix(c, &(kvtier_prompt){tokens, 40, NULL, 0}, 1, 2, -1, two, 2 * bytes, &loaded, &late));
     CHECK(loaded == 1); /* only block 1 is cached after block 0 */
     CHECK(late == 0);
     CHECK(memcmp(two, block1, bytes) == 0);
     CHECK(two[bytes] == 0x5a && two[2 * bytes - 1] == 0x5a);
     /* From block 0, in memory: a timeout of 0 still loads (nothing waits on I/O). */
-    REQUIRE_OK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 0, 2, 0, two, 2 * bytes, &loaded, &late));
+    REQUIRE_OK(kvtier_load_prefix(c, &(kvtier_prompt){tokens, 40, NULL, 0}, 0, 2, 0, two, 2 * bytes, &loaded, &late));
     CHECK(loaded == 2 && late == 0);
     CHECK(memcmp(two, block0, bytes) == 0 && memcmp(two + bytes, block1, bytes) == 0);
-    CHECK(kvtier_load_prefix(c, tokens, 40, NULL, 0, 0, 2, -1, two, 2 * bytes - 1, &loaded, NULL) ==
+    CHECK(kvtier_load_prefix(c, &(kvtier_prompt){tokens, 40, NULL, 0}, 0, 2, -1, two, 2 * bytes - 1, &loaded, NULL) ==
           KVTIER_INVALID_ARGUMENT);
     CHECK(strstr(kvtier_last_error(), "do not fit") != NULL);
     free(two);
@@ -135,16 +135,18 @@ int main(void) {
   CHECK(found == 0);
 
   /* Bad input: a status, a message, and nothing stored. */
-  CHECK(kvtier_store_block(c, tokens + 32, 16, hash1, NULL, 0, block0, bytes - 2, NULL, NULL) ==
+  CHECK(kvtier_store_block(c, &(kvtier_prompt){tokens + 32, 16, NULL, 0}, hash1, block0, bytes - 2, NULL, NULL) ==
         KVTIER_INVALID_ARGUMENT);
   CHECK(strstr(kvtier_last_error(), "bytes") != NULL);
-  CHECK(kvtier_store_block(c, tokens + 32, 8, hash1, NULL, 0, block0, bytes, NULL, NULL) ==
+  CHECK(kvtier_store_block(c, &(kvtier_prompt){tokens + 32, 8, NULL, 0}, hash1, block0, bytes, NULL, NULL) ==
         KVTIER_INVALID_ARGUMENT);
   CHECK(strstr(kvtier_last_error(), "tokens") != NULL);
-  CHECK(kvtier_store_block(c, NULL, 16, NULL, NULL, 0, block0, bytes, NULL, NULL) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_store_block(c, &(kvtier_prompt){NULL, 16, NULL, 0}, NULL, block0, bytes, NULL, NULL) == KVTIER_INVALID_ARGUMENT);
   CHECK(kvtier_load_block(c, hash1, NULL, 0, out, bytes + 1, &found) == KVTIER_INVALID_ARGUMENT);
-  CHECK(kvtier_lookup(NULL, tokens, 40, NULL, 0, NULL, 0, &n_blocks) == KVTIER_INVALID_ARGUMENT);
-  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, NULL, 0, &n_blocks));
+  CHECK(kvtier_lookup(NULL, &(kvtier_prompt){tokens, 40, NULL, 0}, NULL, 0, &n_blocks) == KVTIER_INVALID_ARGUMENT);
+  CHECK(kvtier_lookup(c, NULL, NULL, 0, &n_blocks) == KVTIER_INVALID_ARGUMENT); /* no prompt */
+  CHECK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 1}, NULL, 0, &n_blocks) == KVTIER_INVALID_ARGUMENT);
+  REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 0}, NULL, 0, &n_blocks));
   CHECK(n_blocks == 2);
   CHECK(strcmp(kvtier_last_error(), "") == 0);
 
@@ -158,7 +160,7 @@ int main(void) {
 
   /* Reopened: the blocks come back from the SSD, byte for byte. */
   c = open_cache(dir);
-  REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, found_blocks, 4, &n_blocks));
+  REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 0}, found_blocks, 4, &n_blocks));
   CHECK(n_blocks == 2);
   CHECK(found_blocks[0].tier == KVTIER_TIER_SSD);
   REQUIRE_OK(kvtier_load_block(c, hash0, tokens, 16, out, bytes, &found));
@@ -203,7 +205,7 @@ int main(void) {
       REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
       REQUIRE_OK(kvtier_open(o, &c));
       kvtier_options_destroy(o);
-      if (run == 0) REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, block0, bytes, hash0, &inserted));
+      if (run == 0) REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens, 16, NULL, 0}, NULL, block0, bytes, hash0, &inserted));
       REQUIRE_OK(kvtier_load_block(c, hash0, tokens, 16, out, bytes, &found));
       CHECK(found == 1);
       CHECK(memcmp(out, block0, bytes) == 0);
@@ -242,24 +244,24 @@ int main(void) {
         uint8_t h0[KVTIER_HASH_BYTES];
         uint8_t* blk = malloc(kvtier_block_bytes(c));
         fill(blk, kvtier_block_bytes(c), 8);
-        REQUIRE_OK(kvtier_store_block(c, tokens, 16, NULL, NULL, 0, blk, kvtier_block_bytes(c), h0, &inserted));
-        REQUIRE_OK(kvtier_store_block(c, tokens + 16, 16, h0, NULL, 0, blk, kvtier_block_bytes(c), NULL, &inserted));
+        REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens, 16, NULL, 0}, NULL, blk, kvtier_block_bytes(c), h0, &inserted));
+        REQUIRE_OK(kvtier_store_block(c, &(kvtier_prompt){tokens + 16, 16, NULL, 0}, h0, blk, kvtier_block_bytes(c), NULL, &inserted));
         free(blk);
-        REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, hb, 4, &n_found));
+        REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 0}, hb, 4, &n_found));
         CHECK(n_found == 0); /* no snapshot yet: nothing restorable */
-        CHECK(kvtier_store_state(c, tokens, 20, NULL, 0, state, state_len, &inserted) == KVTIER_INVALID_ARGUMENT);
-        CHECK(kvtier_store_state(c, tokens, 32, NULL, 0, state, state_len - 4, &inserted) == KVTIER_INVALID_ARGUMENT);
-        REQUIRE_OK(kvtier_store_state(c, tokens, 32, NULL, 0, state, state_len, &inserted));
+        CHECK(kvtier_store_state(c, &(kvtier_prompt){tokens, 20, NULL, 0}, state, state_len, &inserted) == KVTIER_INVALID_ARGUMENT);
+        CHECK(kvtier_store_state(c, &(kvtier_prompt){tokens, 32, NULL, 0}, state, state_len - 4, &inserted) == KVTIER_INVALID_ARGUMENT);
+        REQUIRE_OK(kvtier_store_state(c, &(kvtier_prompt){tokens, 32, NULL, 0}, state, state_len, &inserted));
         CHECK(inserted == 1);
       }
-      REQUIRE_OK(kvtier_lookup(c, tokens, 40, NULL, 0, hb, 4, &n_found));
+      REQUIRE_OK(kvtier_lookup(c, &(kvtier_prompt){tokens, 40, NULL, 0}, hb, 4, &n_found));
       CHECK(n_found == 2);
-      REQUIRE_OK(kvtier_fetch_state(c, tokens, 32, NULL, 0, back, state_len, &present));
+      REQUIRE_OK(kvtier_fetch_state(c, &(kvtier_prompt){tokens, 32, NULL, 0}, back, state_len, &present));
       CHECK(present == 1);
       CHECK(memcmp(back, state, state_len) == 0);
-      REQUIRE_OK(kvtier_fetch_state(c, tokens, 16, NULL, 0, back, state_len, &present));
+      REQUIRE_OK(kvtier_fetch_state(c, &(kvtier_prompt){tokens, 16, NULL, 0}, back, state_len, &present));
       CHECK(present == 0);
-      CHECK(kvtier_fetch_state(c, tokens, 32, NULL, 0, back, state_len + 1, &present) == KVTIER_INVALID_ARGUMENT);
+      CHECK(kvtier_fetch_state(c, &(kvtier_prompt){tokens, 32, NULL, 0}, back, state_len + 1, &present) == KVTIER_INVALID_ARGUMENT);
       free(state);
       free(back);
       kvtier_close(c, NULL);
@@ -268,7 +270,7 @@ int main(void) {
     CHECK(kvtier_state_bytes(c) == 0);
     {
       unsigned char s8[8] = {0};
-      CHECK(kvtier_store_state(c, tokens, 32, NULL, 0, s8, sizeof s8, &inserted) == KVTIER_FAILED_PRECONDITION);
+      CHECK(kvtier_store_state(c, &(kvtier_prompt){tokens, 32, NULL, 0}, s8, sizeof s8, &inserted) == KVTIER_FAILED_PRECONDITION);
     }
     kvtier_close(c, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf %s", hdir);

@@ -168,9 +168,9 @@ float tolerance(Path path, const AttnCase& c) {
   return c.softcap > 0 ? 1e-4f : 5e-5f;
 }
 
-class AttentionTriangle : public ::testing::TestWithParam<AttnCase> {};
+class AttentionTriangleTest : public ::testing::TestWithParam<AttnCase> {};
 
-TEST_P(AttentionTriangle, ReferenceDecodeAndVarlenAgree) {
+TEST_P(AttentionTriangleTest, ReferenceDecodeAndVarlenAgree) {
   const AttnCase& c = GetParam();
   PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
   const float tol = c.softcap > 0 ? 1e-4f : 5e-5f;
@@ -182,7 +182,7 @@ TEST_P(AttentionTriangle, ReferenceDecodeAndVarlenAgree) {
   expect_close(dec, var, tol, "decode vs varlen");
 }
 
-TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
+TEST_P(AttentionTriangleTest, VarlenPrefillMatchesTheReferenceRowByRow) {
   AttnCase c = GetParam();
   // Several query rows per sequence (a chunked prefill: the last q_len positions of each).
   std::vector<int> q_lens;
@@ -198,7 +198,7 @@ TEST_P(AttentionTriangle, VarlenPrefillMatchesTheReferenceRowByRow) {
 // The property prefix restore stands on: a row's output bits depend on its own tokens only. The
 // same rows computed walking the splits in one workgroup, with a workgroup per split, and as the
 // lone query of a decode-shaped batch (only each sequence's last row) must be identical.
-TEST_P(AttentionTriangle, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
+TEST_P(AttentionTriangleTest, VarlenRowsAreTheSameBitsWhateverShareTheirLaunch) {
   using Policy = PagedAttentionVarlen::SplitPolicy;
   const AttnCase& c = GetParam();
   std::vector<int> q_lens;
@@ -243,7 +243,7 @@ std::vector<float> decode_expecting_the_same_bits(PagedProblem& s, int launches)
   return batched;
 }
 
-TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaunch) {
+TEST_P(AttentionTriangleTest, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaunch) {
   const AttnCase& c = GetParam();
   PagedProblem s(c, std::vector<int>(c.lens.size(), 1));
   decode_expecting_the_same_bits(s, 3);
@@ -254,7 +254,7 @@ TEST_P(AttentionTriangle, DecodeRowsAreTheSameBitsAloneBatchedAndLaunchAfterLaun
 // launch after launch (a group ticket left behind would leave later launches unmerged), with a
 // window that masks whole groups. Lengths: 65 splits (a last group of one), 71 (of 7), 67
 // (windowed: the first groups see nothing), and a short row (one level) beside them.
-TEST(AttentionDecode, LongRowsMergeInTwoLevelsAndKeepTheirBits) {
+TEST(AttentionDecodeTest, LongRowsMergeInTwoLevelsAndKeepTheirBits) {
   for (int window : {0, 5000}) {
     SCOPED_TRACE("window " + std::to_string(window));
     const AttnCase c{"long", DType::kBF16, 64, 4, 2, 16, {16400, 18000, 300, 17000}, 0.0f, window};
@@ -266,7 +266,7 @@ TEST(AttentionDecode, LongRowsMergeInTwoLevelsAndKeepTheirBits) {
 // A context longer than the device's grid can hold splits of (splits are the grid's x), or more
 // sequences than its z holds, is refused before anything is recorded (such a dispatch is invalid
 // usage in Vulkan: undefined behaviour, not a clear error).
-TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
+TEST(AttentionDecodeTest, RefusesAContextBeyondTheDevicesGrid) {
   PagedKvView view{0, 0, 64, 16, 8, 128, DType::kBF16};
   PagedAttentionDecode kernel(gpu());
   const uint32_t split = kernel.split_tokens(view, 4);
@@ -293,7 +293,7 @@ TEST(AttentionDecode, RefusesAContextBeyondTheDevicesGrid) {
 // more, freeing the first launch's 1 MiB of partials at record time unmaps what it then writes to
 // (checked: the test crashes without the batch keeping them). Both launches must still give the
 // reference's rows.
-TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesIntact) {
+TEST(AttentionDecodeTest, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesIntact) {
   mallopt(M_MMAP_THRESHOLD, 64 << 10);  // this test's process only (ctest runs each test alone)
   const AttnCase c{"grow", DType::kBF16, 128, 4, 2, 16, {600, 700, 650}};
   PagedProblem s(c, {1, 1, 1});
@@ -322,7 +322,7 @@ TEST(AttentionDecode, ALaunchThatOutgrowsTheScratchBuffersLeavesEarlierLaunchesI
 
 // Shapes the kernels cannot take are refused before anything is recorded, by both launchers: a
 // block size of 0 (the kernels divide by it), heads that do not group, a head_dim past 256.
-TEST(AttentionLaunchers, RefuseShapesTheKernelsCannotTake) {
+TEST(AttentionLaunchersTest, RefuseShapesTheKernelsCannotTake) {
   const PagedKvView good{0, 0, 64, 16, 8, 128, DType::kBF16};
   PagedKvView no_blocks = good, odd_heads = good, wide = good;
   no_blocks.block_size = 0;
@@ -347,7 +347,7 @@ TEST(AttentionLaunchers, RefuseShapesTheKernelsCannotTake) {
 // A launcher may go before the batch it recorded into runs: the batch holds its scratch (partials,
 // tickets, tile tables). With the launcher owning them alone, its destructor frees them under the
 // recorded commands (checked: on lavapipe, with the mmap threshold below, the test then crashes).
-TEST(AttentionLaunchers, MayGoBeforeTheBatchesTheyRecordedInto) {
+TEST(AttentionLaunchersTest, MayGoBeforeTheBatchesTheyRecordedInto) {
   mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
   const AttnCase c{"gone", DType::kBF16, 128, 4, 2, 16, {600, 300}};
   PagedProblem s(c, {1, 300});
@@ -386,7 +386,7 @@ TEST(AttentionLaunchers, MayGoBeforeTheBatchesTheyRecordedInto) {
 // sequence its batch does not have (checked: on lavapipe that crashes, as freeing its partials
 // early does; handing the first table to the third launch gives the first launch wrong rows).
 // A batch dropped unsubmitted leaves the launcher working.
-TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
+TEST(AttentionVarlenTest, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
   mallopt(M_MMAP_THRESHOLD, 64 << 10);  // as above
   const AttnCase c{"retile", DType::kBF16, 128, 4, 2, 16, {200, 300}};
   PagedProblem s(c, {200, 300});
@@ -441,7 +441,7 @@ TEST(AttentionVarlen, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
 // A bf16 or f32 prefill on tensor cores reads its context from an f16 copy (KvHalfStaging): it
 // must give the bits of the kernel converting each chunk itself, on every split policy (on the
 // H100; lavapipe checks that the scalar path does not stage, and nothing stages an f16 cache).
-TEST(AttentionVarlen, StagingTheContextAsF16ChangesNoBit) {
+TEST(AttentionVarlenTest, StagingTheContextAsF16ChangesNoBit) {
   using Policy = PagedAttentionVarlen::SplitPolicy;
   for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
     // A first chunk of a long prompt after 100 cached tokens, and a whole prompt: both at least
@@ -466,7 +466,7 @@ TEST(AttentionVarlen, StagingTheContextAsF16ChangesNoBit) {
 // Staging only saves time, so a prefill whose staging buffer cannot be had (the device's memory
 // full) converts per chunk instead of failing: the same bits, counted. Runs where the tensor-core
 // path does (the H100); lavapipe has no cooperative matrices.
-TEST(AttentionVarlen, AContextThatCannotBeStagedIsConvertedToTheSameBits) {
+TEST(AttentionVarlenTest, AContextThatCannotBeStagedIsConvertedToTheSameBits) {
   using Policy = PagedAttentionVarlen::SplitPolicy;
   PagedProblem s(AttnCase{"staged", DType::kBF16, 128, 4, 2, 16, {300, 700}}, {200, 700});
   const auto paths = testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads));
@@ -510,7 +510,7 @@ TEST(AttentionVarlen, AContextThatCannotBeStagedIsConvertedToTheSameBits) {
 // The path is settled from the device and the cache's shape: the same for every batch a launcher
 // records (the signature has no batch to look at), the scalar one where cooperative matrices are
 // missing or the shape does not suit them, and the device's fastest by default.
-TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
+TEST(AttentionPathTest, ChosenFromTheDeviceAndShapeAlone) {
   const bool coopmat = gpu().info().coopmat_mma_fragments, coopmat2 = gpu().info().coopmat2;
   const Path below2 = coopmat ? Path::kCoopMat : Path::kScalar;  // what a device without coopmat2 takes
   EXPECT_EQ(PagedAttentionVarlen::default_path(gpu()), gpu().info().prefer_coopmat2 ? Path::kCoopMat2 : below2);
@@ -533,7 +533,7 @@ TEST(AttentionPath, ChosenFromTheDeviceAndShapeAlone) {
 // the device tool): if a driver changed it, attention would fall back to the scalar kernels
 // quietly, so this says so on the hardware the figures come from. Lavapipe has no cooperative
 // matrices: nothing to probe.
-TEST(AttentionPath, TensorCoreFragmentsProbedOnNvidia) {
+TEST(AttentionPathTest, TensorCoreFragmentsProbedOnNvidia) {
   const DeviceInfo& info = gpu().info();
   if (!info.coopmat_f16) {
     EXPECT_FALSE(info.coopmat_mma_fragments);
@@ -547,7 +547,7 @@ TEST(AttentionPath, TensorCoreFragmentsProbedOnNvidia) {
 // A build with the cooperative-matrix-2 kernels takes that path on NVIDIA's driver (the H100's
 // has VK_NV_cooperative_matrix2): if detection or enabling failed, attention would quietly run the
 // older tensor-core kernel, so this says so where the figures come from.
-TEST(AttentionPath, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
+TEST(AttentionPathTest, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
   if (spirv_for("paged_attention_varlen_cm2").empty()) GTEST_SKIP() << "built without a glslang >= 15.1";
   const DeviceInfo& info = gpu().info();
   if (info.name.find("NVIDIA") == std::string::npos) {
@@ -564,7 +564,7 @@ TEST(AttentionPath, CooperativeMatrix2OnNvidiaWhenBuiltWithIt) {
 
 // The KHR spelling needs what it is built on: cooperative matrix 2's conversions and the fragment
 // layout the probes check (never taken on lavapipe, nor with KVTIER_VK_COOPMAT=0 or 1).
-TEST(AttentionPath, KhrSpellingOnlyOnTopOfCoopmat2AndItsProbe) {
+TEST(AttentionPathTest, KhrSpellingOnlyOnTopOfCoopmat2AndItsProbe) {
   const DeviceInfo& info = gpu().info();
   if (info.coopmat_khr) {
     EXPECT_TRUE(info.coopmat2);
@@ -574,7 +574,7 @@ TEST(AttentionPath, KhrSpellingOnlyOnTopOfCoopmat2AndItsProbe) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, AttentionTriangle,
+    Shapes, AttentionTriangleTest,
     ::testing::Values(
         AttnCase{"bf16_d128_gqa4_b16", DType::kBF16, 128, 4, 2, 16, {1, 16, 100, 1100}},
         AttnCase{"f16_d64_mha_b32", DType::kF16, 64, 1, 2, 32, {1, 32, 33, 700}},

@@ -51,7 +51,7 @@ Status record_and_run(CommandBatch batch, int thread, int round, const GpuBuffer
   return ::testing::AssertionSuccess();
 }
 
-TEST(CommandBatchConcurrency, ThreadsRecordAndSubmitAtOnceEachBatchExact) {
+TEST(CommandBatchConcurrencyTest, ThreadsRecordAndSubmitAtOnceEachBatchExact) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 40;
   VulkanContext& ctx = gpu();
@@ -105,7 +105,7 @@ TEST(CommandBatchConcurrency, ThreadsRecordAndSubmitAtOnceEachBatchExact) {
   EXPECT_LE(transfer - transfer_before, static_cast<size_t>(kThreads));
 }
 
-TEST(CommandBatchConcurrency, AnUnsubmittedBatchGivesItsPoolBackClean) {
+TEST(CommandBatchConcurrencyTest, AnUnsubmittedBatchGivesItsPoolBackClean) {
   VulkanContext& ctx = gpu();
   auto out = GpuBuffer::create(ctx, kRegion * kRegions, MemoryKind::kDownload);
   auto scratch = GpuBuffer::create(ctx, kRegion * kRegions, MemoryKind::kDevice);

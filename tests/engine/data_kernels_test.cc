@@ -24,7 +24,7 @@ std::vector<uint8_t> random_tensor(DType dt, size_t n, uint64_t seed, testing::V
   return v;
 }
 
-TEST(VulkanContext, FindsADeviceWithWhatTheKernelsNeed) {
+TEST(VulkanContextTest, FindsADeviceWithWhatTheKernelsNeed) {
   const DeviceInfo& info = gpu().info();
   EXPECT_FALSE(info.name.empty());
   EXPECT_GE(info.subgroup_size, 4u);
@@ -80,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ReshapeAndCacheTest,
                                   std::string(dtype_name(info.param.cache));
                          });
 
-TEST(BlockTransfer, GatherPacksBlocksLikeTheCpuAndScatterPutsThemBack) {
+TEST(BlockTransferTest, GatherPacksBlocksLikeTheCpuAndScatterPutsThemBack) {
   // Three layers of different dtypes, as a mixed layout has.
   const DType dts[] = {DType::kBF16, DType::kF32, DType::kF16};
   const int heads = 2, dim = 32, block = 16, blocks = 9;
@@ -126,9 +126,9 @@ struct QuantCase {
   int bits, group;
 };
 
-class AffineQuantKernelTest : public ::testing::TestWithParam<QuantCase> {};
+class AffineQuantRoundTripTest : public ::testing::TestWithParam<QuantCase> {};
 
-TEST_P(AffineQuantKernelTest, QuantizeAndDequantizeMatchTheCpuBitForBit) {
+TEST_P(AffineQuantRoundTripTest, QuantizeAndDequantizeMatchTheCpuBitForBit) {
   const auto [dt, bits, group] = GetParam();
   const Quantization q{bits, group};
   for (testing::Values kind : {testing::Values::kRandom, testing::Values::kKvLike}) {
@@ -165,7 +165,7 @@ TEST_P(AffineQuantKernelTest, QuantizeAndDequantizeMatchTheCpuBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    DtypesBitsGroups, AffineQuantKernelTest,
+    DtypesBitsGroups, AffineQuantRoundTripTest,
     ::testing::Values(QuantCase{DType::kBF16, 4, 32}, QuantCase{DType::kBF16, 4, 64},
                       QuantCase{DType::kBF16, 8, 128}, QuantCase{DType::kF16, 4, 64},
                       QuantCase{DType::kF16, 8, 32}, QuantCase{DType::kF32, 4, 128},
@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
              "_g" + std::to_string(info.param.group);
     });
 
-TEST(AffineQuantKernel, ANonFiniteValueIsReported) {
+TEST(AffineQuantKernelTest, ANonFiniteValueIsReported) {
   std::vector<uint8_t> values(128 * 2, 0);
   uint16_t inf = 0x7f80;
   std::memcpy(values.data() + 70 * 2, &inf, 2);

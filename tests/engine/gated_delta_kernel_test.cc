@@ -145,7 +145,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-TEST(GatedDeltaKernel, TheChunkFormMatchesTheReferencesWithinRounding) {
+TEST(GatedDeltaKernelTest, TheChunkFormMatchesTheReferencesWithinRounding) {
   // Whole chunks only; a few rows before them and none after; rows on both sides; d_v 48.
   Batch batch(2, 64, 48, {48, 37, 130}, {2, 0, 1}, /*decays=*/true, 21);
   batch.ranges = {0, 48, 0, 5, 32, 0, 3, 112, 15};
@@ -170,7 +170,7 @@ TEST(GatedDeltaKernel, TheChunkFormMatchesTheReferencesWithinRounding) {
   EXPECT_GT(max_abs_diff(got_out, wrong_out), 1e-3f);
 }
 
-TEST(GatedDeltaKernel, TheChunkFormIsTheSameBitsWhateverSharesItsLaunch) {
+TEST(GatedDeltaKernelTest, TheChunkFormIsTheSameBitsWhateverSharesItsLaunch) {
   Batch both(2, 64, 64, {80, 35}, {0, 1}, /*decays=*/true, 31);
   both.ranges = {0, 80, 0, 1, 32, 2};
   Batch alone(2, 64, 64, {80}, {0}, /*decays=*/true, 31);
@@ -183,7 +183,7 @@ TEST(GatedDeltaKernel, TheChunkFormIsTheSameBitsWhateverSharesItsLaunch) {
   EXPECT_EQ(std::memcmp(both_state.data(), alone_state.data(), per_state * 4), 0);
 }
 
-TEST(GatedDeltaKernel, WithoutDecayItGivesTheReferencesBits) {
+TEST(GatedDeltaKernelTest, WithoutDecayItGivesTheReferencesBits) {
   // Three sequences (one token, a few, more than a block size) in permuted state slots; d_v 48
   // leaves most of a workgroup's columns idle.
   const Batch batch(2, 64, 48, {1, 37, 130}, {2, 0, 1}, /*decays=*/false, 11);
@@ -196,7 +196,7 @@ TEST(GatedDeltaKernel, WithoutDecayItGivesTheReferencesBits) {
       << "max difference " << max_abs_diff(got_state, want_state);
 }
 
-TEST(GatedDeltaKernel, WithDecaysItStaysWithinExpsPrecision) {
+TEST(GatedDeltaKernelTest, WithDecaysItStaysWithinExpsPrecision) {
   const Batch batch(2, 128, 128, {5, 64, 200}, {0, 1, 2}, /*decays=*/true, 12);
   std::vector<float> want_out, want_state, got_out, got_state;
   batch.reference(want_out, want_state);
@@ -207,7 +207,7 @@ TEST(GatedDeltaKernel, WithDecaysItStaysWithinExpsPrecision) {
   std::cout << "  max difference: outputs " << out_diff << ", states " << state_diff << "\n";
 }
 
-TEST(GatedDeltaKernel, ASequenceIsTheSameBitsWhateverSharesItsLaunch) {
+TEST(GatedDeltaKernelTest, ASequenceIsTheSameBitsWhateverSharesItsLaunch) {
   const Batch all(2, 64, 64, {20, 33, 7}, {0, 1, 2}, /*decays=*/true, 13);
   std::vector<float> all_out, all_state;
   ASSERT_TRUE(all.gpu_run(all_out, all_state).ok());
@@ -227,7 +227,7 @@ TEST(GatedDeltaKernel, ASequenceIsTheSameBitsWhateverSharesItsLaunch) {
   EXPECT_EQ(std::memcmp(one_state.data() + per_state, all_state.data() + per_state, per_state * 4), 0);
 }
 
-TEST(GatedDeltaKernel, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
+TEST(GatedDeltaKernelTest, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
   // 1000 tokens at d_k 128: in one launch lavapipe went wrong from token ~166 on (about 65000
   // loop iterations; it fails with the stretches removed); in stretches the bits are the reference's.
   const Batch batch(1, 128, 16, {1000, 3}, {0, 1}, /*decays=*/false, 14);
@@ -243,7 +243,7 @@ TEST(GatedDeltaKernel, ALongSequenceIsCutIntoLaunchesWithoutChangingItsBits) {
 // multiply-adds); SiLU's exp may differ from the C library's by Vulkan's 3 + 2|s| ulp, here
 // |s| < 3 (inputs and weights in [-1, 1], width 4, a bias), so outputs agree within 1e-6 relative
 // (tolerance 1e-5 of max(1, |y|)); the windows are copies of inputs: bit-exact.
-TEST(CausalConv1dKernel, MatchesTheReferenceAndLeavesEachSequencesLastInputs) {
+TEST(CausalConv1dKernelTest, MatchesTheReferenceAndLeavesEachSequencesLastInputs) {
   const uint32_t channels = 70, width = 4, past = width - 1;  // 70: a partial second workgroup
   const std::vector<int32_t> lengths = {1, 2, 37, 5000};      // 5000: two launches' stretches
   const std::vector<int32_t> slots = {3, 0, 2, 1};
@@ -283,7 +283,7 @@ TEST(CausalConv1dKernel, MatchesTheReferenceAndLeavesEachSequencesLastInputs) {
   EXPECT_EQ(std::memcmp(got_windows.data(), want_windows.data(), windows.size() * 4), 0);
 }
 
-TEST(CausalConv1dKernel, RefusesWidthsPastItsRegisters) {
+TEST(CausalConv1dKernelTest, RefusesWidthsPastItsRegisters) {
   CausalConv1d conv(gpu());
   auto batch = std::move(CommandBatch::begin(gpu())).value();
   CausalConvBatch b;
@@ -293,7 +293,7 @@ TEST(CausalConv1dKernel, RefusesWidthsPastItsRegisters) {
   EXPECT_EQ(conv.record(batch, b).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(GatedDeltaKernel, RefusesHeadDimsPastItsRegisters) {
+TEST(GatedDeltaKernelTest, RefusesHeadDimsPastItsRegisters) {
   GatedDeltaRule rule(gpu());
   auto batch = std::move(CommandBatch::begin(gpu())).value();
   GatedDeltaBatch b;

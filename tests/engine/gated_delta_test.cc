@@ -82,9 +82,9 @@ std::vector<float> random_state(size_t n, uint32_t seed) {
   return s;
 }
 
-class GatedDeltaChunks : public ::testing::TestWithParam<int> {};
+class GatedDeltaChunksTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(GatedDeltaChunks, ChunkedEqualsTheRecurrenceInOutputsAndFinalState) {
+TEST_P(GatedDeltaChunksTest, ChunkedEqualsTheRecurrenceInOutputsAndFinalState) {
   const int tokens = GetParam();
   const Sequence seq({2, 64, 32}, tokens, 100 + tokens);
   for (bool fresh : {true, false}) {
@@ -98,9 +98,9 @@ TEST_P(GatedDeltaChunks, ChunkedEqualsTheRecurrenceInOutputsAndFinalState) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Lengths, GatedDeltaChunks, ::testing::Values(1, 17, 63, 64, 65, 200));
+INSTANTIATE_TEST_SUITE_P(Lengths, GatedDeltaChunksTest, ::testing::Values(1, 17, 63, 64, 65, 200));
 
-TEST(GatedDelta, TheTestsToleranceCatchesAWrongDecay) {
+TEST(GatedDeltaTest, TheTestsToleranceCatchesAWrongDecay) {
   // The control for the tolerance above: the chunked form with every decay applied once too often
   // (g doubled) is far outside it, so the equality is not an accident of a loose bound.
   Sequence seq({2, 64, 32}, 100, 5);
@@ -112,7 +112,7 @@ TEST(GatedDelta, TheTestsToleranceCatchesAWrongDecay) {
   EXPECT_GT(max_abs_diff(o_rec, o_bad), 1e-2f);
 }
 
-TEST(GatedDelta, ASequenceSplitAtABlockBoundaryWithItsStateCarriedEqualsItInOnePiece) {
+TEST(GatedDeltaTest, ASequenceSplitAtABlockBoundaryWithItsStateCarriedEqualsItInOnePiece) {
   const Sequence seq({2, 64, 32}, 160, 11);
   std::vector<float> s_whole(seq.state_size()), o_whole(seq.out_size());
   reference::gated_delta_recurrent(seq.shape, seq.inputs(), s_whole, o_whole);
@@ -131,7 +131,7 @@ TEST(GatedDelta, ASequenceSplitAtABlockBoundaryWithItsStateCarriedEqualsItInOneP
   EXPECT_LT(max_abs_diff(o_chunks, o_whole), 1e-5f);
 }
 
-TEST(GatedDelta, FullWriteWithNoMemoryLeavesExactlyTheOuterProduct) {
+TEST(GatedDeltaTest, FullWriteWithNoMemoryLeavesExactlyTheOuterProduct) {
   // beta = 1 and a decay of 0 (g = -inf) forget everything and write k^T v: S = k^T v exactly.
   Sequence seq({1, 8, 8}, 1, 3);
   seq.g[0] = -INFINITY;
@@ -143,7 +143,7 @@ TEST(GatedDelta, FullWriteWithNoMemoryLeavesExactlyTheOuterProduct) {
   }
 }
 
-TEST(CausalConv1d, StreamingInPiecesEqualsOneShotAndTheDirectFormula) {
+TEST(CausalConv1dTest, StreamingInPiecesEqualsOneShotAndTheDirectFormula) {
   const int tokens = 23, channels = 5, width = 4;
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);

@@ -24,7 +24,7 @@ std::unique_ptr<GpuBlockPool> pool(uint32_t blocks) {
 
 BlockIdentity identity(uint64_t seed) { return testing::identity_for(*layout(), seed); }
 
-TEST(GpuBlockPool, AllocationIsAllOrNothingAndLeastRecentlyUsedFirst) {
+TEST(GpuBlockPoolTest, AllocationIsAllOrNothingAndLeastRecentlyUsedFirst) {
   auto p = pool(4);
   auto too_many = p->allocate(5);
   ASSERT_FALSE(too_many.ok());
@@ -42,7 +42,7 @@ TEST(GpuBlockPool, AllocationIsAllOrNothingAndLeastRecentlyUsedFirst) {
   EXPECT_TRUE(b->evicted.empty());
 }
 
-TEST(GpuBlockPool, ACachedBlockWithNoReferencesStaysFindableUntilReused) {
+TEST(GpuBlockPoolTest, ACachedBlockWithNoReferencesStaysFindableUntilReused) {
   auto p = pool(2);
   auto a = p->allocate(1);
   ASSERT_TRUE(a.ok());
@@ -70,7 +70,7 @@ TEST(GpuBlockPool, ACachedBlockWithNoReferencesStaysFindableUntilReused) {
   EXPECT_EQ(p->cached_blocks(), 0u);
 }
 
-TEST(GpuBlockPool, AReferencedCachedBlockIsNeverHandedOut) {
+TEST(GpuBlockPoolTest, AReferencedCachedBlockIsNeverHandedOut) {
   auto p = pool(2);
   auto a = p->allocate(1);
   ASSERT_TRUE(a.ok());
@@ -86,7 +86,7 @@ TEST(GpuBlockPool, AReferencedCachedBlockIsNeverHandedOut) {
   EXPECT_EQ(p->find(ident.hash), a->ids[0]);
 }
 
-TEST(GpuBlockPool, PublishingAHashHeldElsewhereKeepsTheFirstBlock) {
+TEST(GpuBlockPoolTest, PublishingAHashHeldElsewhereKeepsTheFirstBlock) {
   auto p = pool(2);
   auto a = p->allocate(2);
   ASSERT_TRUE(a.ok());
@@ -100,7 +100,7 @@ TEST(GpuBlockPool, PublishingAHashHeldElsewhereKeepsTheFirstBlock) {
   EXPECT_EQ(p->find(ident.hash), -1);
 }
 
-TEST(GpuBlockPool, SizesItselfFromAByteBudgetAndRefusesOneTooSmall) {
+TEST(GpuBlockPoolTest, SizesItselfFromAByteBudgetAndRefusesOneTooSmall) {
   const uint64_t block = layout()->dense_block_bytes();
   auto p = GpuBlockPool::create(gpu(), layout(), {0, 10 * block + block / 2});
   ASSERT_TRUE(p.ok());

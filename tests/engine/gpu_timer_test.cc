@@ -37,7 +37,7 @@ std::pair<double, double> time_fills(GpuTimer& t, const GpuBuffer& buf, int fill
   return {s.ok() ? *s : -1.0, host};
 }
 
-TEST(GpuTimer, TimesTheRecordedWorkWithinTheHostsWait) {
+TEST(GpuTimerTest, TimesTheRecordedWorkWithinTheHostsWait) {
   auto t = timer();
   ASSERT_NE(t, nullptr);
   auto buf = GpuBuffer::create(gpu(), 64u << 20, MemoryKind::kDevice);
@@ -51,7 +51,7 @@ TEST(GpuTimer, TimesTheRecordedWorkWithinTheHostsWait) {
   EXPECT_GT(eight, one) << "eight fills of 64 MiB timed no longer than one";
 }
 
-TEST(GpuTimer, SaysSoWhenItsBatchNeverRan) {
+TEST(GpuTimerTest, SaysSoWhenItsBatchNeverRan) {
   auto t = timer();
   ASSERT_NE(t, nullptr);
   EXPECT_FALSE(t->seconds().ok()) << "read before anything was recorded";

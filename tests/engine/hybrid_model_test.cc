@@ -80,7 +80,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-TEST(HybridModel, ItsShapeIsTheQwen35PatternScaledDown) {
+TEST(HybridModelTest, ItsShapeIsTheQwen35PatternScaledDown) {
   const LlamaConfig c = LlamaConfig::tiny_hybrid();
   EXPECT_EQ(c.num_layers, 8);
   EXPECT_EQ(c.gdn_layers(), 6);
@@ -93,7 +93,7 @@ TEST(HybridModel, ItsShapeIsTheQwen35PatternScaledDown) {
   EXPECT_EQ(layout->snapshot_bytes(), 6u * (4 * 64 * 64 + 768 * 3) * 4);
 }
 
-TEST(HybridModel, APromptInPiecesGivesTheOneLaunchLogitsBitForBit) {
+TEST(HybridModelTest, APromptInPiecesGivesTheOneLaunchLogitsBitForBit) {
   Hybrid h;
   const auto tokens = prompt(75, 1);
   const auto table = blocks(h, tokens.size());
@@ -106,7 +106,7 @@ TEST(HybridModel, APromptInPiecesGivesTheOneLaunchLogitsBitForBit) {
   EXPECT_TRUE(same_bits(run(h, {{&tokens, 48, 75, table, 0}}), whole));
 }
 
-TEST(HybridModel, ASnapshotResumedInAnotherSlotGivesTheSameLogits) {
+TEST(HybridModelTest, ASnapshotResumedInAnotherSlotGivesTheSameLogits) {
   Hybrid h;
   const auto tokens = prompt(70, 2);
   const auto table = blocks(h, tokens.size());
@@ -130,7 +130,7 @@ TEST(HybridModel, ASnapshotResumedInAnotherSlotGivesTheSameLogits) {
   EXPECT_FALSE(same_bits(run(h, {{&tokens, 48, 70, table, 3}}), whole));
 }
 
-TEST(HybridModel, RowsDoNotDependOnWhatSharesTheirLaunch) {
+TEST(HybridModelTest, RowsDoNotDependOnWhatSharesTheirLaunch) {
   Hybrid h;
   const auto a = prompt(50, 4), b = prompt(33, 5);
   const auto ta = blocks(h, a.size()), tb = blocks(h, b.size());
@@ -146,7 +146,7 @@ TEST(HybridModel, RowsDoNotDependOnWhatSharesTheirLaunch) {
   EXPECT_TRUE(same_bits({both.begin() + vocab, both.end()}, alone_b));
 }
 
-TEST(HybridModel, BadStateArgumentsAreRefused) {
+TEST(HybridModelTest, BadStateArgumentsAreRefused) {
   Hybrid h;
   const auto tokens = prompt(20, 6);
   ForwardBatch b;

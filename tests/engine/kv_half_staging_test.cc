@@ -108,13 +108,13 @@ void check_staging(DType dtype) {
   EXPECT_EQ(mismatches, 0u);
 }
 
-TEST(KvHalfStaging, CopiesEachSequencesBlocksInTableOrderAsF16) {
+TEST(KvHalfStagingTest, CopiesEachSequencesBlocksInTableOrderAsF16) {
   check_staging(DType::kBF16);
   check_staging(DType::kF32);
   check_staging(DType::kF16);
 }
 
-TEST(KvHalfStaging, RefusesWhatItCannotStage) {
+TEST(KvHalfStagingTest, RefusesWhatItCannotStage) {
   GpuBuffer none = testing::gpu_zeros(64);
   KvHalfStaging staging(gpu());
   auto batch = std::move(CommandBatch::begin(gpu())).value();

@@ -40,7 +40,7 @@ Status fill_on(Lane lane, const GpuBuffer& dst, uint32_t word) {
   return ::testing::AssertionSuccess();
 }
 
-TEST(Lanes, WhatOneLaneWroteTheOtherReadsExactly) {
+TEST(LanesTest, WhatOneLaneWroteTheOtherReadsExactly) {
   auto device = GpuBuffer::create(gpu(), kBytes, MemoryKind::kDevice);
   auto host = GpuBuffer::create(gpu(), kBytes, MemoryKind::kDownload);
   ASSERT_TRUE(device.ok() && host.ok());
@@ -53,7 +53,7 @@ TEST(Lanes, WhatOneLaneWroteTheOtherReadsExactly) {
   }
 }
 
-TEST(Lanes, EachLaneCountsItsOwnTimeline) {
+TEST(LanesTest, EachLaneCountsItsOwnTimeline) {
   auto device = GpuBuffer::create(gpu(), kBytes, MemoryKind::kDevice);
   ASSERT_TRUE(device.ok());
   const uint64_t compute = gpu().completed(Lane::kCompute), transfer = gpu().completed(Lane::kTransfer);
@@ -108,7 +108,7 @@ class HeldComputeBatch {
 };
 
 // A wait that cannot finish says so at its timeout instead of hanging (lavapipe too: one queue).
-TEST(Lanes, AWaitWithATimeoutSaysSoInsteadOfHanging) {
+TEST(LanesTest, AWaitWithATimeoutSaysSoInsteadOfHanging) {
   VulkanContext& ctx = gpu();
   HeldComputeBatch held(ctx);
   ASSERT_TRUE(held.ok());
@@ -122,7 +122,7 @@ TEST(Lanes, AWaitWithATimeoutSaysSoInsteadOfHanging) {
 // The held batch stands for a long prefill: the transfer lane's batch must finish meanwhile. Needs
 // a second queue (one queue runs its submissions one after another, whichever lane they belong
 // to): on the H100, not on lavapipe.
-TEST(Lanes, AnUploadIsNotHeldUpByARunningComputeBatch) {
+TEST(LanesTest, AnUploadIsNotHeldUpByARunningComputeBatch) {
   VulkanContext& ctx = gpu();
   if (!ctx.info().transfer_lane_own_queue) {
     GTEST_SKIP() << ctx.info().name << " gives the transfer lane no queue of its own";

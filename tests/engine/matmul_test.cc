@@ -44,7 +44,7 @@ struct Problem {
   }
 };
 
-TEST(Matmul, ScalarKernelGivesTheCpusBits) {
+TEST(MatmulTest, ScalarKernelGivesTheCpusBits) {
   for (bool accumulate : {false, true}) {
     Problem p(37, 64, 128);
     auto weights = std::move(MatmulWeights::upload(gpu(), p.w, p.k, p.n, false)).value();
@@ -62,7 +62,7 @@ TEST(Matmul, ScalarKernelGivesTheCpusBits) {
   }
 }
 
-TEST(Matmul, TensorCoreKernelStaysWithinItsRoundingBound) {
+TEST(MatmulTest, TensorCoreKernelStaysWithinItsRoundingBound) {
   if (!gpu().info().coopmat_f16) GTEST_SKIP() << "no cooperative matrices on " << gpu().info().name;
   for (bool accumulate : {false, true}) {
     Problem p(130, 96, 128);  // rows past a 64-row tile, k over three 32-wide steps
@@ -93,7 +93,7 @@ TEST(Matmul, TensorCoreKernelStaysWithinItsRoundingBound) {
 // A row's values are the same bits computed alone, in the middle of a batch, or as the last row
 // of a partial tile. On tensor cores a launch of one row tile steps through k 128 at a time and
 // a larger one 32 at a time: the same bits too.
-TEST(Matmul, RowsAreTheSameBitsWhateverShareTheirLaunch) {
+TEST(MatmulTest, RowsAreTheSameBitsWhateverShareTheirLaunch) {
   for (bool tensor_cores : {false, true}) {
     if (tensor_cores && !gpu().info().coopmat_f16) continue;
     Problem p(100, 256, 128);
@@ -107,7 +107,7 @@ TEST(Matmul, RowsAreTheSameBitsWhateverShareTheirLaunch) {
   }
 }
 
-TEST(Matmul, RefusesWeightsOfTheWrongShape) {
+TEST(MatmulTest, RefusesWeightsOfTheWrongShape) {
   std::vector<float> w(6 * 8);
   EXPECT_EQ(MatmulWeights::upload(gpu(), w, 6, 8, false).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MatmulWeights::upload(gpu(), w, 8, 8, false).status().code(), StatusCode::kInvalidArgument);

@@ -24,8 +24,8 @@ class ValidationClean : public ::testing::Environment {
 };
 const auto* const kValidationClean = ::testing::AddGlobalTestEnvironment(new ValidationClean);
 
-TEST(Validation, IsOnForTheseTestsAndSeesABrokenRule) {
-  if (!ValidationMessenger::requested()) GTEST_SKIP() << "KVTIER_VK_VALIDATION is not 1 (sanitizer builds)";
+TEST(ValidationTest, IsOnForTheseTestsAndSeesABrokenRule) {
+  if (!VulkanOptions::from_environment().validation) GTEST_SKIP() << "KVTIER_VK_VALIDATION is not 1 (sanitizer builds)";
   ASSERT_NE(gpu().validation(), nullptr);
   // A device of its own, so the shared one stays clean for the check above.
   auto ctx = VulkanContext::create();
@@ -45,8 +45,8 @@ TEST(Validation, IsOnForTheseTestsAndSeesABrokenRule) {
 // of one pool (which Vulkan wants externally synchronized). Lavapipe runs it fine; the layer's
 // thread-safety check must report it. Recording overlaps only by chance, so rounds repeat until
 // it is seen (the first round, in every run here).
-TEST(Validation, TwoThreadsRecordingFromOnePoolAreReported) {
-  if (!ValidationMessenger::requested()) GTEST_SKIP() << "KVTIER_VK_VALIDATION is not 1 (sanitizer builds)";
+TEST(ValidationTest, TwoThreadsRecordingFromOnePoolAreReported) {
+  if (!VulkanOptions::from_environment().validation) GTEST_SKIP() << "KVTIER_VK_VALIDATION is not 1 (sanitizer builds)";
   auto ctx = VulkanContext::create();
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   VkDevice dev = (*ctx)->device();

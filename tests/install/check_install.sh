@@ -11,7 +11,7 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/kvtierd bin/kvtier bin/kvtier-fsck lib/libkvtier.so include/kvtier.h \
-         include/kvtier/embed/embedded_cache.h lib/cmake/kvtier/kvtierConfig.cmake lib/pkgconfig/kvtier.pc; do
+         include/kvtier/inprocess/embedded_cache.h lib/cmake/kvtier/kvtierConfig.cmake lib/pkgconfig/kvtier.pc; do
   [[ -e $prefix/$f ]] || { echo "missing after install: $f"; exit 1; }
 done
 # The systemd unit names the installed kvtierd and passes systemd's own check (strict: a warning

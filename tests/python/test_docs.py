@@ -29,14 +29,14 @@ def test_every_kvtierd_flag_is_in_server_md():
 
 
 def served_routes():
-    """(method, path) of every route registered in the HTTP API's source."""
-    with open(os.path.join(SOURCE_DIR, "server", "http", "http_api.cc")) as f:
+    """(method, path) of every route registered in the HTTP door's source."""
+    with open(os.path.join(SOURCE_DIR, "server", "http", "http_routes.cc")) as f:
         src = f.read()
     hash_route = re.search(r'kHashRoute = R"\((.*?)\)"', src).group(1)
     routes = set()
     for method, path in re.findall(r'\bs\.(Get|Put|Delete|Post)\(\s*("[^"]*"|kHashRoute)', src):
         routes.add((method.upper(), path.strip('"') if path != "kHashRoute" else hash_route))
-    for path in re.findall(r'\bpost_json\(\s*"([^"]+)"', src):
+    for path in re.findall(r'\bpost_json\(\s*s,\s*"([^"]+)"', src):
         routes.add(("POST", path))
     return routes
 

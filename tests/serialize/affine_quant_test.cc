@@ -19,7 +19,7 @@ struct QuantCase {
   int group;
 };
 
-class AffineQuant : public ::testing::TestWithParam<QuantCase> {
+class AffineQuantTest : public ::testing::TestWithParam<QuantCase> {
  protected:
   std::vector<uint8_t> values(size_t n, uint64_t seed, testing::Values kind) {
     std::vector<uint8_t> v(n * dtype_size(GetParam().dtype));
@@ -35,7 +35,7 @@ class AffineQuant : public ::testing::TestWithParam<QuantCase> {
 //   clamped outside:   |w - deq| <= (1 + 1/n_bins) * |s|     (the far endpoint lost to exact zero)
 // each plus what storing s and b in the dtype costs (n_bins*|s|*u + |b|*u) and the final rounding
 // of the result (|deq|*u), u being the dtype's unit roundoff (2^-8 bf16, 2^-11 f16, 2^-24 f32).
-TEST_P(AffineQuant, ReconstructionErrorIsWithinTheSchemesBound) {
+TEST_P(AffineQuantTest, ReconstructionErrorIsWithinTheSchemesBound) {
   const auto [dtype, bits, group] = GetParam();
   const Quantization q{bits, group};
   const size_t n = 16 * 128;
@@ -72,7 +72,7 @@ TEST_P(AffineQuant, ReconstructionErrorIsWithinTheSchemesBound) {
   }
 }
 
-TEST_P(AffineQuant, DequantizationIsExactlyTheReferenceFormula) {
+TEST_P(AffineQuantTest, DequantizationIsExactlyTheReferenceFormula) {
   const auto [dtype, bits, group] = GetParam();
   const Quantization q{bits, group};
   const size_t n = 4 * 128;
@@ -100,7 +100,7 @@ TEST_P(AffineQuant, DequantizationIsExactlyTheReferenceFormula) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    DtypesBitsGroups, AffineQuant,
+    DtypesBitsGroups, AffineQuantTest,
     ::testing::Values(QuantCase{DType::kBF16, 4, 64}, QuantCase{DType::kBF16, 8, 64},
                       QuantCase{DType::kBF16, 4, 32}, QuantCase{DType::kBF16, 8, 128},
                       QuantCase{DType::kF16, 4, 64}, QuantCase{DType::kF16, 8, 32},
@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(
              "_g" + std::to_string(info.param.group);
     });
 
-TEST(AffineQuantPacking, FollowsMlxLayoutOnAKnownGroup) {
+TEST(AffineQuantPackingTest, FollowsMlxLayoutOnAKnownGroup) {
   // 32 values 0..31 in f32, 8 bits, group 32: min 0 is not the edge (|31| > |0|), so the edge is
   // 31 with scale -31/255 rounded... levels must still reconstruct within half a step, and value
   // k of each word sits at bits [8k, 8k+8).
@@ -133,7 +133,7 @@ TEST(AffineQuantPacking, FollowsMlxLayoutOnAKnownGroup) {
   EXPECT_EQ(packed[0] & 0xff, 255u) << "w=0 is the far end: level n_bins";
 }
 
-TEST(AffineQuantPacking, RejectsNonFiniteValuesAndWrongSizes) {
+TEST(AffineQuantPackingTest, RejectsNonFiniteValuesAndWrongSizes) {
   std::vector<uint8_t> bytes(64 * 2, 0);
   uint16_t inf = 0x7f80;
   std::memcpy(bytes.data() + 10, &inf, 2);
@@ -148,7 +148,7 @@ TEST(AffineQuantPacking, RejectsNonFiniteValuesAndWrongSizes) {
   EXPECT_FALSE(affine_quantize(DType::kU32, bytes, Quantization{4, 64}, packed, s, b).ok());
 }
 
-TEST(AffineQuantBlock, QuantizedBlockExpandsBackToTheSameDequantization) {
+TEST(AffineQuantBlockTest, QuantizedBlockExpandsBackToTheSameDequantization) {
   auto layout = testing::share(KvLayout::uniform("t", 2, 2, 64, 16, DType::kBF16));
   Block dense = testing::make_block(layout, 3, testing::Values::kKvLike);
   auto quant = dense.quantized(Quantization{4, 64});
@@ -161,7 +161,7 @@ TEST(AffineQuantBlock, QuantizedBlockExpandsBackToTheSameDequantization) {
   EXPECT_TRUE(testing::same_bytes(expanded, quant->dequantized())) << "deterministic";
 }
 
-TEST(AffineQuantBlock, NonFiniteBlockRefusesQuantizationAndStaysDense) {
+TEST(AffineQuantBlockTest, NonFiniteBlockRefusesQuantizationAndStaysDense) {
   auto layout = testing::share(KvLayout::uniform("t", 1, 2, 64, 16, DType::kBF16));
   Block dense = testing::make_block(layout, 5, testing::Values::kWithSpecials);
   auto quant = dense.quantized(Quantization{8, 64});

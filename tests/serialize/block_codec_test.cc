@@ -32,7 +32,7 @@ std::vector<KvLayout> all_layouts() {
   return out;
 }
 
-TEST(BlockCodec, EveryLayoutAndCodecRoundTripsBitExactIncludingSpecialValues) {
+TEST(BlockCodecTest, EveryLayoutAndCodecRoundTripsBitExactIncludingSpecialValues) {
   Fixture f;
   for (const KvLayout& l : all_layouts()) {
     auto layout = f.add(l);
@@ -54,7 +54,7 @@ TEST(BlockCodec, EveryLayoutAndCodecRoundTripsBitExactIncludingSpecialValues) {
   }
 }
 
-TEST(BlockCodec, SpecialBitPatternsSurviveInEveryDtype) {
+TEST(BlockCodecTest, SpecialBitPatternsSurviveInEveryDtype) {
   Fixture f;
   for (DType d : {DType::kF16, DType::kBF16, DType::kF32}) {
     auto layout = f.add(KvLayout::uniform("s", 1, 1, 8, 16, d));
@@ -79,7 +79,7 @@ TEST(BlockCodec, SpecialBitPatternsSurviveInEveryDtype) {
   }
 }
 
-TEST(BlockCodec, QuantizedBlockIsStoredAsItsCpuDequantizationBitForBit) {
+TEST(BlockCodecTest, QuantizedBlockIsStoredAsItsCpuDequantizationBitForBit) {
   Fixture f;
   auto layout = f.add(KvLayout::uniform("q", 2, 2, 64, 16, DType::kBF16));
   Block dense = testing::make_block(layout, 23, Values::kKvLike);
@@ -98,7 +98,7 @@ TEST(BlockCodec, QuantizedBlockIsStoredAsItsCpuDequantizationBitForBit) {
 
 // An independent reader: parse the header with nlohmann-json and check it is a well-formed
 // safetensors document (string metadata, exact tiling of the data section, dtype/shape/size).
-TEST(BlockDocument, IsAValidSafetensorsFileToAnIndependentReader) {
+TEST(BlockDocumentTest, IsAValidSafetensorsFileToAnIndependentReader) {
   Fixture f;
   auto layout = f.add(*layout_preset("qwen3-0.6b"));
   Block block = testing::make_block(layout, 5);
@@ -140,7 +140,7 @@ TEST(BlockDocument, IsAValidSafetensorsFileToAnIndependentReader) {
 
 // --- Every decoder check, fed its bad case -------------------------------------------------------
 
-class BlockDocumentRejects : public ::testing::Test {
+class BlockDocumentRejectsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     layout_ = f_.add(KvLayout::uniform("tiny", 2, 2, 64, 16, DType::kBF16));
@@ -178,7 +178,7 @@ class BlockDocumentRejects : public ::testing::Test {
 
 // Metadata this writer emits plainly is split without a JSON parser; anything else (escapes,
 // non-ASCII, a key given twice) must come out exactly as a JSON reader sees it.
-TEST_F(BlockDocumentRejects, MetadataIsReadAsAJsonReaderReadsIt) {
+TEST_F(BlockDocumentRejectsTest, MetadataIsReadAsAJsonReaderReadsIt) {
   Block b = block_->clone();
   b.mutable_identity().namespace_id = "team \"a\"\\lab/\u00e9\n";
   b.mutable_identity().extra_keys = {"lora:x\"y", "\u00fc", ""};
@@ -211,53 +211,53 @@ TEST_F(BlockDocumentRejects, MetadataIsReadAsAJsonReaderReadsIt) {
   expect_rejected(with_header(number), "__metadata__.format is not a string");
 }
 
-TEST_F(BlockDocumentRejects, TruncatedDocuments) {
+TEST_F(BlockDocumentRejectsTest, TruncatedDocuments) {
   const std::span<const uint8_t> doc(doc_);
   expect_rejected(doc.first(5), "truncated");
   expect_rejected(doc.first(8 + n_ / 2), "does not fit");
   expect_rejected(doc.first(doc.size() - 1), "outside");
 }
 
-TEST_F(BlockDocumentRejects, HugeHeaderLength) {
+TEST_F(BlockDocumentRejectsTest, HugeHeaderLength) {
   auto doc = doc_;
   uint64_t huge = ~0ull - 3;
   std::memcpy(doc.data(), &huge, 8);
   expect_rejected(doc, "header length");
 }
 
-TEST_F(BlockDocumentRejects, NonJsonHeader) {
+TEST_F(BlockDocumentRejectsTest, NonJsonHeader) {
   expect_rejected(with_header(std::string("{\"__metadata__\": [unterminated")), "not valid JSON");
   expect_rejected(with_header(std::string("[1,2,3]")), "not a JSON object");
 }
 
-TEST_F(BlockDocumentRejects, WrongDtype) {
+TEST_F(BlockDocumentRejectsTest, WrongDtype) {
   header_["layers.1.k"]["dtype"] = "F16";
   expect_rejected(with_header(header_), "has dtype F16, the layout says BF16");
 }
 
-TEST_F(BlockDocumentRejects, WrongShape) {
+TEST_F(BlockDocumentRejectsTest, WrongShape) {
   header_["layers.0.v"]["shape"] = json({16, 2, 32});
   expect_rejected(with_header(header_), "has shape");
 }
 
-TEST_F(BlockDocumentRejects, OverlappingOffsets) {
+TEST_F(BlockDocumentRejectsTest, OverlappingOffsets) {
   // Shift layers.0.v back by 2 bytes and grow nothing: it overlaps layers.0.k.
   auto& offs = header_["layers.0.v"]["data_offsets"];
   offs = json({offs[0].get<uint64_t>() - 2, offs[1].get<uint64_t>() - 2});
   expect_rejected(with_header(header_), "overlaps");
 }
 
-TEST_F(BlockDocumentRejects, OffsetsPastTheData) {
+TEST_F(BlockDocumentRejectsTest, OffsetsPastTheData) {
   header_["layers.1.v"]["data_offsets"] = json({1ull << 40, (1ull << 40) + 4096});
   expect_rejected(with_header(header_), "fall outside");
 }
 
-TEST_F(BlockDocumentRejects, NegativeOrNonIntegerOffsets) {
+TEST_F(BlockDocumentRejectsTest, NegativeOrNonIntegerOffsets) {
   header_["layers.0.k"]["data_offsets"] = json({-1, 4095});
   expect_rejected(with_header(header_), "non-negative integers");
 }
 
-TEST_F(BlockDocumentRejects, MissingAndUnknownTensors) {
+TEST_F(BlockDocumentRejectsTest, MissingAndUnknownTensors) {
   auto a = header_;
   a.erase("layers.1.v");
   expect_rejected(with_header(a), "holds 3 tensors");
@@ -267,7 +267,7 @@ TEST_F(BlockDocumentRejects, MissingAndUnknownTensors) {
   expect_rejected(with_header(b), "missing tensor layers.1.v");
 }
 
-TEST_F(BlockDocumentRejects, WrongLayout) {
+TEST_F(BlockDocumentRejectsTest, WrongLayout) {
   auto h = header_;
   h["__metadata__"]["layout_fingerprint"] = "0123456789abcdef";
   expect_rejected(with_header(h), "unknown layout fingerprint", StatusCode::kInvalidArgument);
@@ -279,7 +279,7 @@ TEST_F(BlockDocumentRejects, WrongLayout) {
   expect_rejected(with_header(h), "has dtype BF16, the layout says F16");
 }
 
-TEST_F(BlockDocumentRejects, MetadataTypesAndFields) {
+TEST_F(BlockDocumentRejectsTest, MetadataTypesAndFields) {
   auto a = header_;
   a["__metadata__"]["token_ids"] = json({1, 2, 3});
   expect_rejected(with_header(a), "token_ids is not a string");
@@ -306,7 +306,7 @@ TEST_F(BlockDocumentRejects, MetadataTypesAndFields) {
   expect_rejected(with_header(i), "is not kvtier.block.v1");
 }
 
-TEST_F(BlockDocumentRejects, TrailingBytesNoTensorCovers) {
+TEST_F(BlockDocumentRejectsTest, TrailingBytesNoTensorCovers) {
   auto doc = doc_;
   doc.push_back(0);
   expect_rejected(doc, "trailing bytes");
@@ -314,7 +314,7 @@ TEST_F(BlockDocumentRejects, TrailingBytesNoTensorCovers) {
 
 // --- Frames ---------------------------------------------------------------------------------------
 
-class FrameRejects : public ::testing::Test {
+class FrameRejectsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     layout_ = f_.add(KvLayout::uniform("tiny", 2, 2, 64, 16, DType::kBF16));
@@ -333,7 +333,7 @@ class FrameRejects : public ::testing::Test {
   Bytes frame_;
 };
 
-TEST_F(FrameRejects, EveryFlippedByteIsDetected) {
+TEST_F(FrameRejectsTest, EveryFlippedByteIsDetected) {
   // Flip one bit at a spread of positions across header and payload.
   for (size_t pos = 0; pos < frame_.size(); pos += std::max<size_t>(1, frame_.size() / 97)) {
     auto bad = frame_;
@@ -352,13 +352,13 @@ TEST_F(FrameRejects, EveryFlippedByteIsDetected) {
   expect_rejected(bad, "bad magic");
 }
 
-TEST_F(FrameRejects, TruncatedFrames) {
+TEST_F(FrameRejectsTest, TruncatedFrames) {
   const std::span<const uint8_t> frame(frame_);
   expect_rejected(frame.first(20), "truncated header");
   expect_rejected(frame.first(frame.size() - 1), "truncated payload");
 }
 
-TEST(Frame, IncompressibleDocumentsAreStoredRawAndSaySo) {
+TEST(FrameTest, IncompressibleDocumentsAreStoredRawAndSaySo) {
   std::vector<uint8_t> doc(4096);
   std::mt19937 rng(1);
   for (auto& b : doc) b = static_cast<uint8_t>(rng());
@@ -374,7 +374,7 @@ TEST(Frame, IncompressibleDocumentsAreStoredRawAndSaySo) {
   EXPECT_TRUE(std::equal(back->begin(), back->end(), doc.begin(), doc.end()));
 }
 
-TEST(Frame, ShuffledLz4ShrinksKvLikeBf16MoreThanPlainLz4) {
+TEST(FrameTest, ShuffledLz4ShrinksKvLikeBf16MoreThanPlainLz4) {
   LayoutRegistry reg;
   auto layout = *reg.add(*layout_preset("llama-3-8b"));
   Block b = testing::make_block(layout, 8, Values::kKvLike);
@@ -390,7 +390,7 @@ TEST(Frame, ShuffledLz4ShrinksKvLikeBf16MoreThanPlainLz4) {
 namespace kvtier {
 namespace {
 
-TEST(BlockCodecOwned, AdoptsAVerifiedFrameAndStillRejectsADamagedOne) {
+TEST(BlockCodecOwnedTest, AdoptsAVerifiedFrameAndStillRejectsADamagedOne) {
   LayoutRegistry reg;
   auto layout = *reg.add(*layout_preset("tiny"));
   Block b = testing::make_block(layout, 3, testing::Values::kWithSpecials);

@@ -12,7 +12,7 @@ namespace {
 bool is_nan16_f16(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0; }
 bool is_nan16_bf16(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x007f) != 0; }
 
-TEST(DType, NamesMatchSafetensorsAndRoundTrip) {
+TEST(DTypeTest, NamesMatchSafetensorsAndRoundTrip) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kU32, DType::kU8, DType::kI8,
                   DType::kI32}) {
     auto parsed = parse_dtype(dtype_name(d));
@@ -28,7 +28,7 @@ TEST(DType, NamesMatchSafetensorsAndRoundTrip) {
   EXPECT_FALSE(parse_dtype("FP16").ok());
 }
 
-TEST(DType, EveryF16PatternSurvivesF32AndBack) {
+TEST(DTypeTest, EveryF16PatternSurvivesF32AndBack) {
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint16_t h = static_cast<uint16_t>(i);
     const uint16_t back = f32_to_f16(f16_to_f32(h));
@@ -42,7 +42,7 @@ TEST(DType, EveryF16PatternSurvivesF32AndBack) {
   }
 }
 
-TEST(DType, EveryBf16PatternSurvivesF32AndBack) {
+TEST(DTypeTest, EveryBf16PatternSurvivesF32AndBack) {
   for (uint32_t i = 0; i < 65536; ++i) {
     const uint16_t b = static_cast<uint16_t>(i);
     const uint16_t back = f32_to_bf16(bf16_to_f32(b));
@@ -56,7 +56,7 @@ TEST(DType, EveryBf16PatternSurvivesF32AndBack) {
 }
 
 // GCC's _Float16 conversion (libgcc, correctly rounded) is an independent reference.
-TEST(DType, F32ToF16MatchesCompilerConversionOnRandomAndEdgeValues) {
+TEST(DTypeTest, F32ToF16MatchesCompilerConversionOnRandomAndEdgeValues) {
   std::mt19937 rng(7);
   auto check = [](uint32_t bits) {
     const float f = std::bit_cast<float>(bits);
@@ -77,7 +77,7 @@ TEST(DType, F32ToF16MatchesCompilerConversionOnRandomAndEdgeValues) {
   }
 }
 
-TEST(DType, F32ToBf16RoundsToNearestEven) {
+TEST(DTypeTest, F32ToBf16RoundsToNearestEven) {
   // Reference: pick the nearer of the two bf16 neighbours in double precision; ties to even.
   std::mt19937 rng(11);
   for (int i = 0; i < 2'000'000; ++i) {
@@ -101,7 +101,7 @@ TEST(DType, F32ToBf16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x7f7fffffu)), 0x7f80) << "FLT_MAX rounds to inf";
 }
 
-TEST(DType, NanStaysNanWithSignAndTopPayloadBits) {
+TEST(DTypeTest, NanStaysNanWithSignAndTopPayloadBits) {
   const float payload_nan = std::bit_cast<float>(0xffa5a000u);  // negative, payload set
   const uint16_t b = f32_to_bf16(payload_nan);
   EXPECT_TRUE(is_nan16_bf16(b));
@@ -112,7 +112,7 @@ TEST(DType, NanStaysNanWithSignAndTopPayloadBits) {
   EXPECT_TRUE(is_nan16_f16(f32_to_f16(std::bit_cast<float>(0x7f800001u))));
 }
 
-TEST(DType, ElementAccessIsExactForEveryKvDtype) {
+TEST(DTypeTest, ElementAccessIsExactForEveryKvDtype) {
   uint8_t buf[16] = {};
   store_kv_element(DType::kBF16, buf, 3, 1.5f);
   EXPECT_EQ(load_kv_element(DType::kBF16, buf, 3), 1.5f);

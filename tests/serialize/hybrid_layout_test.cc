@@ -17,7 +17,7 @@ const char* kTinyHybrid = R"({"name": "tiny-hybrid", "block_size": 16, "dtype": 
 
 HybridLayout tiny() { return std::move(HybridLayout::from_json_text(kTinyHybrid)).value(); }
 
-TEST(HybridLayout, TheAttentionLayersFormTheKvLayoutAndTheSnapshotHoldsEveryGdnState) {
+TEST(HybridLayoutTest, TheAttentionLayersFormTheKvLayoutAndTheSnapshotHoldsEveryGdnState) {
   const HybridLayout h = tiny();
   EXPECT_EQ(h.pattern().size(), 8u);
   EXPECT_EQ(h.gdn_layers(), 6);
@@ -30,7 +30,7 @@ TEST(HybridLayout, TheAttentionLayersFormTheKvLayoutAndTheSnapshotHoldsEveryGdnS
   EXPECT_EQ(h.snapshot_bytes(), 6u * (4 * 64 * 64 + 768 * 3) * 4);
 }
 
-TEST(HybridLayout, JsonRoundTripsAndTheFingerprintNamesTheWholeShape) {
+TEST(HybridLayoutTest, JsonRoundTripsAndTheFingerprintNamesTheWholeShape) {
   const HybridLayout h = tiny();
   auto again = HybridLayout::from_json(h.to_json());
   ASSERT_TRUE(again.ok()) << again.status().to_string();
@@ -58,7 +58,7 @@ TEST(HybridLayout, JsonRoundTripsAndTheFingerprintNamesTheWholeShape) {
   EXPECT_NE(changed([](nlohmann::json& j) { j["dtype"] = "F16"; }), h.fingerprint());
 }
 
-TEST(HybridLayout, MistakesAreRefusedWithTheirReason) {
+TEST(HybridLayoutTest, MistakesAreRefusedWithTheirReason) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"pattern": ["gdn"], "attention": {"num_kv_heads": 1, "head_dim": 64}, "dtype": "BF16",
            "gdn": {"heads": 1, "d_k": 8, "d_v": 8, "conv_channels": 8}})", "no attention layer"},

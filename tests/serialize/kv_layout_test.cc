@@ -10,7 +10,7 @@
 namespace kvtier {
 namespace {
 
-TEST(KvLayout, PresetsAreValidAndSizedFromTheirDtype) {
+TEST(KvLayoutTest, PresetsAreValidAndSizedFromTheirDtype) {
   for (const std::string& name : layout_preset_names()) {
     auto l = layout_preset(name);
     ASSERT_TRUE(l.ok()) << name;
@@ -25,7 +25,7 @@ TEST(KvLayout, PresetsAreValidAndSizedFromTheirDtype) {
   EXPECT_FALSE(layout_preset("gpt-5").ok());
 }
 
-TEST(KvLayout, JsonRoundTripKeepsEveryField) {
+TEST(KvLayoutTest, JsonRoundTripKeepsEveryField) {
   KvLayout l = KvLayout::uniform("mixed", 3, 4, 64, 32, DType::kF16);
   l.layers[1].dtype = DType::kBF16;
   l.layers[2].quantization = Quantization{4, 32};
@@ -35,7 +35,7 @@ TEST(KvLayout, JsonRoundTripKeepsEveryField) {
   EXPECT_EQ(back->fingerprint(), l.fingerprint());
 }
 
-TEST(KvLayout, LoadsFromFileWithLayoutWideDtype) {
+TEST(KvLayoutTest, LoadsFromFileWithLayoutWideDtype) {
   testing::TempDir dir;
   std::ofstream(dir / "l.json") << R"({"name":"q","num_layers":2,"num_kv_heads":2,"head_dim":64,"dtype":"BF16"})";
   auto l = KvLayout::load_file((dir / "l.json").string());
@@ -51,9 +51,9 @@ struct BadLayoutCase {
   const char* message_part;
 };
 
-class KvLayoutRejects : public ::testing::TestWithParam<BadLayoutCase> {};
+class KvLayoutRejectsTest : public ::testing::TestWithParam<BadLayoutCase> {};
 
-TEST_P(KvLayoutRejects, WithAClearMessage) {
+TEST_P(KvLayoutRejectsTest, WithAClearMessage) {
   auto r = KvLayout::from_json_text(GetParam().json);
   ASSERT_FALSE(r.ok()) << GetParam().json;
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -62,7 +62,7 @@ TEST_P(KvLayoutRejects, WithAClearMessage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    BadInputs, KvLayoutRejects,
+    BadInputs, KvLayoutRejectsTest,
     ::testing::Values(
         BadLayoutCase{"not json", "not valid JSON"},
         BadLayoutCase{R"({"num_kv_heads":2,"head_dim":64,"dtype":"F16"})", "missing field 'num_layers'"},
@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-TEST(KvLayout, FingerprintIsStableAndIgnoresOnlyTheName) {
+TEST(KvLayoutTest, FingerprintIsStableAndIgnoresOnlyTheName) {
   KvLayout a = KvLayout::uniform("a", 32, 8, 128, 16, DType::kBF16);
   KvLayout b = a;
   b.name = "renamed";

@@ -38,7 +38,7 @@ StateSnapshot snapshot(const HybridLayout& l, uint32_t seed) {
 
 std::string reason(const Result<StateSnapshot>& r) { return r.ok() ? "decoded" : r.status().message(); }
 
-TEST(StateDocument, RoundTripsEveryBitAndItsMetadata) {
+TEST(StateDocumentTest, RoundTripsEveryBitAndItsMetadata) {
   const HybridLayout l = layout();
   const StateSnapshot s = snapshot(l, 1);
   Bytes doc;
@@ -61,7 +61,7 @@ TEST(StateDocument, RoundTripsEveryBitAndItsMetadata) {
   EXPECT_FALSE(header.contains("layers.1.state"));
 }
 
-TEST(StateDocument, DamageIsACorruptionWithItsReason) {
+TEST(StateDocumentTest, DamageIsACorruptionWithItsReason) {
   const HybridLayout l = layout();
   Bytes doc;
   ASSERT_TRUE(encode_state_document(l, snapshot(l, 2), doc).ok());
@@ -101,7 +101,7 @@ TEST(StateDocument, DamageIsACorruptionWithItsReason) {
   EXPECT_NE(reason(other).find("layout fingerprint"), std::string::npos) << reason(other);
 }
 
-TEST(StateDocument, ASnapshotOfTheWrongSizeIsRefusedBeforeAnythingIsWritten) {
+TEST(StateDocumentTest, ASnapshotOfTheWrongSizeIsRefusedBeforeAnythingIsWritten) {
   const HybridLayout l = layout();
   StateSnapshot s = snapshot(l, 3);
   s.data = AlignedBuffer(l.snapshot_bytes() - 4);

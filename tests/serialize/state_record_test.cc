@@ -48,7 +48,7 @@ BlockHash key_of(uint8_t b) {
   return k;
 }
 
-TEST(StateRecord, SnapshotLayoutHoldsOneGdnLayerPerLayerWithPadding) {
+TEST(StateRecordTest, SnapshotLayoutHoldsOneGdnLayerPerLayerWithPadding) {
   const HybridLayout h = hybrid();
   const KvLayout l = snapshot_layout(h);
   EXPECT_EQ(l.num_layers, 2);
@@ -61,7 +61,7 @@ TEST(StateRecord, SnapshotLayoutHoldsOneGdnLayerPerLayerWithPadding) {
   EXPECT_EQ(l.name, "small-hybrid.state");
 }
 
-TEST(StateRecord, RoundTripsThroughTheBlockCodecBitForBit) {
+TEST(StateRecordTest, RoundTripsThroughTheBlockCodecBitForBit) {
   const HybridLayout h = hybrid();
   LayoutRegistry layouts;
   auto layout = layouts.add(snapshot_layout(h));
@@ -92,7 +92,7 @@ TEST(StateRecord, RoundTripsThroughTheBlockCodecBitForBit) {
   }
 }
 
-TEST(StateRecord, RefusesWhatNoSnapshotWrote) {
+TEST(StateRecordTest, RefusesWhatNoSnapshotWrote) {
   const HybridLayout h = hybrid();
   auto layout = std::make_shared<const KvLayout>(snapshot_layout(h));
   const AlignedBuffer snap = random_snapshot(h, 3);

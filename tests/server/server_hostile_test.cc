@@ -218,9 +218,23 @@ TEST_F(ServerHostileTest, APutWhoseBodyIsOnItsWayAtSigtermIsStoredNotBlamedOnThe
   const int b = testing::connect_loopback(binary_port(server->port()), 10);
   ::send(h, http_request.data(), http_head, MSG_NOSIGNAL);
   ::send(b, binary_request_bytes.data(), binary_head, MSG_NOSIGNAL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both requests are being served
+  // Both requests are being served once both bodies' buffers are leased (each is leased for its
+  // declared length before a byte of it is read).
+  KvtierClient c("127.0.0.1", server->port());
+  const double both = static_cast<double>(blocks[0].document.size() + blocks[1].document.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metric_value(c, "kvtier_server_body_bytes_held") < both && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(metric_value(c, "kvtier_server_body_bytes_held"), both);
   ::kill(server->pid(), SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The shutdown has begun once the listener refuses new connections.
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int probe = testing::connect_loopback(server->port(), 1);
+    if (probe < 0) break;
+    ::close(probe);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   ::send(h, http_request.data() + http_head, http_request.size() - http_head, MSG_NOSIGNAL);
   ::send(b, binary_request_bytes.data() + binary_head, binary_request_bytes.size() - binary_head, MSG_NOSIGNAL);
   std::string answer(4096, '\0');

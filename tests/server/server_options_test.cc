@@ -27,7 +27,7 @@ Parsed parse(std::vector<std::string> args) {
   return p;
 }
 
-TEST(ServerOptions, DefaultsListenOnLoopbackWithoutAnSsdTier) {
+TEST(ServerOptionsTest, DefaultsListenOnLoopbackWithoutAnSsdTier) {
   auto p = parse({});
   ASSERT_TRUE(p.cl.options) << p.err;
   EXPECT_EQ(p.cl.options->host, "127.0.0.1");
@@ -37,7 +37,7 @@ TEST(ServerOptions, DefaultsListenOnLoopbackWithoutAnSsdTier) {
   EXPECT_EQ(p.cl.options->resolved_layout->name, "llama-3-8b");
 }
 
-TEST(ServerOptions, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
+TEST(ServerOptionsTest, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
   auto p = parse({"--ssd-cache-dir", "/tmp/x", "--ssd-capacity", "8G", "--ram-capacity", "512M",
                   "--compression", "lz4", "--kv-cache-quantization", "4", "--hash", "xxh3"});
   ASSERT_TRUE(p.cl.options) << p.err;
@@ -52,7 +52,7 @@ TEST(ServerOptions, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
   EXPECT_EQ(p.cl.options->hash, HashAlgorithm::kXxh3);
 }
 
-TEST(ServerOptions, SeveralSsdCacheDirsStripeTheTierAndSplitItsCapacity) {
+TEST(ServerOptionsTest, SeveralSsdCacheDirsStripeTheTierAndSplitItsCapacity) {
   for (const auto& args : {std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv", "--ssd-cache-dir", "/nvme1/kv"},
                            std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv,/nvme1/kv"}}) {
     auto with = args;
@@ -80,7 +80,7 @@ TEST(ServerOptions, SeveralSsdCacheDirsStripeTheTierAndSplitItsCapacity) {
   EXPECT_EQ(replaced.cl.options->ssd_cache_dirs, std::vector<std::string>{"/other"});
 }
 
-TEST(ServerOptions, ConfigFileSetsTheSameKeysAndFlagsWin) {
+TEST(ServerOptionsTest, ConfigFileSetsTheSameKeysAndFlagsWin) {
   testing::TempDir dir;
   const std::string path = (dir / "kvtierd.json").string();
   std::ofstream(path) << R"({"port": 9000, "ram_capacity": "2G", "ssd-cache-dir": "/data/kv", "ssd-reset": true,
@@ -101,7 +101,7 @@ TEST(ServerOptions, ConfigFileSetsTheSameKeysAndFlagsWin) {
   EXPECT_EQ(parse({"--config", (dir / "missing.json").string()}).cl.exit_code, 2);
 }
 
-TEST(ServerOptions, BadValuesNameTheirFlag) {
+TEST(ServerOptionsTest, BadValuesNameTheirFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--ram-capacity", "lots"}, "--ram-capacity"},
       {{"--ram-capacity", "1K"}, "--ram-capacity"},  // fewer than two blocks
@@ -128,7 +128,7 @@ TEST(ServerOptions, BadValuesNameTheirFlag) {
   }
 }
 
-TEST(ServerOptions, HelpListsTheFlagsAndExitsZero) {
+TEST(ServerOptionsTest, HelpListsTheFlagsAndExitsZero) {
   auto p = parse({"--help"});
   EXPECT_FALSE(p.cl.options);
   EXPECT_EQ(p.cl.exit_code, 0);

@@ -37,7 +37,7 @@ struct Figures {
       prefetches{0}, lookups{0}, transport_errors{0}, wrong_bytes{0}, resurrected{0};
 };
 
-class ServerSoak : public ::testing::Test {
+class ServerSoakTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* s = std::getenv("KVTIER_SOAK_SECONDS");
@@ -174,7 +174,7 @@ class ServerSoak : public ::testing::Test {
   Figures figures_;
 };
 
-TEST_F(ServerSoak, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk) {
+TEST_F(ServerSoakTest, NoWrongByteAndNoDeletedBlockThroughKillsRestartsAndAFullDisk) {
   std::mt19937 rng(51);
   const auto end = Clock::now() + std::chrono::seconds(seconds_);
   int rounds = 0, kills = 0, full_disk_rounds = 0, failed_starts = 0;

@@ -231,7 +231,7 @@ TEST(ServerSsdQuotaTest, SpillsPastANamespacesSsdQuotaAreRefusedAndCounted) {
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
 }
 
-TEST(TenantTable, RefusesFilesItCannotEnforce) {
+TEST(TenantTableTest, RefusesFilesItCannotEnforce) {
   auto parse = [](const std::string& text) { return TenantTable::parse(text).status(); };
   EXPECT_TRUE(parse(R"({"keys":[{"tenant":"a","key":"0123456789abcdef","namespaces":["a"]}]})").ok());
   const std::pair<const char*, const char*> bad[] = {

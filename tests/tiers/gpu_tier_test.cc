@@ -56,7 +56,7 @@ void expect_batch_round_trip(Fixture& f, const std::vector<BlockRef>& blocks) {
   }
 }
 
-TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
+TEST(GpuTierTest, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
   Fixture f(8);
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 5; ++s) blocks.push_back(f.block(s));
@@ -72,7 +72,7 @@ TEST(GpuTier, BlocksOfEveryDtypeRoundTripBitExactInOneBatch) {
 // A block the pool evicts is in no tier only if it is nowhere: until the tier below has taken it,
 // the GPU tier still answers for it (contains, probe, read: the bytes it saved), and a delete
 // meanwhile finds it here.
-TEST(GpuTier, AnEvictedBlockIsStillFoundHereUntilTheTierBelowHasIt) {
+TEST(GpuTierTest, AnEvictedBlockIsStillFoundHereUntilTheTierBelowHasIt) {
   Fixture f(2);
   const BlockRef first = f.block(1);
   ASSERT_TRUE(f.tier->insert(first).ok());
@@ -96,7 +96,7 @@ TEST(GpuTier, AnEvictedBlockIsStillFoundHereUntilTheTierBelowHasIt) {
 // Staged blocks lie side by side in the host staging buffer and in device staging, so a batch
 // crosses in one copy region each way (one region per block cost the NVIDIA driver ~2 ms per 447
 // blocks: a bench caught it, this catches it first). Uploads that read in place need none.
-TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
+TEST(GpuTierTest, StagedBlocksOfABatchCrossInOneCopyRegion) {
   Fixture f(8, mixed_layout(1, 32));
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 6; ++s) blocks.push_back(f.block(s));
@@ -111,7 +111,7 @@ TEST(GpuTier, StagedBlocksOfABatchCrossInOneCopyRegion) {
 // Blocks in imported host memory go up in one launch that reads each where it lies: scattered
 // over the chunks (every other block of a batch, so no two are adjacent) they need no copy region
 // and no CPU copy, and land bit-exact.
-TEST(GpuTier, UploadsReadScatteredHostBlocksInPlace) {
+TEST(GpuTierTest, UploadsReadScatteredHostBlocksInPlace) {
   Fixture f(64);
   if (!f.tier->reads_in_place()) GTEST_SKIP() << "the device cannot read imported host memory";
   std::vector<BlockRef> all, every_other;
@@ -137,7 +137,7 @@ TEST(GpuTier, UploadsReadScatteredHostBlocksInPlace) {
 // A block decoded from an SSD record is adopted where its tensors lie: 8-byte aligned, not 16. Read
 // in place it must still land exact (16-byte loads from such an address gave other bytes on the
 // H100, lavapipe did not mind).
-TEST(GpuTier, BlocksAdoptedAtAnEightByteOffsetGoUpExact) {
+TEST(GpuTierTest, BlocksAdoptedAtAnEightByteOffsetGoUpExact) {
   Fixture f(16);
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 6; ++s) {
@@ -153,7 +153,7 @@ TEST(GpuTier, BlocksAdoptedAtAnEightByteOffsetGoUpExact) {
   if (f.tier->reads_in_place()) EXPECT_EQ(f.tier->metrics().direct_up.value(), blocks.size()) << "read in place";
 }
 
-TEST(GpuTier, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
+TEST(GpuTierTest, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
   Fixture f(600);
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 520; ++s) blocks.push_back(f.block(s, testing::Values::kRandom));
@@ -161,7 +161,7 @@ TEST(GpuTier, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {
   expect_batch_round_trip(f, blocks);
 }
 
-TEST(GpuTier, EvictionHandsTheExactBytesDownLeastRecentlyUsedFirst) {
+TEST(GpuTierTest, EvictionHandsTheExactBytesDownLeastRecentlyUsedFirst) {
   Fixture f(3);
   std::vector<BlockRef> blocks;
   for (uint64_t s = 1; s <= 5; ++s) {
@@ -178,7 +178,7 @@ TEST(GpuTier, EvictionHandsTheExactBytesDownLeastRecentlyUsedFirst) {
   EXPECT_EQ(f.tier->metrics().evictions.value(), 2u);
 }
 
-TEST(GpuTier, PinnedBlocksStayAndAFullPoolRefusesWithACountedError) {
+TEST(GpuTierTest, PinnedBlocksStayAndAFullPoolRefusesWithACountedError) {
   Fixture f(2);
   auto a = f.block(1), b = f.block(2), c = f.block(3);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -204,7 +204,7 @@ TEST(GpuTier, PinnedBlocksStayAndAFullPoolRefusesWithACountedError) {
 // pin_many answers a prefix in one pass: each present block pinned with its slot and whether it
 // holds the request's tokens, an absent one not pinned; its pins nest with pin()'s and hold
 // blocks against eviction until unpin_many gives them back.
-TEST(GpuTier, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
+TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
   Fixture f(3);
   auto a = f.block(1, testing::Values::kRandom), b = f.block(2, testing::Values::kRandom);
   auto absent = f.block(3);
@@ -240,7 +240,7 @@ TEST(GpuTier, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
   EXPECT_EQ(f.pool->free_blocks(), 3u);
 }
 
-TEST(GpuTier, ABlockOfAnotherLayoutIsRefusedAndNothingChanges) {
+TEST(GpuTierTest, ABlockOfAnotherLayoutIsRefusedAndNothingChanges) {
   Fixture f(2);
   auto other = testing::share_layout(KvLayout::uniform("other", 3, 2, 64, 16, DType::kF16));
   auto foreign = std::make_shared<const Block>(testing::make_block(other, 9));
@@ -252,7 +252,7 @@ TEST(GpuTier, ABlockOfAnotherLayoutIsRefusedAndNothingChanges) {
   EXPECT_EQ(f.pool->free_blocks(), 2u);
 }
 
-TEST(GpuTier, ReadsCheckTokensAndEraseForgetsTheBlock) {
+TEST(GpuTierTest, ReadsCheckTokensAndEraseForgetsTheBlock) {
   Fixture f(2);
   auto a = f.block(1, testing::Values::kRandom);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -268,7 +268,7 @@ TEST(GpuTier, ReadsCheckTokensAndEraseForgetsTheBlock) {
   EXPECT_FALSE(f.tier->erase(a->hash()));
 }
 
-TEST(GpuTier, QuantizedHostBlocksGoUpDense) {
+TEST(GpuTierTest, QuantizedHostBlocksGoUpDense) {
   Fixture f(2);
   auto a = f.block(4, testing::Values::kRandom);
   auto q = a->quantized(Quantization{8, 64});
@@ -320,7 +320,7 @@ void expect_direct_copies_bit_exact(const KvLayout& l) {
   EXPECT_EQ(f.tier->metrics().import_failures.value(), 0u);
 }
 
-TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
+TEST(GpuTierTest, LargeHostBlocksCrossByDirectCopiesBitExact) {
   if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
   KvLayout l = KvLayout::uniform("gpu-tier-direct", 3, 8, 128, 16, DType::kF32);  // 576 KiB
   l.layers[1].dtype = DType::kF16;
@@ -329,7 +329,7 @@ TEST(GpuTier, LargeHostBlocksCrossByDirectCopiesBitExact) {
 }
 
 // A small model's blocks (16 KiB here, as the `tiny` preset's) take the same direct path.
-TEST(GpuTier, SmallHostBlocksCrossByDirectCopiesBitExact) {
+TEST(GpuTierTest, SmallHostBlocksCrossByDirectCopiesBitExact) {
   if (gpu().info().host_import_alignment == 0) GTEST_SKIP() << "the device cannot import host memory";
   const KvLayout l = KvLayout::uniform("gpu-tier-direct-small", 2, 2, 64, 16, DType::kBF16);
   ASSERT_EQ(l.dense_block_bytes(), 16u << 10);

@@ -37,7 +37,7 @@ struct Fixture {
   std::vector<BlockHash> evicted;
 };
 
-TEST(RamTier, EvictsLeastRecentlyUsedFirst) {
+TEST(RamTierTest, EvictsLeastRecentlyUsedFirst) {
   Fixture f(3);
   auto a = block(1), b = block(2), c = block(3), d = block(4);
   for (auto& x : {a, b, c}) ASSERT_TRUE(f.tier->insert(x).ok());
@@ -51,7 +51,7 @@ TEST(RamTier, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(f.evicted.back(), c->hash()) << "then c, the oldest after b";
 }
 
-TEST(RamTier, PinnedBlocksAreNeverEvicted) {
+TEST(RamTierTest, PinnedBlocksAreNeverEvicted) {
   Fixture f(2);
   auto a = block(1), b = block(2), c = block(3);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -62,7 +62,7 @@ TEST(RamTier, PinnedBlocksAreNeverEvicted) {
   EXPECT_TRUE(f.tier->contains(a->hash()));
 }
 
-TEST(RamTier, InsertWithEverythingPinnedFailsAndChangesNothing) {
+TEST(RamTierTest, InsertWithEverythingPinnedFailsAndChangesNothing) {
   Fixture f(2);
   auto a = block(1), b = block(2), c = block(3);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -79,7 +79,7 @@ TEST(RamTier, InsertWithEverythingPinnedFailsAndChangesNothing) {
   EXPECT_TRUE(f.tier->insert(c).ok()) << "room again once a pin is released";
 }
 
-TEST(RamTier, PinsNest) {
+TEST(RamTierTest, PinsNest) {
   Fixture f(1);
   auto a = block(1), b = block(2);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -91,7 +91,7 @@ TEST(RamTier, PinsNest) {
   EXPECT_TRUE(f.tier->insert(b).ok());
 }
 
-TEST(RamTier, BlockLargerThanTheTierIsRejected) {
+TEST(RamTierTest, BlockLargerThanTheTierIsRejected) {
   Fixture f(1);
   auto big = block(1, testing::share(KvLayout::uniform("big", 2, 1, 8, 4, DType::kBF16)));
   auto r = f.tier->insert(big);
@@ -100,7 +100,7 @@ TEST(RamTier, BlockLargerThanTheTierIsRejected) {
   EXPECT_EQ(f.tier->used_bytes(), 0u);
 }
 
-TEST(RamTier, DuplicateInsertIsANoOp) {
+TEST(RamTierTest, DuplicateInsertIsANoOp) {
   Fixture f(2);
   auto a = block(1);
   ASSERT_EQ(*f.tier->insert(a), InsertOutcome::kInserted);
@@ -108,7 +108,7 @@ TEST(RamTier, DuplicateInsertIsANoOp) {
   EXPECT_EQ(f.tier->used_bytes(), f.block_bytes);
 }
 
-TEST(RamTier, ProbeComparesTokens) {
+TEST(RamTierTest, ProbeComparesTokens) {
   Fixture f(2);
   auto a = block(1);
   ASSERT_TRUE(f.tier->insert(a).ok());
@@ -119,7 +119,7 @@ TEST(RamTier, ProbeComparesTokens) {
   EXPECT_EQ(f.tier->probe(req(block(9))), Tier::Presence::kAbsent);
 }
 
-TEST(RamTier, QuantizationOnInsertHoldsMoreAndKeepsNonFiniteBlocksDense) {
+TEST(RamTierTest, QuantizationOnInsertHoldsMoreAndKeepsNonFiniteBlocksDense) {
   auto layout = testing::share(KvLayout::uniform("q", 2, 2, 64, 16, DType::kBF16));
   RamTierOptions o;
   o.capacity_bytes = 64 << 20;
@@ -220,7 +220,7 @@ class ReferenceLru {
   std::vector<Item> items_;
 };
 
-TEST(RamTier, MatchesAReferenceModelOverRandomOperations) {
+TEST(RamTierTest, MatchesAReferenceModelOverRandomOperations) {
   // Blocks of two sizes, so eviction must free bytes, not count blocks.
   auto small = micro_layout();
   auto large = testing::share(KvLayout::uniform("micro2", 3, 1, 8, 4, DType::kBF16));
@@ -288,7 +288,7 @@ TEST(RamTier, MatchesAReferenceModelOverRandomOperations) {
 
 // The sink runs outside the tier's lock; a reader that looked between the block leaving the index
 // and the sink taking it found it in no tier (a miss for a block nobody deleted).
-TEST(RamTier, ABlockOnItsWayToTheSinkIsStillFoundAndRead) {
+TEST(RamTierTest, ABlockOnItsWayToTheSinkIsStillFoundAndRead) {
   RamTierOptions o;
   o.capacity_bytes = block(0)->size_bytes();
   RamTier tier(o);

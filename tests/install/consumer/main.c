@@ -23,7 +23,7 @@ int main(void) {
   in = malloc(bytes);
   out = malloc(bytes);
   for (i = 0; i < bytes; ++i) in[i] = (unsigned char)(i * 31u);
-  if (kvtier_store_block(c, tokens, 16, NULL, NULL, 0, in, bytes, hash, NULL) != KVTIER_OK ||
+  if (kvtier_store_block(c, &(kvtier_prompt){tokens, 16, NULL, 0}, NULL, in, bytes, hash, NULL) != KVTIER_OK ||
       kvtier_load_block(c, hash, tokens, 16, out, bytes, &found) != KVTIER_OK || !found ||
       memcmp(in, out, bytes) != 0) {
     fprintf(stderr, "round trip failed: %s\n", kvtier_last_error());

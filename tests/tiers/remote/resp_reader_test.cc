@@ -45,7 +45,7 @@ std::string value_of(size_t n, unsigned seed) {
   return v;
 }
 
-TEST(RespReader, EveryReplyTypeParsesTheSameWhateverTheChunking) {
+TEST(RespReaderTest, EveryReplyTypeParsesTheSameWhateverTheChunking) {
   const std::string large = value_of(100000, 1);
   const std::string small = "a\r\nb";  // CRLF inside a bulk string is data
   const std::string bytes = "+OK\r\n-MOVED 12 127.0.0.1:7001\r\n:-42\r\n$-1\r\n*-1\r\n" + bulk(small) + bulk("") +
@@ -82,7 +82,7 @@ TEST(RespReader, EveryReplyTypeParsesTheSameWhateverTheChunking) {
   }
 }
 
-TEST(RespReader, ALargeValueIsHandedOverAlignedWithoutACopyOfItsBytes) {
+TEST(RespReaderTest, ALargeValueIsHandedOverAlignedWithoutACopyOfItsBytes) {
   const std::string v = value_of(1 << 20, 2);
   RespReader reader;
   auto replies = feed(reader, bulk(v) + bulk(v), {1000, 300000});
@@ -99,7 +99,7 @@ TEST(RespReader, ALargeValueIsHandedOverAlignedWithoutACopyOfItsBytes) {
   }
 }
 
-TEST(RespReader, AValueWhoseHeaderArrivedIsReadIntoItsOwnBufferByTheNextRead) {
+TEST(RespReaderTest, AValueWhoseHeaderArrivedIsReadIntoItsOwnBufferByTheNextRead) {
   // A connection drains its socket with reads back to back, asking next() nothing in between.
   const std::string v = value_of(1 << 20, 3);
   const std::string bytes = bulk(v);
@@ -122,7 +122,7 @@ TEST(RespReader, AValueWhoseHeaderArrivedIsReadIntoItsOwnBufferByTheNextRead) {
   EXPECT_EQ((*r)->str(), v);
 }
 
-TEST(RespReader, MalformedInputIsAnErrorAtEveryChunking) {
+TEST(RespReaderTest, MalformedInputIsAnErrorAtEveryChunking) {
   const std::vector<std::string> bad = {
       "?what\r\n",                   // not a type byte
       ":12x\r\n",                    // not a number
@@ -149,7 +149,7 @@ TEST(RespReader, MalformedInputIsAnErrorAtEveryChunking) {
   }
 }
 
-TEST(RespReader, AReplyOverTheBufferLimitIsAnErrorNotAnEndlessBuffer) {
+TEST(RespReaderTest, AReplyOverTheBufferLimitIsAnErrorNotAnEndlessBuffer) {
   RespReaderOptions o;
   o.max_buffered_reply_bytes = 1 << 20;
   RespReader reader(o);
@@ -161,7 +161,7 @@ TEST(RespReader, AReplyOverTheBufferLimitIsAnErrorNotAnEndlessBuffer) {
   EXPECT_NE(r.status().message().find("not one bulk string"), std::string::npos) << r.status().to_string();
 }
 
-TEST(RespReader, RandomBytesNeverCrashTheReader) {
+TEST(RespReaderTest, RandomBytesNeverCrashTheReader) {
   std::mt19937 rng(7);
   const std::string alphabet = "+-:$*\r\n0123456789-abc";
   for (int round = 0; round < 2000; ++round) {

@@ -12,7 +12,7 @@
 namespace kvtier {
 namespace {
 
-TEST(SsdTierConcurrency, WritersReadersAndAnEraserNeverSeeAWrongBlock) {
+TEST(SsdTierConcurrencyTest, WritersReadersAndAnEraserNeverSeeAWrongBlock) {
   testing::TempDir dir;
   auto layouts = std::make_shared<LayoutRegistry>();
   auto layout = *layouts->add(KvLayout::uniform("c", 2, 2, 64, 16, DType::kBF16));

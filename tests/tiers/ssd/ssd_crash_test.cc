@@ -8,7 +8,7 @@
 namespace kvtier {
 namespace {
 
-TEST(SsdCrash, KilledWhileSpillingTwentyTimesServesNoWrongBlock) {
+TEST(SsdCrashTest, KilledWhileSpillingTwentyTimesServesNoWrongBlock) {
   testing::TempDir dir;
   testing::CrashOptions o;
   o.child = KVTIER_SSD_CRASH_CHILD;

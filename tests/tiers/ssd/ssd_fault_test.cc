@@ -4,6 +4,7 @@
 // all.
 #include <cerrno>
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -207,6 +208,45 @@ TEST_F(SsdFaultTest, NoSpaceForANewSegmentFailsCleanlyAndRecovers) {
   auto later = insert(*tier, 1000, 20);
   EXPECT_EQ(misses(*tier, later), 0u);
   EXPECT_EQ(misses(*tier, blocks), m.spill_failed_no_space.value());
+}
+
+// A block read since it was written is moved out of its segment when that segment is reclaimed,
+// and travels in a write group of its own behind the group whose rotation reclaimed it. An erase
+// meanwhile must hold even when that older group finishes first (it once cleared the tier's memory
+// of erases made during a move, and the moved block came back).
+TEST_F(SsdFaultTest, ABlockErasedWhileItsSegmentsReclaimMovesItStaysErased) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 3 << 20;  // three segments: opening a fourth reclaims the first
+  o.active_segments = 1;
+  auto tier = open(o);
+  SsdState& state = tier->state_for_testing();
+  BlockRef hot = seeded_block(layout_, 1);
+  ASSERT_TRUE(tier->insert(hot).ok());
+  tier->flush();
+  ASSERT_TRUE(tier->read(request_for(hot)).ok());  // read since written: the reclaim moves it
+  const uint64_t first = segment_of(*tier, hot);
+  const uint64_t record_bytes = record_padded(tier->state_for_testing().index->get(hot->hash())->value().length);
+  uint64_t seed = 10;
+  while (state.segments.count() < 3) insert(*tier, seed++, 1);
+  const uint64_t third = state.segments.max_id();
+  const uint64_t room = (o.segment_size - state.segments.record(third)->watermark) / record_bytes;
+  // The writes that still fit the third segment go through; the first ones after it (the group that
+  // reclaims the first segment, then the moved block's) are held half a second each.
+  ScopedIoFault slow(IoFault{IoSite::kWrite, segments_, 0, /*skip=*/room, /*count=*/3, std::chrono::milliseconds(500)});
+  std::thread writer([&] {
+    for (uint64_t s = 0; s < room + 8; ++s) EXPECT_TRUE(tier->insert(seeded_block(layout_, 1000 + s)).ok());
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (state.segments.record(first) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_FALSE(state.segments.record(first)) << "the first segment was reclaimed";
+  ASSERT_TRUE(tier->erase_durably(hot->hash()).ok());
+  writer.join();
+  tier->flush();
+  EXPECT_GE(IoFaultInjector::hits(), 1u) << "the older group was still writing";
+  EXPECT_FALSE(tier->contains(hot->hash())) << "an erased block came back with its move";
+  EXPECT_EQ(tier->read(request_for(hot)).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(SsdFaultTest, NoSpaceOnAWriteIsCountedAsNoSpace) {

@@ -10,7 +10,7 @@
 namespace kvtier {
 namespace {
 
-TEST(SsdFsck, ReportsAHealthyDirectoryAsCleanThenFindsAndRepairsDamage) {
+TEST(SsdFsckTest, ReportsAHealthyDirectoryAsCleanThenFindsAndRepairsDamage) {
   testing::TempDir dir;
   auto layouts = std::make_shared<LayoutRegistry>();
   auto layout = *layouts->add(KvLayout::uniform("f", 2, 2, 64, 16, DType::kBF16));
@@ -81,7 +81,7 @@ TEST(SsdFsck, ReportsAHealthyDirectoryAsCleanThenFindsAndRepairsDamage) {
   }
 }
 
-TEST(SsdFsck, RefusesADirectoryInUse) {
+TEST(SsdFsckTest, RefusesADirectoryInUse) {
   testing::TempDir dir;
   auto layouts = std::make_shared<LayoutRegistry>();
   auto tier = SsdTier::open(testing::small_ssd_options(dir.str()), layouts);

@@ -71,7 +71,7 @@ int free_redis_port(const TempDir& dir) {
   return probe ? probe->ports().front() : 0;
 }
 
-TEST(RedisAddress, ParsesSeedsAndCredentials) {
+TEST(RedisAddressTest, ParsesSeedsAndCredentials) {
   auto a = RedisAddress::parse("redis://alice:p%40ss@10.0.0.1:7000,10.0.0.2:7001");
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_EQ(a->user, "alice");
@@ -85,14 +85,14 @@ TEST(RedisAddress, ParsesSeedsAndCredentials) {
   EXPECT_FALSE(RedisAddress::parse("redis://").ok());
 }
 
-TEST(RedisKeySlot, MatchesRedisForKeysAndHashTags) {
+TEST(RedisKeySlotTest, MatchesRedisForKeysAndHashTags) {
   // Values from `CLUSTER KEYSLOT`.
   EXPECT_EQ(redis_key_slot("foo"), 12182);
   EXPECT_EQ(redis_key_slot("{user1000}.following"), redis_key_slot("user1000"));
   EXPECT_EQ(redis_key_slot("a{}b"), redis_key_slot("a{}b"));
 }
 
-TEST(RemoteTier, EveryDtypeRoundTripsBitExactAcrossTheCluster) {
+TEST(RemoteTierTest, EveryDtypeRoundTripsBitExactAcrossTheCluster) {
   Cluster& c = shared_cluster();
   ASSERT_TRUE(c.servers);
   std::vector<std::shared_ptr<const KvLayout>> layouts{layout_of(DType::kF32), layout_of(DType::kF16),
@@ -117,7 +117,7 @@ TEST(RemoteTier, EveryDtypeRoundTripsBitExactAcrossTheCluster) {
   EXPECT_EQ(nodes_used, 3u) << "48 keys land on every master";
 }
 
-TEST(RemoteTier, AnEraseIsNotUndoneByAWriteBehindThatWasQueuedOrInFlight) {
+TEST(RemoteTierTest, AnEraseIsNotUndoneByAWriteBehindThatWasQueuedOrInFlight) {
   // Each block is erased right after it is offered: still queued, or in the batch being written.
   // Before, the erase's DEL went first and the write-behind's SET put the block back.
   Cluster& c = shared_cluster();
@@ -138,7 +138,7 @@ TEST(RemoteTier, AnEraseIsNotUndoneByAWriteBehindThatWasQueuedOrInFlight) {
   EXPECT_EQ(std::count(held.begin(), held.end(), true), 0) << "erased blocks back in Redis";
 }
 
-TEST(RemoteTier, ContainsManyAnswersForEveryNodeInOneBatch) {
+TEST(RemoteTierTest, ContainsManyAnswersForEveryNodeInOneBatch) {
   Cluster& c = shared_cluster();
   ASSERT_TRUE(c.servers);
   auto l = layout_of(DType::kBF16);
@@ -157,7 +157,7 @@ TEST(RemoteTier, ContainsManyAnswersForEveryNodeInOneBatch) {
   EXPECT_EQ(tier->metrics().exists_seconds.snapshot().count, 1u) << "one batch";
 }
 
-TEST(RemoteTier, AValueThatFailsItsChecksIsRefusedDeletedAndCounted) {
+TEST(RemoteTierTest, AValueThatFailsItsChecksIsRefusedDeletedAndCounted) {
   Cluster& c = shared_cluster();
   ASSERT_TRUE(c.servers);
   auto l = layout_of(DType::kBF16);
@@ -213,7 +213,7 @@ void migrate(RedisServers& s, const std::string& key, int from, int to, bool fin
   for (int p : s.ports()) s.cli(p, {"CLUSTER", "SETSLOT", slot_n, "NODE", id(to)});
 }
 
-TEST(RemoteTier, MovedAndAskRedirectsAreFollowed) {
+TEST(RemoteTierTest, MovedAndAskRedirectsAreFollowed) {
   Cluster& c = shared_cluster();
   ASSERT_TRUE(c.servers);
   auto l = layout_of(DType::kBF16);
@@ -242,7 +242,7 @@ TEST(RemoteTier, MovedAndAskRedirectsAreFollowed) {
   EXPECT_TRUE(testing::same_bytes(**got[1], *asked));
 }
 
-TEST(RemoteTier, ARedisDownAtStartIsAMissUntilItComesBack) {
+TEST(RemoteTierTest, ARedisDownAtStartIsAMissUntilItComesBack) {
   TempDir dir;
   std::string error;
   const int port = free_redis_port(dir);
@@ -273,7 +273,7 @@ TEST(RemoteTier, ARedisDownAtStartIsAMissUntilItComesBack) {
 
 // A block whose SET failed while Redis was down reaches Redis once it is back, without being
 // offered again: another host reads it then.
-TEST(RemoteTier, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
+TEST(RemoteTierTest, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
   TempDir dir;
   std::string error;
   const int port = free_redis_port(dir);
@@ -303,7 +303,7 @@ TEST(RemoteTier, AWriteThatFailedDuringAnOutageIsWrittenWhenRedisIsBack) {
   EXPECT_EQ(tier->metrics().retry_blocks.value(), 0);
 }
 
-TEST(RemoteTier, AFailedWriteIsDroppedWithAReasonOnceNoLocalTierHoldsItOrItsWindowEnds) {
+TEST(RemoteTierTest, AFailedWriteIsDroppedWithAReasonOnceNoLocalTierHoldsItOrItsWindowEnds) {
   TempDir dir;
   const int port = free_redis_port(dir);
   ASSERT_GT(port, 0);
@@ -334,7 +334,7 @@ TEST(RemoteTier, AFailedWriteIsDroppedWithAReasonOnceNoLocalTierHoldsItOrItsWind
   EXPECT_EQ((*forgotten)->metrics().retry_blocks.value(), 0);
 }
 
-TEST(RemoteTier, PasswordsAndAclUsersAuthenticateAndAWrongOneFailsAtOpen) {
+TEST(RemoteTierTest, PasswordsAndAclUsersAuthenticateAndAWrongOneFailsAtOpen) {
   TempDir dir;
   std::string error;
   auto s = RedisServers::standalone(dir.str(), {"--requirepass", "sekret", "--user", "alice", "on", ">wonderland",

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "cache/cache_stack.h"
-#include "cache/cached_generator.h"
-#include "tests/cache/parity_support.h"
+#include "generate/cached_generator.h"
+#include "tests/generate/parity_support.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/io_fault_injector.h"
 #include "tests/support/temp_dir.h"

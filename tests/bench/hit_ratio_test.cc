@@ -31,7 +31,7 @@ const PrefixHasher& hasher() {
   return h;
 }
 
-TEST(Traces, AreDeterministicAndRoundTripAsJsonLines) {
+TEST(TracesTest, AreDeterministicAndRoundTripAsJsonLines) {
   TempDir dir;
   for (std::string_view kind : trace_kinds()) {
     auto a = generate_trace(kind, {0.05, 7}), b = generate_trace(kind, {0.05, 7}), c = generate_trace(kind, {0.05, 8});
@@ -53,7 +53,7 @@ TEST(Traces, AreDeterministicAndRoundTripAsJsonLines) {
 }
 
 // Two prompts sharing a first block, alternating: A = [x, a], B = [x, b], capacity 2 blocks.
-TEST(Belady, IsOptimalOnACaseWorkedByHand) {
+TEST(BeladyTest, IsOptimalOnACaseWorkedByHand) {
   BlockTrace t;
   t.block_size = 16;
   t.depth = {0, 1, 1};  // x, a, b
@@ -93,7 +93,7 @@ Replays replays(std::string_view kind, double scale, double ram_fraction, double
 }
 
 // RAM alone at 5 % of the working set, where the order of eviction decides everything.
-TEST(HitRatio, BeladyBoundsEveryPolicyAndEachPolicyWinsWhereItShould) {
+TEST(HitRatioTest, BeladyBoundsEveryPolicyAndEachPolicyWinsWhereItShould) {
   std::map<std::string, std::map<std::string, double>> ratio;
   for (const char* kind : {"agent", "rag"}) {
     Replays r = replays(kind, 0.05, 0.05, 0.0);
@@ -112,7 +112,7 @@ TEST(HitRatio, BeladyBoundsEveryPolicyAndEachPolicyWinsWhereItShould) {
   EXPECT_GT(ratio["rag"]["s3fifo"], ratio["rag"]["lru"] + 0.05);
 }
 
-TEST(HitRatio, SeenTwiceAdmissionWritesLessToTheSsdAndCountsWhatItRefuses) {
+TEST(HitRatioTest, SeenTwiceAdmissionWritesLessToTheSsdAndCountsWhatItRefuses) {
   Replays r = replays("scan", 0.05, 0.10, 0.5);
   const ReplayResult all = r.run("chain-lru", "all");
   const ReplayResult twice = r.run("chain-lru", "seen-twice");

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "embed/cuda/cuda_driver.h"
-#include "embed/embedded_cache.h"
+#include "inprocess/cuda/cuda_driver.h"
+#include "inprocess/embedded_cache.h"
 
 namespace kvtier {
 namespace {
@@ -25,7 +25,7 @@ double metric(EmbeddedCache& c, const char* name) {
 
 double rejected(EmbeddedCache& c) { return metric(c, "kvtier_embedded_rejected_calls_total"); }
 
-class EmbeddedCacheCuda : public ::testing::Test {
+class EmbeddedCacheCudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::CudaDriver::get().ok()) GTEST_SKIP() << "a CUDA driver is present; test_cuda.py covers this machine";
@@ -37,41 +37,41 @@ class EmbeddedCacheCuda : public ::testing::Test {
   std::unique_ptr<EmbeddedCache> cache_;
 };
 
-TEST_F(EmbeddedCacheCuda, WithoutADriverEveryDeviceCallFailsClearlyAndStoresNothing) {
+TEST_F(EmbeddedCacheCudaTest, WithoutADriverEveryDeviceCallFailsClearlyAndStoresNothing) {
   const std::vector<uint32_t> tokens = prompt(64, 1);
   const std::vector<size_t> all = {0, 1, 2, 3};
   const DeviceStaging staging{0, 0, {0x100000}, 4};
-  auto saved = cache_->save_device_blocks(tokens, {}, all, staging);
+  auto saved = cache_->save_device_blocks({tokens}, all, staging);
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(saved.status().message().find("CUDA driver"), std::string::npos) << saved.status().message();
-  auto loaded = cache_->load_device_blocks(tokens, {}, LoadOptions{}, 4, staging,
+  auto loaded = cache_->load_device_blocks({tokens}, LoadOptions{}, 4, staging,
                                            [](size_t, size_t, size_t) { return ok_status(); });
   EXPECT_FALSE(loaded.ok());
-  auto stored = cache_->store_device_block(prompt(16, 2), std::nullopt, {}, staging);
+  auto stored = cache_->store_device_block({prompt(16, 2)}, std::nullopt, staging);
   EXPECT_FALSE(stored.ok());
-  EXPECT_EQ(cache_->lookup(tokens, {})->matched_tokens, 0u);
-  EXPECT_EQ(cache_->lookup(prompt(16, 2), {})->matched_tokens, 0u);
+  EXPECT_EQ(cache_->lookup({tokens})->matched_tokens, 0u);
+  EXPECT_EQ(cache_->lookup({prompt(16, 2)})->matched_tokens, 0u);
   EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_failures_total"), 3);  // failures, not rejections
   EXPECT_EQ(rejected(*cache_), 0);
 }
 
-TEST_F(EmbeddedCacheCuda, MissingBlocksAreThoseTheCacheDoesNotHold) {
+TEST_F(EmbeddedCacheCudaTest, MissingBlocksAreThoseTheCacheDoesNotHold) {
   const std::vector<uint32_t> tokens = prompt(64 + 5, 3);
   std::vector<uint8_t> block(cache_->block_bytes(), 7);
   const std::span<const uint32_t> first(tokens.data(), 16);
-  auto h = cache_->store_bytes(first, std::nullopt, block, {});
+  auto h = cache_->store_bytes({first}, std::nullopt, block);
   ASSERT_TRUE(h.ok());
   const std::span<const uint32_t> third_parent(tokens.data(), 32);
-  auto second = cache_->block_hashes(third_parent, {});
+  auto second = cache_->block_hashes({third_parent});
   ASSERT_TRUE(second.ok());
-  ASSERT_TRUE(cache_->store_bytes(std::span(tokens.data() + 32, 16), (*second)[1], block, {}).ok());
+  ASSERT_TRUE(cache_->store_bytes({std::span(tokens.data() + 32, 16)}, (*second)[1], block).ok());
   // Blocks 0 and 2 are held; 1 and 3 are not; the partial fifth block has no hash.
-  EXPECT_EQ(*cache_->missing_blocks(tokens, {}, 99), (std::vector<size_t>{1, 3}));
-  EXPECT_EQ(*cache_->missing_blocks(tokens, {}, 2), (std::vector<size_t>{1}));
+  EXPECT_EQ(*cache_->missing_blocks({tokens}, 99), (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(*cache_->missing_blocks({tokens}, 2), (std::vector<size_t>{1}));
 }
 
-TEST_F(EmbeddedCacheCuda, BlockIdsOutsideTheEnginesBlocksAreRefusedAndCounted) {
+TEST_F(EmbeddedCacheCudaTest, BlockIdsOutsideTheEnginesBlocksAreRefusedAndCounted) {
   const std::vector<int64_t> ok_ids = {0, 5, 9};
   EXPECT_TRUE(cache_->check_block_ids(ok_ids, 10).ok());
   const double before = rejected(*cache_);
@@ -83,15 +83,15 @@ TEST_F(EmbeddedCacheCuda, BlockIdsOutsideTheEnginesBlocksAreRefusedAndCounted) {
   EXPECT_EQ(rejected(*cache_), before + 2);
 }
 
-TEST_F(EmbeddedCacheCuda, AStagingRingWithoutBuffersIsRefusedBeforeAnyDriverIsNeeded) {
+TEST_F(EmbeddedCacheCudaTest, AStagingRingWithoutBuffersIsRefusedBeforeAnyDriverIsNeeded) {
   const DeviceStaging none{0, 0, {}, 0};
   const std::vector<size_t> one = {0};
-  auto saved = cache_->save_device_blocks(prompt(16, 4), {}, one, none);
+  auto saved = cache_->save_device_blocks({prompt(16, 4)}, one, none);
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument);
   const DeviceStaging small{0, 0, {0x100000}, 1};
   const std::vector<size_t> two = {0, 1};
-  auto too_many = cache_->save_device_blocks(prompt(32, 4), {}, two, small);
+  auto too_many = cache_->save_device_blocks({prompt(32, 4)}, two, small);
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("holds 1 blocks"), std::string::npos) << too_many.status().message();
 }

@@ -1,7 +1,7 @@
 // The hit planner and the cost model it reads: fits that recover the costs they are fed, and
 // splits that follow the costs — load when loading is cheap, compute when computing is, both at
 // once in between, and never recompute what already lies on the GPU.
-#include "cache/hit_planner.h"
+#include "generate/hit_planner.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@ namespace {
 
 constexpr uint64_t kBlockBytes = 1 << 20;
 
-TEST(HitCostModel, RecoversAFixedCostAndARateFromRestores) {
+TEST(HitCostModelTest, RecoversAFixedCostAndARateFromRestores) {
   HitCostModel m;
   EXPECT_FALSE(m.restore_seconds(1, kBlockBytes)) << "unknown before any sample";
   m.observe_restore(1, 8ull << 20, 0.5);  // the first: one-off costs, ignored
@@ -25,7 +25,7 @@ TEST(HitCostModel, RecoversAFixedCostAndARateFromRestores) {
 
 // kvtierd's GETs and an engine's repeated prompts restore the same number of blocks each time: the
 // fixed cost cannot be told from the rate then, and the estimate goes through the origin.
-TEST(HitCostModel, RestoresOfOneSizeStillGiveAnEstimateNearThatSize) {
+TEST(HitCostModelTest, RestoresOfOneSizeStillGiveAnEstimateNearThatSize) {
   HitCostModel m;
   m.observe_restore(1, 4ull << 20, 0.040);  // warm-up, ten times the rest: not in the estimate
   m.observe_restore(1, 4ull << 20, 0.004);
@@ -35,7 +35,7 @@ TEST(HitCostModel, RestoresOfOneSizeStillGiveAnEstimateNearThatSize) {
   EXPECT_NEAR(*s, 0.005, 0.0011);
 }
 
-TEST(HitCostModel, RecentSamplesOutweighOldOnes) {
+TEST(HitCostModelTest, RecentSamplesOutweighOldOnes) {
   HitCostModel m;
   m.observe_restore(2, 1ull << 20, 0.001);  // warm-up
   for (int i = 0; i < 10; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.001));
@@ -43,7 +43,7 @@ TEST(HitCostModel, RecentSamplesOutweighOldOnes) {
   EXPECT_NEAR(*m.restore_seconds(2, 10ull << 20), 0.04, 0.001);
 }
 
-TEST(HitCostModel, RecoversAPrefillCostWithItsAttentionTerm) {
+TEST(HitCostModelTest, RecoversAPrefillCostWithItsAttentionTerm) {
   HitCostModel m;
   auto cost = [](double t, double ctx) { return 0.0005 + 2e-6 * t + 1e-10 * t * (ctx + t / 2); };
   for (auto [t, ctx] : {std::pair{16, 0}, {512, 0}, {2048, 0}, {512, 4096}, {2048, 8192}, {64, 30000}}) {
@@ -54,7 +54,7 @@ TEST(HitCostModel, RecoversAPrefillCostWithItsAttentionTerm) {
 
 // One slow sample (a pipeline compiled for a new shape, a scratch buffer grown) must not rule
 // the fit; two in a row are the machine getting slower, and are taken.
-TEST(HitCostModel, AOneOffSlowSampleIsDroppedAndCountedTwoInARowAreTaken) {
+TEST(HitCostModelTest, AOneOffSlowSampleIsDroppedAndCountedTwoInARowAreTaken) {
   HitCostModel m;
   auto cost = [](double t, double ctx) { return 0.0003 + 1e-6 * t + 1e-10 * t * (ctx + t / 2); };
   for (auto [t, ctx] : {std::pair{64, 0}, {4096, 0}, {4096, 4096}, {8192, 0}}) m.observe_prefill(t, ctx, cost(t, ctx));
@@ -93,7 +93,7 @@ HitPlanInput input(const std::vector<int>& tiers, uint64_t rest = 16) {
   return in;
 }
 
-TEST(HitPlanner, CheapLoadsAreLoadedAndCheapComputeIsComputed) {
+TEST(HitPlannerTest, CheapLoadsAreLoadedAndCheapComputeIsComputed) {
   const std::vector<int> ssd(64, 2);
   // 64 MiB at 10 GB/s is 6.7 ms; 1024 tokens at 1M tokens/s is 1 ms: compute wins...
   HitPlan fast_gpu = plan_hit(input(ssd), Costs(20, 10, 1e6).model, HitPolicy::kCost);
@@ -103,7 +103,7 @@ TEST(HitPlanner, CheapLoadsAreLoadedAndCheapComputeIsComputed) {
   EXPECT_LT(slow_gpu.compute_blocks, 10u);
 }
 
-TEST(HitPlanner, WhenBothCostTheSameTheSplitOverlapsThemAndBeatsEither) {
+TEST(HitPlannerTest, WhenBothCostTheSameTheSplitOverlapsThemAndBeatsEither) {
   const std::vector<int> ssd(64, 2);
   // Load 64 MiB at 1 GB/s: 67 ms. Compute 1024 tokens at 15k tokens/s: 68 ms.
   Costs c(20, 1, 15e3);
@@ -115,7 +115,7 @@ TEST(HitPlanner, WhenBothCostTheSameTheSplitOverlapsThemAndBeatsEither) {
   EXPECT_LT(*p.predicted, 0.6 * std::min(*p.load_only, *p.compute_only));
 }
 
-TEST(HitPlanner, ALoadThatCannotRunBesideComputeIsNeverSplit) {
+TEST(HitPlannerTest, ALoadThatCannotRunBesideComputeIsNeverSplit) {
   // RAM's load queues behind compute: a split only adds the front's time to the load's.
   const std::vector<int> ram(64, 1);
   Costs c(1, 1, 15e3);
@@ -123,7 +123,7 @@ TEST(HitPlanner, ALoadThatCannotRunBesideComputeIsNeverSplit) {
   EXPECT_TRUE(p.compute_blocks == 0 || p.compute_blocks == 64) << p.compute_blocks;
 }
 
-TEST(HitPlanner, BlocksOnTheGpuAreNeverRecomputed) {
+TEST(HitPlannerTest, BlocksOnTheGpuAreNeverRecomputed) {
   std::vector<int> tiers(8, 0);
   tiers.insert(tiers.end(), 8, 2);
   const HitPlan p = plan_hit(input(tiers), Costs(20, 0.001, 1e9).model, HitPolicy::kCompute);
@@ -133,7 +133,7 @@ TEST(HitPlanner, BlocksOnTheGpuAreNeverRecomputed) {
   EXPECT_EQ(load.compute_blocks, 8u) << "a pure load starts after the GPU's blocks";
 }
 
-TEST(HitPlanner, WithoutEstimatesItLoads) {
+TEST(HitPlannerTest, WithoutEstimatesItLoads) {
   const std::vector<int> ram(16, 1);
   HitCostModel unknown;
   const HitPlan p = plan_hit(input(ram), unknown, HitPolicy::kCost);
@@ -145,7 +145,7 @@ TEST(HitPlanner, WithoutEstimatesItLoads) {
 // An SSD stack's one-block RAM tier holds the prefix's last block now and then; a fetch that reads
 // it reads the SSD too and is charged to the SSD, so RAM is never timed there. Its block must not
 // make the whole plan unknown (a pure load then: the H100's tiny model lost 2x to recomputing).
-TEST(HitPlanner, ATierNotTimedYetTakesTheNextSlowerTiersPace) {
+TEST(HitPlannerTest, ATierNotTimedYetTakesTheNextSlowerTiersPace) {
   std::vector<int> tiers(63, 2);
   tiers.push_back(1);
   HitCostModel m;
@@ -158,7 +158,7 @@ TEST(HitPlanner, ATierNotTimedYetTakesTheNextSlowerTiersPace) {
 }
 
 // A load predicted to win by less than min_gain is not worth its risk; by more it is taken.
-TEST(HitPlanner, ALoadThatWinsByLessThanTheMarginIsComputed) {
+TEST(HitPlannerTest, ALoadThatWinsByLessThanTheMarginIsComputed) {
   const std::vector<int> ram(64, 1);  // 64 MiB; RAM loads do not overlap compute: no splits
   for (auto [ram_gbps, computes] : {std::pair{0.0671e9 / 0.95, true}, {0.0671e9 / 0.8, false}}) {
     HitCostModel m;
@@ -171,7 +171,7 @@ TEST(HitPlanner, ALoadThatWinsByLessThanTheMarginIsComputed) {
 
 // Side by side, a front and a load run slower than each alone; splits that took longer than
 // predicted raise the model's overlap factor until a split no longer looks worth it.
-TEST(HitPlanner, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
+TEST(HitPlannerTest, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
   const std::vector<int> ssd(64, 2);
   Costs c(20, 1, 15e3);  // load 67 ms, compute 68 ms: a split predicted at about half
   const HitPlan before = plan_hit(input(ssd), c.model, HitPolicy::kCost);
@@ -186,7 +186,7 @@ TEST(HitPlanner, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
 
 // A tier believed slow is never loaded from, so its estimate would never be corrected: every
 // probe_after-th plan in a row that computes its blocks loads them instead, to time it again.
-TEST(HitPlanner, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
+TEST(HitPlannerTest, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
   const std::vector<int> blocks{1, 2, 2, 2};  // RAM, then SSD
   Costs c(20, 0.001, 1e6);  // the SSD believed at 1 MB/s: 3 MiB in 3 s against 80 tokens in 0.08 ms
   HitPlanInput in = input(blocks);
@@ -224,7 +224,7 @@ TEST(HitPlanner, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
 // A probe that finds the tier far faster than believed asks for another at once, and two such
 // restores in a row replace the tier's estimate: with the default decay, old samples would
 // outweigh new ones for dozens of restores, and a tier believed slow is loaded only by probes.
-TEST(HitCostModel, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
+TEST(HitCostModelTest, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
   const std::vector<int> ssd(4, 2);
   Costs c(20, 0.001, 1e6);
   HitPlanInput in = input(ssd);
@@ -251,7 +251,7 @@ TEST(HitCostModel, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
 // The overlap factor has the same trap: once splits ran slow, none is chosen, so none is timed
 // again. A split that would win at factor 1 is tried every probe_after-th plan that passes it
 // over; one that runs well asks for the next try at once, one that runs slow doubles the wait.
-TEST(HitPlanner, ASplitPassedOverForTheOverlapFactorIsTriedNowAndThen) {
+TEST(HitPlannerTest, ASplitPassedOverForTheOverlapFactorIsTriedNowAndThen) {
   const std::vector<int> ssd(64, 2);
   HitPlanInput in = input(ssd);
   in.probe_after = 3;
@@ -298,7 +298,7 @@ TEST(HitPlanner, ASplitPassedOverForTheOverlapFactorIsTriedNowAndThen) {
   EXPECT_FALSE(plan_hit(in, bad.model, HitPolicy::kCost).split_probe) << "0: never";
 }
 
-TEST(HitPlanner, PoliciesForceTheirEnds) {
+TEST(HitPlannerTest, PoliciesForceTheirEnds) {
   const std::vector<int> ram(16, 1);
   Costs c(20, 1, 15e3);
   EXPECT_EQ(plan_hit(input(ram), c.model, HitPolicy::kLoad).compute_blocks, 0u);

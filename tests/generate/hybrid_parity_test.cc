@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "cache/cache_stack.h"
-#include "cache/hybrid_generator.h"
+#include "generate/hybrid_generator.h"
 #include "serialize/state_record.h"
-#include "tests/cache/parity_support.h"
+#include "tests/generate/parity_support.h"
 #include "tests/engine/engine_test_env.h"
 #include "tests/support/redis_servers.h"
 #include "tests/support/temp_dir.h"
@@ -105,7 +105,7 @@ Generation reference(const std::vector<int32_t>& prompt) {
   return s.run(prompt, false);
 }
 
-TEST(HybridParity, PrefixRestoredFromGpuAndRamEqualsRecomputed) {
+TEST(HybridParityTest, PrefixRestoredFromGpuAndRamEqualsRecomputed) {
   const Generation want_a = reference(kPromptA), want_b = reference(kPromptB);
   Stack s({});
   const Generation cold = s.run(kPromptA);
@@ -127,7 +127,7 @@ TEST(HybridParity, PrefixRestoredFromGpuAndRamEqualsRecomputed) {
   expect_bit_identical(b_ram, want_b, "B, 5 blocks and a snapshot restored from RAM");
 }
 
-TEST(HybridParity, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
+TEST(HybridParityTest, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
   const Generation want_b = reference(kPromptB);
   testing::TempDir dir;
   {
@@ -148,7 +148,7 @@ TEST(HybridParity, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
 
 // Two hosts sharing a Redis: one computes A (its blocks reach Redis as they leave its GPU, its
 // snapshot as it is stored); the other, with nothing of its own, restores B's prefix from Redis.
-TEST(HybridParity, PrefixRestoredFromRedisOnAnotherHostEqualsRecomputed) {
+TEST(HybridParityTest, PrefixRestoredFromRedisOnAnotherHostEqualsRecomputed) {
   const Generation want_b = reference(kPromptB);
   testing::TempDir dir;
   std::string error;
@@ -169,7 +169,7 @@ TEST(HybridParity, PrefixRestoredFromRedisOnAnotherHostEqualsRecomputed) {
   EXPECT_EQ(b_host.cache->metrics().snapshot_reads.value(), 1u);
 }
 
-TEST(HybridParity, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
+TEST(HybridParityTest, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
   const Generation want_b = reference(kPromptB);
   Stack s({});
   s.run(kPromptA);
@@ -185,7 +185,7 @@ TEST(HybridParity, WithoutItsSnapshotAPrefixIsComputedAndStillExact) {
 
 // A prompt of whole blocks sent again: its snapshot was taken at its last block end before its
 // last token (at least one token is computed for the logits), so 3 of its 4 blocks come back.
-TEST(HybridParity, AWholeBlockPromptSentAgainRestoresAllButItsLastBlock) {
+TEST(HybridParityTest, AWholeBlockPromptSentAgainRestoresAllButItsLastBlock) {
   const std::vector<int32_t> prompt(kPromptA.begin(), kPromptA.begin() + 4 * kBlockSize);
   const Generation want = reference(prompt);
   Stack s({});
@@ -195,7 +195,7 @@ TEST(HybridParity, AWholeBlockPromptSentAgainRestoresAllButItsLastBlock) {
   expect_bit_identical(again, want, "the same 64 tokens, 3 blocks and a snapshot restored");
 }
 
-TEST(HybridParity, EveryNBlocksRestoresUpToTheLastSnapshotBeforeADivergence) {
+TEST(HybridParityTest, EveryNBlocksRestoresUpToTheLastSnapshotBeforeADivergence) {
   // C shares A's first 3 blocks only; with a snapshot every 2 blocks, 2 of them are restorable.
   std::vector<int32_t> c(kPromptA.begin(), kPromptA.begin() + 3 * kBlockSize);
   for (int32_t t : tokens_from(3, 30)) c.push_back(t);
@@ -207,7 +207,7 @@ TEST(HybridParity, EveryNBlocksRestoresUpToTheLastSnapshotBeforeADivergence) {
   expect_bit_identical(got, want_c, "C, 2 blocks and the snapshot after them");
 }
 
-TEST(HybridParity, BatchedAndNextTurnEqualEachAlone) {
+TEST(HybridParityTest, BatchedAndNextTurnEqualEachAlone) {
   // The next turn: a 62-token prompt, its answer, and a new question. The prompt's snapshot is
   // after block 3; the generation's, after block 4, which decode steps filled (tokens 62 and 63).
   const std::vector<int32_t> prompt(kPromptA.begin(), kPromptA.begin() + 62);

@@ -30,13 +30,13 @@ void chain_read_in_prefix_order(EvictionPolicy& p) {
   for (uint64_t i = 1; i <= 3; ++i) p.accessed(h(i));
 }
 
-TEST(EvictionPolicy, LruGivesUpAChainFromItsRoot) {
+TEST(EvictionPolicyTest, LruGivesUpAChainFromItsRoot) {
   auto p = policy("lru");
   chain_read_in_prefix_order(*p);
   EXPECT_EQ(*p->victim(), h(1)) << "the pathology: the root is the least recently read";
 }
 
-TEST(EvictionPolicy, ChainLruGivesUpAChainFromItsLeaf) {
+TEST(EvictionPolicyTest, ChainLruGivesUpAChainFromItsLeaf) {
   auto p = policy("chain-lru");
   chain_read_in_prefix_order(*p);
   EXPECT_EQ(*p->victim(), h(3));
@@ -44,7 +44,7 @@ TEST(EvictionPolicy, ChainLruGivesUpAChainFromItsLeaf) {
   EXPECT_EQ(*p->victim(), h(2)) << "its parent became the leaf";
 }
 
-TEST(EvictionPolicy, ChainLruTakesAnInnerBlockOnlyWhenNoLeafIsFree) {
+TEST(EvictionPolicyTest, ChainLruTakesAnInnerBlockOnlyWhenNoLeafIsFree) {
   auto p = policy("chain-lru");
   chain_read_in_prefix_order(*p);
   p->pinned(h(3));
@@ -60,7 +60,7 @@ TEST(EvictionPolicy, ChainLruTakesAnInnerBlockOnlyWhenNoLeafIsFree) {
 // blocks past it (it reached this tier first). The blocks past it go first, then the snapshot,
 // then the blocks it restored, leaf first: never a snapshot without its blocks, never blocks that
 // cannot be resumed kept over one that can.
-TEST(EvictionPolicy, ChainLruTakesTheBlocksPastASnapshotBeforeIt) {
+TEST(EvictionPolicyTest, ChainLruTakesTheBlocksPastASnapshotBeforeIt) {
   auto p = policy("chain-lru");
   const BlockHash root = h(999), snapshot = h(33);
   for (uint64_t i = 1; i <= 3; ++i) p->inserted(h(i), i == 1 ? root : h(i - 1), 100);
@@ -80,7 +80,7 @@ TEST(EvictionPolicy, ChainLruTakesTheBlocksPastASnapshotBeforeIt) {
   EXPECT_EQ(*lru->victim(), h(1));
 }
 
-TEST(EvictionPolicy, S3FifoKeepsBlocksReadTwiceThroughAScan) {
+TEST(EvictionPolicyTest, S3FifoKeepsBlocksReadTwiceThroughAScan) {
   auto p = policy("s3fifo");
   // Ten hot blocks, read after insertion; then a long scan of blocks read once.
   for (uint64_t i = 0; i < 10; ++i) p->inserted(h(i), h(1000 + i), 100);
@@ -99,7 +99,7 @@ TEST(EvictionPolicy, S3FifoKeepsBlocksReadTwiceThroughAScan) {
   for (uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(resident.count(h(i))) << "hot block " << i << " was flushed";
 }
 
-TEST(EvictionPolicy, S3FifoSendsABlockTheGhostRemembersToMain) {
+TEST(EvictionPolicyTest, S3FifoSendsABlockTheGhostRemembersToMain) {
   auto p = policy("s3fifo");
   for (uint64_t i = 0; i < 40; ++i) p->inserted(h(i), h(1000 + i), 100);
   const BlockHash first = *p->victim();
@@ -112,14 +112,14 @@ TEST(EvictionPolicy, S3FifoSendsABlockTheGhostRemembersToMain) {
   }
 }
 
-TEST(EvictionPolicy, UnknownNamesAreRefusedWithTheKnownOnes) {
+TEST(EvictionPolicyTest, UnknownNamesAreRefusedWithTheKnownOnes) {
   auto p = make_eviction_policy("arc");
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("lru, chain-lru, s3fifo, s3fifo-chain"), std::string::npos);
   EXPECT_FALSE(make_admission_policy("sometimes").ok());
 }
 
-TEST(SeenTwiceAdmission, AdmitsABlockUsedTwiceAndItsParentsWheneverItsChildren) {
+TEST(SeenTwiceAdmissionTest, AdmitsABlockUsedTwiceAndItsParentsWheneverItsChildren) {
   SeenTwiceAdmission a;
   const BlockHash parent = h(1), child = h(2), once = h(3);
   a.used(once);

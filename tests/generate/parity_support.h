@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cache/cached_generator.h"
+#include "generate/cached_generator.h"
 
 namespace kvtier::testing {
 

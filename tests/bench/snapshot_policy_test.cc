@@ -19,7 +19,7 @@ BlockTrace trace_of(std::vector<std::vector<uint32_t>> requests) {
   return t;
 }
 
-TEST(SnapshotPolicy, AConversationThatGrowsIsServedFromTheLastTurnsEnd) {
+TEST(SnapshotPolicyTest, AConversationThatGrowsIsServedFromTheLastTurnsEnd) {
   // Turn 2 extends turn 1, turn 3 extends turn 2: the previous prompt's end is always restorable.
   const BlockTrace t = trace_of({{1, 2, 3}, {1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 6, 7}});
   for (auto p : {SnapshotPolicy::kEveryBlock, SnapshotPolicy::kEndOnly, SnapshotPolicy::kBranchPoints}) {
@@ -31,7 +31,7 @@ TEST(SnapshotPolicy, AConversationThatGrowsIsServedFromTheLastTurnsEnd) {
   EXPECT_EQ(replay_snapshots(t, SnapshotPolicy::kEveryBlock).snapshots_written, 7u);
 }
 
-TEST(SnapshotPolicy, ASharedDocumentIsFoundAsABranchPointTheSecondTimeItIsSeen) {
+TEST(SnapshotPolicyTest, ASharedDocumentIsFoundAsABranchPointTheSecondTimeItIsSeen) {
   // A document of three blocks, each time followed by another question.
   const BlockTrace t = trace_of({{1, 2, 3, 10}, {1, 2, 3, 11}, {1, 2, 3, 12}, {1, 2, 3, 13}});
   const SnapshotReplay end_only = replay_snapshots(t, SnapshotPolicy::kEndOnly);
@@ -45,14 +45,14 @@ TEST(SnapshotPolicy, ASharedDocumentIsFoundAsABranchPointTheSecondTimeItIsSeen) 
   EXPECT_EQ(every.snapshots_written, 4u + 3u);
 }
 
-TEST(SnapshotPolicy, EveryNBlocksAndTheEnd) {
+TEST(SnapshotPolicyTest, EveryNBlocksAndTheEnd) {
   const BlockTrace t = trace_of({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1, 2, 3, 4, 5, 6, 7, 20}});
   const SnapshotReplay r = replay_snapshots(t, SnapshotPolicy::kEveryN, /*every_n=*/4);
   EXPECT_EQ(r.hit_tokens, 4 * 16u);  // the second prompt matches 7 blocks; the last snapshot at 4
   EXPECT_EQ(r.snapshots_written, 3u + 1u);  // 4, 8, 10; then the second prompt's end (8 blocks)
 }
 
-TEST(SnapshotPolicy, PastItsCapacityTheLeastRecentlyUsedSnapshotGoes) {
+TEST(SnapshotPolicyTest, PastItsCapacityTheLeastRecentlyUsedSnapshotGoes) {
   // Capacity 1: the second document's snapshot pushes the first's out.
   const BlockTrace t = trace_of({{1, 2}, {5, 6}, {1, 2, 3}, {5, 6, 7}});
   const SnapshotReplay r = replay_snapshots(t, SnapshotPolicy::kEndOnly, 8, /*capacity=*/1);
@@ -64,7 +64,7 @@ TEST(SnapshotPolicy, PastItsCapacityTheLeastRecentlyUsedSnapshotGoes) {
   EXPECT_EQ(replay_snapshots(t, SnapshotPolicy::kEndOnly, 8, 3).hit_tokens, (2 + 2) * 16u);
 }
 
-TEST(SnapshotPolicy, NamesParseBackAndUnknownOnesAreRefused) {
+TEST(SnapshotPolicyTest, NamesParseBackAndUnknownOnesAreRefused) {
   for (auto p : {SnapshotPolicy::kEveryBlock, SnapshotPolicy::kEndOnly, SnapshotPolicy::kEveryN,
                  SnapshotPolicy::kBranchPoints}) {
     EXPECT_EQ(*parse_snapshot_policy(snapshot_policy_name(p)), p);
