@@ -6,8 +6,8 @@
 
 #include "bench/e2e_support.h"
 #include "cache/cache_stack.h"
-#include "cache/hybrid_generator.h"
 #include "engine/model/llama_model.h"
+#include "generate/hybrid_generator.h"
 
 namespace kvtier::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include "base/metrics/metrics_exporters.h"
 #include "bench/e2e_support.h"
 #include "cache/cache_stack.h"
-#include "cache/cached_generator.h"
+#include "generate/cached_generator.h"
 
 namespace kvtier::bench {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "bench/e2e_support.h"
 #include "cache/cache_stack.h"
-#include "cache/cached_generator.h"
 #include "engine/model/llama_model.h"
+#include "generate/cached_generator.h"
 
 namespace kvtier::bench {
 namespace {

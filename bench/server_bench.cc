@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "serialize/format/block_codec.h"
@@ -47,8 +48,6 @@ T must(Result<T> r) {
   if (!r.ok()) die(r.status());
   return std::move(r).value();
 }
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Doc {
   BlockHash hash;

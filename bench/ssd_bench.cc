@@ -26,6 +26,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "base/memory/memory_policy.h"
 #include "bench/harness/bench_report.h"
 #include "cache/prefix_hasher.h"
@@ -39,10 +40,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // CPU seconds this process has used (all threads, user + system).
 double process_cpu_seconds() {
