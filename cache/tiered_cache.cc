@@ -245,6 +245,21 @@ Result<InsertOutcome> TieredCache::insert(BlockRef block) {
   return last;
 }
 
+Result<TieredCache::ScopedErase> TieredCache::erase_in(std::string_view ns, const BlockHash& hash) {
+  std::optional<std::string> owner;
+  for (const auto& tier : tiers_) {
+    if (!tier->contains(hash)) continue;
+    // Gone between the two calls (evicted, promoted away): the tiers below are asked too.
+    if (auto block = tier->read({hash, {}}); block.ok()) {
+      owner = (*block)->identity().namespace_id;
+      break;
+    }
+  }
+  if (owner && *owner != ns) return ScopedErase::kForeign;
+  KVTIER_ASSIGN_OR_RETURN(const bool erased, erase(hash));
+  return owner && erased ? ScopedErase::kErased : ScopedErase::kAbsent;
+}
+
 PrefixMatch TieredCache::describe(const LookupResult& found, uint64_t block_bytes) const {
   PrefixMatch out;
   out.matched_tokens = found.matched_tokens;

@@ -166,6 +166,15 @@ class TieredCache {
   // reports them, its prefills): what hit plans and /v1/lookup's estimates are made of.
   HitCostModel& costs() { return costs_; }
   const HitCostModel& costs() const { return costs_; }
+  // erase() for a caller that may act only in namespace `ns` (a tenant's DELETE by hash). Another
+  // namespace's block is left alone and must look exactly like an absent one (kForeign). The
+  // namespace is read where the block lies, not fetched (a fetch would promote it only to delete
+  // it). A block no tier can read at that moment — absent, or moving inside a tier, as the SSD
+  // moves a block out of a segment it reclaims — is erased all the same, so the move cannot bring
+  // it back (kAbsent): taken for another's, such a block was once left alone and came back after
+  // its DELETE was answered.
+  enum class ScopedErase { kErased, kAbsent, kForeign };
+  Result<ScopedErase> erase_in(std::string_view ns, const BlockHash& hash);
   // `found` as the doors answer it: tier names, and per tier below the top one that holds blocks
   // of it the predicted seconds to bring them up (nullopt while the tier's rate is not known
   // yet) — what an engine we do not run needs to choose between loading and computing, as

@@ -187,19 +187,17 @@ std::vector<std::optional<BlockDocumentParts>> BlockService::batch_get(std::span
 }
 
 Result<bool> BlockService::erase(const BlockHash& hash, std::string_view ns) {
-  if (!ns.empty()) {  // another namespace's block must look exactly like an absent one
-    // Read where it lies, not fetched: a fetch would promote it up the tiers (and refresh its
-    // recency) only to delete it, or for a probe of another tenant's hash.
-    bool ours = false;
-    for (const auto& tier : stack_.cache().tiers()) {
-      if (!tier->contains(hash)) continue;
-      auto block = tier->read({hash, {}});
-      ours = block.ok() && (*block)->identity().namespace_id == ns;
-      break;
-    }
-    if (!ours) return false;
+  // Another namespace's block looks exactly like an absent one: untouched, "not cached"
+  // (TieredCache::erase_in).
+  Result<bool> held = false;
+  if (ns.empty()) {
+    held = stack_.cache().erase(hash);
+  } else {
+    auto scoped = stack_.cache().erase_in(ns, hash);
+    if (scoped.ok() && *scoped == TieredCache::ScopedErase::kForeign) return false;
+    if (scoped.ok()) held = *scoped == TieredCache::ScopedErase::kErased;
+    else held = scoped.status();
   }
-  auto held = stack_.cache().erase(hash);
   // Its snapshot cannot be used without it, and a delete is the client's word that it must go.
   Result<bool> snapshot = hybrid_ ? hybrid_->erase_snapshot(hash) : Result<bool>(false);
   if (!held.ok() || !snapshot.ok()) {

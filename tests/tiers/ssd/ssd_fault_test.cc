@@ -4,10 +4,12 @@
 // all.
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "cache/tiered_cache.h"
 #include "tests/support/io_fault_injector.h"
 #include "tests/tiers/ssd/ssd_test_env.h"
 
@@ -70,6 +72,7 @@ class SsdFaultTest : public ::testing::Test {
     EXPECT_TRUE(e.ok() && e->has_value());
     return e.ok() && e->has_value() ? (**e).segment : 0;
   }
+  BlockRef move_through_a_reclaim(SsdTier& tier, const std::function<void(const BlockRef&)>& during);
   static void expect_every_spill_accounted_for(const SsdTierMetrics& m) {
     EXPECT_EQ(m.spill_written.value() + m.spill_failed_io.value() + m.spill_failed_no_space.value() +
                   m.spill_failed_index.value(),
@@ -211,42 +214,75 @@ TEST_F(SsdFaultTest, NoSpaceForANewSegmentFailsCleanlyAndRecovers) {
 }
 
 // A block read since it was written is moved out of its segment when that segment is reclaimed,
-// and travels in a write group of its own behind the group whose rotation reclaimed it. An erase
-// meanwhile must hold even when that older group finishes first (it once cleared the tier's memory
-// of erases made during a move, and the moved block came back).
-TEST_F(SsdFaultTest, ABlockErasedWhileItsSegmentsReclaimMovesItStaysErased) {
-  auto o = small_ssd_options(dir_.str());
-  o.capacity_bytes = 3 << 20;  // three segments: opening a fourth reclaims the first
-  o.active_segments = 1;
-  auto tier = open(o);
-  SsdState& state = tier->state_for_testing();
+// and travels in a write group of its own behind the group whose rotation reclaimed it. Runs
+// `during(hot)` while such a move is on its way: the hot block is in no index then, and the older
+// group is held writing (a slow disk) so the window is certain. Returns the hot block, after the
+// tier flushed.
+BlockRef SsdFaultTest::move_through_a_reclaim(SsdTier& tier, const std::function<void(const BlockRef&)>& during) {
+  SsdState& state = tier.state_for_testing();
   BlockRef hot = seeded_block(layout_, 1);
-  ASSERT_TRUE(tier->insert(hot).ok());
-  tier->flush();
-  ASSERT_TRUE(tier->read(request_for(hot)).ok());  // read since written: the reclaim moves it
-  const uint64_t first = segment_of(*tier, hot);
-  const uint64_t record_bytes = record_padded(tier->state_for_testing().index->get(hot->hash())->value().length);
+  EXPECT_TRUE(tier.insert(hot).ok());
+  tier.flush();
+  EXPECT_TRUE(tier.read(request_for(hot)).ok());  // read since written: the reclaim moves it
+  const uint64_t first = segment_of(tier, hot);
+  const uint64_t record_bytes = record_padded(state.index->get(hot->hash())->value().length);
   uint64_t seed = 10;
-  while (state.segments.count() < 3) insert(*tier, seed++, 1);
+  while (state.segments.count() < 3) insert(tier, seed++, 1);
   const uint64_t third = state.segments.max_id();
-  const uint64_t room = (o.segment_size - state.segments.record(third)->watermark) / record_bytes;
+  const uint64_t room = (tier.options().segment_size - state.segments.record(third)->watermark) / record_bytes;
   // The writes that still fit the third segment go through; the first ones after it (the group that
   // reclaims the first segment, then the moved block's) are held half a second each.
   ScopedIoFault slow(IoFault{IoSite::kWrite, segments_, 0, /*skip=*/room, /*count=*/3, std::chrono::milliseconds(500)});
   std::thread writer([&] {
-    for (uint64_t s = 0; s < room + 8; ++s) EXPECT_TRUE(tier->insert(seeded_block(layout_, 1000 + s)).ok());
+    for (uint64_t s = 0; s < room + 8; ++s) EXPECT_TRUE(tier.insert(seeded_block(layout_, 1000 + s)).ok());
   });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (state.segments.record(first) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  ASSERT_FALSE(state.segments.record(first)) << "the first segment was reclaimed";
-  ASSERT_TRUE(tier->erase_durably(hot->hash()).ok());
+  EXPECT_FALSE(state.segments.record(first)) << "the first segment was reclaimed";
+  EXPECT_FALSE(tier.contains(hot->hash())) << "a moved block is in no index until its group commits";
+  during(hot);
   writer.join();
-  tier->flush();
+  tier.flush();
   EXPECT_GE(IoFaultInjector::hits(), 1u) << "the older group was still writing";
+  return hot;
+}
+
+// The older group finishing first once made the tier forget the erase, and the moved copy was
+// indexed again.
+TEST_F(SsdFaultTest, ABlockErasedWhileItsSegmentsReclaimMovesItStaysErased) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 3 << 20;  // three segments: opening a fourth reclaims the first
+  auto tier = open(o);
+  BlockRef hot = move_through_a_reclaim(*tier, [&](const BlockRef& b) {
+    EXPECT_EQ(*tier->erase_durably(b->hash()), false) << "in no index: nothing to remove";
+  });
   EXPECT_FALSE(tier->contains(hot->hash())) << "an erased block came back with its move";
   EXPECT_EQ(tier->read(request_for(hot)).status().code(), StatusCode::kNotFound);
+}
+
+// A tenant's DELETE reads the block's namespace where it lies first. A block the SSD is moving
+// can be read nowhere: it was once taken for another tenant's, left alone, answered "not cached",
+// and indexed again by its move.
+TEST_F(SsdFaultTest, ATenantsDeleteOfABlockTheSsdIsMovingErasesIt) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 3 << 20;
+  std::shared_ptr<SsdTier> ssd = open(o);
+  TieredCache cache({ssd});
+  BlockRef hot = move_through_a_reclaim(*ssd, [&](const BlockRef& b) {
+    auto erased = cache.erase_in(b->identity().namespace_id, b->hash());
+    ASSERT_TRUE(erased.ok()) << erased.status().to_string();
+    EXPECT_EQ(*erased, TieredCache::ScopedErase::kAbsent) << "answered as not cached";
+    EXPECT_EQ(*cache.erase_in("another tenant", b->hash()), TieredCache::ScopedErase::kAbsent);
+  });
+  EXPECT_FALSE(ssd->contains(hot->hash())) << "the DELETE was undone by the move";
+  BlockRef other = seeded_block(layout_, 2);
+  ASSERT_TRUE(cache.insert(other).ok());
+  ssd->flush();
+  EXPECT_EQ(*cache.erase_in("another tenant", other->hash()), TieredCache::ScopedErase::kForeign);
+  EXPECT_TRUE(ssd->contains(other->hash())) << "another tenant's block is left alone";
+  EXPECT_EQ(*cache.erase_in(other->identity().namespace_id, other->hash()), TieredCache::ScopedErase::kErased);
 }
 
 TEST_F(SsdFaultTest, NoSpaceOnAWriteIsCountedAsNoSpace) {
