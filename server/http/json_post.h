@@ -10,10 +10,13 @@
 #include <functional>
 #include <string>
 
-#include <httplib.h>
-
 #include "base/metrics/metrics.h"
 #include "server/net/body_budget.h"
+
+namespace httplib {
+class Server;
+struct Response;
+}  // namespace httplib
 
 namespace kvtier {
 
