@@ -84,7 +84,7 @@ MatmulRate matmul_rate_from_vulkan(VulkanContext& ctx) {
     b.dispatch(*p, MatmulParams{x.address(), w.address(), y.address(), n, n, n, 0}, n / 256, n / 4);
     const auto t0 = Clock::now();
     must(b.submit_and_wait());
-    if (r > 0) samples.push_back(since(t0));  // the first compiles and warms
+    if (r > 0) samples.push_back(seconds_since(t0));  // the first compiles and warms
   }
   return {2.0 * n * n * n / median(samples) / 1e12,
           "no PyTorch GPU here: kvtier's f32 Vulkan matmul 1024^3 on " + ctx.info().name +
@@ -105,7 +105,7 @@ double h2d_copy_gbps(VulkanContext& ctx, uint64_t bytes) {
     b.copy(host, 0, device, 0, bytes);
     const auto t0 = Clock::now();
     must(b.submit_and_wait());
-    if (r > 0) samples.push_back(since(t0));
+    if (r > 0) samples.push_back(seconds_since(t0));
   }
   return bytes / median(samples) / 1e9;
 }
@@ -152,7 +152,7 @@ double disk_read_gbps(StripedSsdTier& ssd) {
     for (const auto& d : dirs) each.push_back(std::async(std::launch::async, read_dir, std::cref(d)));
     uint64_t total = 0;
     for (auto& f : each) total += f.get();
-    samples.push_back(total / since(t0) / 1e9);
+    samples.push_back(total / seconds_since(t0) / 1e9);
   }
   return median(samples);
 }
@@ -218,7 +218,7 @@ void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int 
       for (int d = 0; d < decoders; ++d) prompts.push_back(tokens(128, 90000 + seed * 64 + d));
       const auto t0 = Clock::now();
       auto out = must(gen.generate_batch(prompts, new_tokens, true, async));
-      const double t = since(t0);
+      const double t = seconds_since(t0);
       double steps = 0, loaders_first = 0, decoders_first = 0;
       for (int l = 0; l < loaders; ++l) {
         if (out[l].cached_tokens < static_cast<size_t>(prefix)) die(internal_error("a prefix was not restored"));
@@ -305,7 +305,7 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
         const auto t0 = Clock::now();
         const auto k = hasher.keys(tokens, {});
         PinnedBlocks got = stack->cache().fetch(k);
-        const double s = since(t0);
+        const double s = seconds_since(t0);
         if (got.size() != n) die(internal_error("restored " + std::to_string(got.size()) + " of " + std::to_string(n)));
         if (r > 0) {
           if (got.entries().front().source_tier != tier) die(internal_error("restored from the wrong tier"));

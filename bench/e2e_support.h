@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/elapsed.h"
 #include "base/status.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
@@ -28,10 +29,6 @@ T must(Result<T> r) {
 }
 inline void must(const Status& s) {
   if (!s.ok()) die(s);
-}
-// Seconds since t0.
-inline double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 inline std::string ms(double s) { return fmt_double(s * 1e3, s < 0.01 ? 3 : 1); }
 

@@ -155,7 +155,7 @@ double empty_batch_round_trip(VulkanContext& ctx) {
     const auto t0 = Clock::now();
     CommandBatch b = must(CommandBatch::begin(ctx));
     must(b.submit_and_wait());
-    t.push_back(since(t0));
+    t.push_back(seconds_since(t0));
   }
   return median(t);
 }

@@ -1,5 +1,7 @@
 #include "cache/eviction_cascade.h"
 
+#include "serialize/block_hash_format.h"
+
 namespace kvtier {
 
 void EvictionCascade::set_admission(size_t tier, std::unique_ptr<AdmissionPolicy> policy) {
@@ -13,7 +15,7 @@ void EvictionCascade::on_evicted(size_t from, BlockRef block) {
     // Erased after it left `from`: the end of its life (the tiers below would refuse it too).
     metrics_.dropped_erased_in_flight.inc();
     drop_log_.info("block {} evicted from {} was deleted on its way down: dropped",
-                   block->hash().hex(), tiers_[from]->name());
+                   block->hash(), tiers_[from]->name());
     return;
   }
   // The next local tier down takes it; one that cannot (a block larger than it, everything
@@ -42,13 +44,12 @@ void EvictionCascade::on_evicted(size_t from, BlockRef block) {
   if (shared) return;
   if (last.code() == StatusCode::kFailedPrecondition && admission_) {
     metrics_.dropped_not_admitted.inc();  // the admission rule's job: counted, logged once a while
-    admission_log_.info("block {} evicted from {} not written to {}: {}", block->hash().hex(),
+    admission_log_.info("block {} evicted from {} not written to {}: {}", block->hash(),
                         tiers_[from]->name(), tiers_[admission_tier_]->name(), last.message());
     return;
   }
   metrics_.dropped_lower_tier_refused.inc();
-  drop_log_.warn("dropped block {} evicted from {}: {}", block->hash().hex(), tiers_[from]->name(),
-                 last.to_string());
+  drop_log_.warn("dropped block {} evicted from {}: {}", block->hash(), tiers_[from]->name(), last.to_string());
 }
 
 bool EvictionCascade::offer_to_shared(const BlockRef& block, size_t first_tier) {

@@ -16,13 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "base/log.h"
 #include "base/memory/memory_policy.h"
 #include "engine/vulkan/vulkan_context.h"
 #include "server/block_service.h"
 #include "server/http/http_api.h"
-#include "server/server_options.h"
 #include "server/net/tls_context.h"
+#include "server/server_options.h"
 #include "server/wire/wire_server.h"
 
 using namespace kvtier;
@@ -204,7 +205,7 @@ int serve(const ServerOptions& o) {
     log_persisted("shutdown", p);
   }
   const CacheStack::Dropped dropped = (*stack)->close();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = seconds_since(t0);
   spdlog::info("stopped {} in {:.2f} s", served ? "cleanly" : "after a listener failure", s);
   if (!served) return 1;
   // A shutdown that lost blocks this host held says so to whatever supervises it

@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "base/byte_size.h"
+#include "serialize/block_hash_format.h"
 #include "serialize/state_record.h"
 
 namespace kvtier {
@@ -34,8 +35,8 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       metrics_.quantized_inserts.inc();
     } else {
       metrics_.quantize_skipped.inc();
-      quantize_skip_log_.warn("{} tier: block {} kept dense: {}", options_.name,
-                              block->hash().hex(), q.status().message());
+      quantize_skip_log_.warn("{} tier: block {} kept dense: {}", options_.name, block->hash(),
+                              q.status().message());
     }
   }
   const uint64_t bytes = block->size_bytes();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/elapsed.h"
+
 namespace kvtier {
 
 namespace {
@@ -328,7 +330,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const auto submitted = std::chrono::steady_clock::now();
   KVTIER_RETURN_IF_ERROR(cb.submit_and_wait());
   last_timing_.record_seconds = std::chrono::duration<double>(submitted - record_started).count();
-  last_timing_.submit_wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+  last_timing_.submit_wait_seconds = seconds_since(submitted);
   last_timing_.gpu_seconds.reset();
   last_timing_.stages.clear();
   if (timer_ && by_stage_) {

@@ -13,6 +13,7 @@
 
 #include "base/build_info.h"
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "cache/prefix_hasher.h"
 #include "serialize/format/block_codec.h"
 #include "server/cli/fsck_command.h"
@@ -81,7 +82,7 @@ Result<BenchResult> bench(KvtierClient& client, int n, const std::string& ns) {
   for (const Bytes& d : docs) bytes += d.size();
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < docs.size(); ++i) KVTIER_RETURN_IF_ERROR(client.put(hashes[i], docs[i]).status());
-  const double put_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double put_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < docs.size(); ++i) {
     KVTIER_ASSIGN_OR_RETURN(Bytes got, client.get(hashes[i]));
@@ -89,7 +90,7 @@ Result<BenchResult> bench(KvtierClient& client, int n, const std::string& ns) {
       return corruption("block " + hashes[i].hex() + " came back different");
     }
   }
-  const double get_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double get_s = seconds_since(t0);
   return BenchResult{bytes / put_s / 1e9, bytes / get_s / 1e9};
 }
 

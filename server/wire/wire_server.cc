@@ -10,11 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/elapsed.h"
+#include "base/net/socket_io.h"
 #include "server/http/request_json.h"
 #include "server/net/tls_context.h"
 #include "server/status_codes.h"
 #include "server/wire/wire_stream.h"
-#include "base/net/socket_io.h"
 
 namespace kvtier {
 
@@ -73,7 +74,7 @@ class WireServer::Session {
       counted_ = false;
       handle(*header);
       s_.listener_.end_request(fd_);
-      s_.ops_.at(op_)->seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+      s_.ops_.at(op_)->seconds.observe(seconds_since(t0));
       if (!keep_open_) return linger();
     }
   }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "serialize/block_hash_format.h"
+
 namespace kvtier {
 namespace {
 
@@ -100,6 +102,11 @@ TEST(PrefixHasherTest, Xxh3FillsSixteenBytesAndHexIsFixedWidth) {
 
 // Hashes come back from documents, URLs and Redis keys as hex: both cases parse to the same bytes,
 // and any other byte (every one of the 256, at the first and the last digit) is refused.
+TEST(BlockHashHexTest, ALogLineWritesAHashAsItsHex) {
+  const BlockHash h = hasher().hash_prefix(iota_tokens(16), {})[0];
+  EXPECT_EQ(fmt::format("block {} dropped", h), "block " + h.hex() + " dropped");
+}
+
 TEST(BlockHashHexTest, BothCasesParseAndEveryOtherCharacterIsRefused) {
   auto h = hasher().hash_prefix(iota_tokens(16), {})[0];
   std::string hex = h.hex(), upper = hex;

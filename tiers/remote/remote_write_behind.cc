@@ -6,6 +6,7 @@
 
 #include "base/elapsed.h"
 #include "base/memory/bytes.h"
+#include "serialize/block_hash_format.h"
 #include "serialize/format/block_codec.h"
 
 namespace kvtier {
@@ -47,7 +48,7 @@ Result<InsertOutcome> RemoteWriteBehind::enqueue(BlockRef block,
   if (queued_bytes_ + bytes > options_.write_queue_bytes && !displace_retries_locked(bytes)) {
     metrics_.dropped_queue_full.inc();
     log_.warn("remote tier: write queue full ({} bytes queued); block {} is not shared",
-                    queued_bytes_, block->hash().hex());
+              queued_bytes_, block->hash());
     return resource_exhausted("remote tier: write queue full");
   }
   queued_bytes_ += bytes;

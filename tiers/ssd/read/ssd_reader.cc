@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/elapsed.h"
 #include "base/threads/worker_pool.h"
 #include "tiers/ssd/read/record_check.h"
 
@@ -236,8 +237,7 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
     if (r.ok()) state_.metrics.read_hits.inc();
     else state_.metrics.read_misses.inc();
   }
-  state_.metrics.read_batch_seconds.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  state_.metrics.read_batch_seconds.observe(seconds_since(t0));
   return out;
 }
 

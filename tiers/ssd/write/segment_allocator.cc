@@ -132,6 +132,10 @@ size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_pt
         header->payload_checksum != entry.checksum ||
         checksum64(item->buffer.data() + kFrameHeaderSize, header->stored_length) != entry.checksum) {
       state_.metrics.reinsert_failed.inc();
+      state_.write_fail_log.warn(
+          "ssd tier: block {} read since it was written not moved out of reclaimed segment {}: "
+          "its record could not be read back intact",
+          h.hex(), segment);
       continue;  // a damaged record is simply not moved
     }
     hooks_.reinsert(std::move(item));

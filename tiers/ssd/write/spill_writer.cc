@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "serialize/format/checksum.h"
 #include "tiers/ssd/io/io_fault_seam.h"
 
@@ -364,8 +365,7 @@ void SpillWriter::commit(Group& g) {
 
 void SpillWriter::finish(Group& g) {
   state_.metrics.write_batches.inc();
-  state_.metrics.write_batch_seconds.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - g.started).count());
+  state_.metrics.write_batch_seconds.observe(seconds_since(g.started));
   inflight_bytes_ -= g.bytes;
   state_.refresh_space_gauges();
   std::vector<SpillItemPtr> items;
