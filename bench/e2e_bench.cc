@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "base/memory/memory_policy.h"
 #include "bench/e2e_hybrid.h"
 #include "bench/e2e_plans.h"
+#include "bench/e2e_prefill.h"
 #include "bench/e2e_support.h"
 #include "bench/e2e_tiny.h"
 #include "bench/harness/bench_report.h"
@@ -342,6 +344,17 @@ int main(int argc, char** argv) {
                                   ? KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py"
                                   : "bench/matmul_rate.py";
   app.add_option("--prompts", prompts, "Prompt lengths in tokens (multiples of 16)")->delimiter(',');
+  std::vector<std::string> engine_models = {"tiny"};
+  app.add_option("--engine-models", engine_models,
+                 "Models of the engine-vs-PyTorch prefill table: tiny, 1b (none: skip it)")
+      ->delimiter(',')
+      ->capture_default_str();
+  std::string torch_script =
+      std::filesystem::exists(KVTIER_BENCH_SOURCE_DIR "/torch_prefill_reference.py")
+          ? KVTIER_BENCH_SOURCE_DIR "/torch_prefill_reference.py"
+          : "bench/torch_prefill_reference.py";
+  app.add_option("--torch-script", torch_script,
+                 "PyTorch's prefill of the same models (empty: no PyTorch column)");
   app.add_option("--reps", reps);
   app.add_option("--dir", dir, "Where the SSD tiers live (default: a temporary directory)");
   app.add_flag("--skip-tiny", skip_tiny);
@@ -352,7 +365,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> ssd_dirs;
   app.add_flag("--skip-mixed", skip_mixed);
   app.add_flag("--skip-hybrid", skip_hybrid);
-  app.add_flag("--profile-stages", profile_stages, "Tiny table: time the first token's forward stage by stage on the GPU");
+  app.add_flag("--profile-stages", profile_stages,
+               "Tiny and engine tables: time the first token's forward stage by stage on the GPU");
   app.add_option("--mixed-prefix", mixed_prefix, "Mixed load: tokens of each prefix on the SSD");
   app.add_option("--mixed-loaders", mixed_loaders, "Mixed load: prompts whose prefix is on the SSD");
   app.add_option("--mixed-decoders", mixed_decoders, "Mixed load: uncached prompts decoding meanwhile");
@@ -386,6 +400,36 @@ int main(int argc, char** argv) {
     dir = tmp->str();
   }
   std::cout << "machine: " << machine_description() << "\nvulkan: " << ctx->info().name << "\n\n";
+
+  engine_models.erase(std::remove(engine_models.begin(), engine_models.end(), "none"),
+                      engine_models.end());
+  for (const std::string& m : engine_models) {
+    if (m != "tiny" && m != "1b")
+      die(invalid_argument("--engine-models: '" + m + "' is not tiny or 1b"));
+  }
+  if (!engine_models.empty()) {
+    Report r("e2e, the engine's uncached prefill against PyTorch eager on the same GPU",
+             prefill_columns());
+    Report stages("e2e, where the engine's uncached prefill goes (GPU clock, summed over layers)",
+                  {"model", "prompt", "stage", "GPU ms", "share"});
+    bench_prefill(*ctx, PrefillBenchOptions{engine_models, prompts, reps, torch_script}, r,
+                  profile_stages ? &stages : nullptr);
+    if (profile_stages) {
+      stages.print();
+      stages.write_json(output_path("e2e_bench_prefill_stages.json"));
+    }
+    r.add_note(
+        "engine ms: one forward of the whole prompt (KV written to the paged cache, the last row's "
+        "logits "
+        "read back), host wall time; GPU ms: its GPU timestamps. PyTorch eager: "
+        "bench/torch_prefill_reference.py, same shapes, bf16 weights, flash SDPA, CUDA events. "
+        "Medians of " +
+        std::to_string(reps) +
+        " after warm-up forwards (10 s before the first row, 0.25 s before the others).");
+    r.set_meta("vulkan", ctx->info().name);
+    r.print();
+    r.write_json(output_path("e2e_bench_prefill.json"));
+  }
 
   if (!skip_tiny) {
     Report r("e2e, tiny Llama (BF16 KV): time to first token",

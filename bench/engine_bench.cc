@@ -21,6 +21,7 @@
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "bench/harness/bench_report.h"
+#include "bench/harness/gpu_launch_timing.h"
 #include "engine/attention/paged_attention.h"
 #include "engine/vulkan/gpu_timer.h"
 
@@ -33,33 +34,6 @@ namespace {
 struct CopyParams {
   uint64_t src, dst, words;
 };
-
-// Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each: between
-// `timer`'s timestamps around the calls, or with no timer (--host-timed, or a device without
-// timestamps) the host's submit-and-wait.
-template <typename F>
-Result<double> time_launches(VulkanContext& ctx, GpuTimer* timer, int per_submit, int reps, F record) {
-  {  // warm-up: pipelines compiled, caches and clocks up
-    KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
-    KVTIER_RETURN_IF_ERROR(record(b));
-    KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-  }
-  std::vector<double> samples;
-  for (int r = 0; r < reps; ++r) {
-    KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
-    if (timer) timer->start(b);
-    for (int i = 0; i < per_submit; ++i) KVTIER_RETURN_IF_ERROR(record(b));
-    if (timer) timer->stop(b);
-    auto t0 = Clock::now();
-    KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-    double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (timer) {
-      KVTIER_ASSIGN_OR_RETURN(t, timer->seconds());
-    }
-    samples.push_back(t / per_submit);
-  }
-  return percentile(samples, 0.5);
-}
 
 // Bytes read plus written per second by a plain copy kernel between two buffers of `bytes`,
 // `per_submit` launches back to back (each with its barrier, as the attention launches have).
@@ -100,6 +74,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> prefill_paths = {"scalar", "coopmat", "coopmat2"};
   app.add_option("--prefill-paths", prefill_paths, "Prefill paths to time, those the device has (scalar, coopmat, coopmat2; none: no prefill)")
       ->capture_default_str();
+  std::vector<uint32_t> prefill_shape = {32, 8, 128};
+  app.add_option("--prefill-shape", prefill_shape,
+                 "Prefill: query heads, KV heads, head_dim (1B Llama: 32 8 64)")
+      ->expected(3)
+      ->capture_default_str();
+  std::vector<std::string> prefill_splits = {"auto"};
+  app.add_option(
+         "--prefill-splits", prefill_splits,
+         "Prefill launches: auto (the launcher's choice), split (a workgroup per 512-key split)")
+      ->capture_default_str();
   bool skip_decode = false;
   app.add_flag("--skip-decode", skip_decode, "Prefill only");
   bool host_timed = false;
@@ -119,16 +103,9 @@ int main(int argc, char** argv) {
     }
   }
   init_logging("warn");
-  auto ctx_or = VulkanContext::create();
-  if (!ctx_or.ok()) {
-    std::cerr << ctx_or.status().to_string() << "\n";
-    return 1;
-  }
-  VulkanContext& ctx = **ctx_or;
-  auto die = [](const Status& s) {
-    std::cerr << s.to_string() << "\n";
-    std::exit(1);
-  };
+  const std::unique_ptr<VulkanContext> gpu = vulkan_or_exit();
+  VulkanContext& ctx = *gpu;
+  const auto die = exit_with;
 
   std::unique_ptr<GpuTimer> timer;
   if (!host_timed) {
@@ -252,8 +229,18 @@ int main(int argc, char** argv) {
   if (wanted("scalar")) paths.push_back(Path::kScalar);
   if (ctx.info().coopmat_f16 && wanted("coopmat")) paths.push_back(Path::kCoopMat);
   if (ctx.info().coopmat2 && wanted("coopmat2")) paths.push_back(Path::kCoopMat2);
-  Report prefill("engine_bench: varlen prefill, one prompt, 32 / 8 heads, head_dim 128, causal",
-                 {"tokens", "dtype", "path", "ms / call", "tokens/s", "attention TFLOP/s"});
+  const uint32_t p_heads = prefill_shape[0], p_kv_heads = prefill_shape[1],
+                 p_dim = prefill_shape[2];
+  std::vector<std::pair<std::string, PagedAttentionVarlen::SplitPolicy>> split_policies;
+  for (const std::string& name : prefill_splits) {
+    split_policies.emplace_back(name, name == "split"
+                                          ? PagedAttentionVarlen::SplitPolicy::kWorkgroupPerSplit
+                                          : PagedAttentionVarlen::SplitPolicy::kAuto);
+  }
+  Report prefill(
+      "engine_bench: varlen prefill, one prompt, " + std::to_string(p_heads) + " / " +
+          std::to_string(p_kv_heads) + " heads, head_dim " + std::to_string(p_dim) + ", causal",
+      {"tokens", "dtype", "path", "launch", "ms / call", "tokens/s", "attention TFLOP/s"});
   prefill.set_meta("device", ctx.info().name);
   prefill.set_meta("tensor-core kernels", ctx.info().coopmat_khr ? "GL_KHR_cooperative_matrix spelling"
                                           : ctx.info().coopmat_mma_fragments ? "GL_NV_cooperative_matrix spelling"
@@ -263,13 +250,13 @@ int main(int argc, char** argv) {
     for (const std::string& dname : dtypes) {
       const DType dt = *parse_dtype(dname);
       const uint64_t blocks = (tokens + block - 1) / block;
-      const uint64_t array_bytes = blocks * block * kv_heads * dim * dtype_size(dt);
+      const uint64_t array_bytes = blocks * block * p_kv_heads * p_dim * dtype_size(dt);
       auto k = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
       auto v = GpuBuffer::create(ctx, array_bytes, MemoryKind::kDevice);
       std::vector<int32_t> table(blocks);
       std::iota(table.begin(), table.end(), 0);
       std::vector<int32_t> lens = {tokens}, cu = {0, tokens};
-      std::vector<float> q(static_cast<size_t>(tokens) * heads * dim, 0.01f);
+      std::vector<float> q(static_cast<size_t>(tokens) * p_heads * p_dim, 0.01f);
       auto gt = upload_new<int32_t>(ctx, table);
       auto gl = upload_new<int32_t>(ctx, lens);
       auto gcu = upload_new<int32_t>(ctx, cu);
@@ -285,32 +272,45 @@ int main(int argc, char** argv) {
         fill->fill(*v, 0, array_bytes, 0);
         if (Status st = fill->submit_and_wait(); !st.ok()) die(st);
       }
-      PagedKvView view{k->address(), v->address(), static_cast<uint32_t>(blocks), block, kv_heads, dim, dt};
-      VarlenBatch vb{gq->address(), go->address(), gt->address(), static_cast<uint32_t>(blocks),
-                     gl->address(), gcu->address(), cu, heads, static_cast<uint32_t>(tokens)};
-      AttentionOptions o{1.0f / std::sqrt(128.0f), 0, 0};
+      PagedKvView view{
+          k->address(), v->address(), static_cast<uint32_t>(blocks), block, p_kv_heads, p_dim, dt};
+      VarlenBatch vb{gq->address(),
+                     go->address(),
+                     gt->address(),
+                     static_cast<uint32_t>(blocks),
+                     gl->address(),
+                     gcu->address(),
+                     cu,
+                     p_heads,
+                     static_cast<uint32_t>(tokens)};
+      AttentionOptions o{1.0f / std::sqrt(static_cast<float>(p_dim)), 0, 0};
       for (Path path : paths) {
         // On tensor cores: the context staged as f16 first (the default), and read from the cache
         // by the kernel itself, side by side.
         const bool stages = PagedAttentionVarlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path).stages(view, vb);
-        for (const bool staging : {true, false}) {
-          if (!staging && !stages) continue;
-          PagedAttentionVarlen varlen(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path);
-          varlen.set_half_staging(staging);
-          // One launch per submission: the launcher rewrites its tile table per launch.
-          auto t = time_launches(ctx, timer.get(), 1, reps, [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
-          if (!t.ok()) die(t.status());
-          // Causal attention: ~ 2 * 2 * heads * dim * n^2 / 2 flops.
-          const double flops = 2.0 * heads * dim * static_cast<double>(tokens) * tokens;
-          if (ctx.info().pipeline_stats && tokens == prefill_tokens.front() && staging) {
-            std::cout << "varlen pipeline (" << dname << ", " << PagedAttentionVarlen::path_name(path)
-                      << "): " << varlen.pipeline_statistics(view, heads) << "\n";
+        for (const auto& [split_name, policy] : split_policies) {
+          for (const bool staging : {true, false}) {
+            if (!staging && !stages) continue;
+            PagedAttentionVarlen varlen(ctx, policy, path);
+            varlen.set_half_staging(staging);
+            // One launch per submission: the launcher rewrites its tile table per launch.
+            auto t = time_launches(ctx, timer.get(), 1, reps,
+                                   [&](CommandBatch& b) { return varlen.record(b, vb, view, o); });
+            if (!t.ok()) die(t.status());
+            // Causal attention: ~ 2 * 2 * heads * head_dim * n^2 / 2 flops.
+            const double flops = 2.0 * p_heads * p_dim * static_cast<double>(tokens) * tokens;
+            if (ctx.info().pipeline_stats && tokens == prefill_tokens.front() && staging) {
+              std::cout << "varlen pipeline (" << dname << ", "
+                        << PagedAttentionVarlen::path_name(path)
+                        << "): " << varlen.pipeline_statistics(view, p_heads) << "\n";
+            }
+            std::string name = PagedAttentionVarlen::path_name(varlen.path(view, p_heads));
+            if (staging && stages) name += ", staged as f16";
+            if (!staging) name += ", reading the cache directly";
+            prefill.add_row({std::to_string(tokens), dname, name, split_name,
+                             fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0),
+                             fmt_double(flops / *t / 1e12, 2)});
           }
-          std::string name = PagedAttentionVarlen::path_name(varlen.path(view, heads));
-          if (staging && stages) name += ", staged as f16";
-          if (!staging) name += ", reading the cache directly";
-          prefill.add_row({std::to_string(tokens), dname, name, fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0),
-                           fmt_double(flops / *t / 1e12, 2)});
         }
       }
     }

@@ -16,7 +16,7 @@ struct EmbeddingParams {
   uint32_t num_tokens, dim, vocab, pad;
 };
 struct RmsNormParams {
-  uint64_t x, weight, out;
+  uint64_t x, weight, out, out16;
   uint32_t dim;
   float eps;
 };
@@ -25,8 +25,8 @@ struct RopeParams {
   uint32_t rows, q_heads, k_heads, dim;
 };
 struct SiluMulParams {
-  uint64_t gate, up, out;
-  uint32_t count, pad;
+  uint64_t gate, up, out, out16;
+  uint32_t pairs, pad;
 };
 struct GdnPrepareParams {
   uint64_t conv, ab, a_log, dt_bias, q, k, v, g, beta;
@@ -124,6 +124,12 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
     KVTIER_RETURN_IF_ERROR(make(gate_, n * c.ffn));
     KVTIER_RETURN_IF_ERROR(make(up_, n * c.ffn));
     KVTIER_RETURN_IF_ERROR(make(act_, n * c.ffn));
+    if (half_inputs_) {
+      // f16 input rows of the tensor-load matmuls, one buffer for all (each is read before the
+      // next is written): the widest of hidden, FFN and the GDN's output.
+      const size_t widest = std::max<size_t>({h, size_t(c.ffn), size_t(c.gdn.heads) * c.gdn.d_v});
+      KVTIER_ASSIGN_OR_RETURN(x16_, GpuBuffer::create(ctx_, n * widest * 2, MemoryKind::kDevice));
+    }
     if (c.gdn_layers() > 0) {
       const GdnSpec& g = c.gdn;
       const size_t qk = size_t(g.heads) * g.d_k, vd = size_t(g.heads) * g.d_v;
@@ -165,12 +171,20 @@ Status LlamaModel::time_on_gpu(bool on, bool by_stage) {
   return ok_status();
 }
 
+Status LlamaModel::record_half_copy(CommandBatch& cb, const MatmulWeights& w, const GpuBuffer& rows,
+                                    uint64_t count) {
+  if (!w.takes_half_input()) return ok_status();
+  KVTIER_RETURN_IF_ERROR(matmul_.record_half_copy(cb, rows.address(), x16_.address(), count));
+  cb.barrier();
+  return ok_status();
+}
+
 Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
                               uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences) {
   const GdnSpec& g = config_.gdn;
   KVTIER_ASSIGN_OR_RETURN(auto p_prepare, ctx_.pipeline("gdn_prepare", {}, sizeof(GdnPrepareParams)));
-  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_qkv, qkv_.address(), rows, false));
-  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_ab, ab_.address(), rows, false));
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_qkv, qkv_.address(), rows, false));
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_ab, ab_.address(), rows, false));
   cb.barrier();
   const CausalConvBatch conv{qkv_.address(), w.conv_w.address(), 0, states.window_address(gdn_index), conv_.address(),
                              cu, slots, sequences, static_cast<uint32_t>(g.conv_channels),
@@ -190,7 +204,9 @@ Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_i
                              1.0f / std::sqrt(static_cast<float>(g.d_k))};
   KVTIER_RETURN_IF_ERROR(rule_.record(cb, rule));
   cb.barrier();
-  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, gout_.address(), w.w_out, x_.address(), rows, true));
+  KVTIER_RETURN_IF_ERROR(
+      record_half_copy(cb, w.w_out, gout_, static_cast<uint64_t>(rows) * g.heads * g.d_v));
+  KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(gout_), w.w_out, x_.address(), rows, true));
   cb.barrier();
   return ok_status();
 }
@@ -270,7 +286,10 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), h, c.rms_eps}, r32);
+    cb.dispatch(*p_norm,
+                RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), half_rows(), h,
+                              c.rms_eps},
+                r32);
     cb.barrier();
     stage("rms_norm");
     if (c.is_gdn(l)) {
@@ -278,9 +297,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
                                         static_cast<uint32_t>(num_seqs)));
       stage("gated deltanet");
     } else {
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wq, q_.address(), r32, false));
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wk, k_.address(), r32, false));
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.wv, v_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wq, q_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wk, k_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wv, v_.address(), r32, false));
       cb.barrier();
       stage("qkv matmuls");
       cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
@@ -295,32 +314,46 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
                      at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
       KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
       stage("reshape_and_cache + attention");
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, attn_.address(), w.wo, x_.address(), r32, true));
+      KVTIER_RETURN_IF_ERROR(record_half_copy(cb, w.wo, attn_, static_cast<uint64_t>(rows) * h));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(attn_), w.wo, x_.address(), r32, true));
       cb.barrier();
       stage("output matmul");
     }
-    cb.dispatch(*p_norm, RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), h, c.rms_eps}, r32);
+    cb.dispatch(
+        *p_norm,
+        RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), half_rows(), h, c.rms_eps},
+        r32);
     cb.barrier();
     stage("rms_norm");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_gate, gate_.address(), r32, false));
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address(), w.w_up, up_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_gate, gate_.address(), r32, false));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_up, up_.address(), r32, false));
     cb.barrier();
     stage("gate/up matmuls");
-    cb.dispatch(*p_silu, SiluMulParams{gate_.address(), up_.address(), act_.address(),
-                                       static_cast<uint32_t>(rows * c.ffn), 0},
-                groups(static_cast<uint64_t>(rows) * c.ffn, 256));
+    // The down projection reads one of the two: f16 rows on the tensor-load kernel, else f32.
+    const bool down_half = w.w_down.takes_half_input();
+    cb.dispatch(
+        *p_silu,
+        SiluMulParams{gate_.address(), up_.address(), down_half ? 0 : act_.address(),
+                      down_half ? x16_.address() : 0, static_cast<uint32_t>(rows * c.ffn / 2), 0},
+        groups(static_cast<uint64_t>(rows) * c.ffn / 2, 256));
     cb.barrier();
     stage("silu_mul");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, act_.address(), w.w_down, x_.address(), r32, true));
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(act_), w.w_down, x_.address(), r32, true));
     cb.barrier();
     stage("down matmul");
   }
-  cb.dispatch(*p_norm, RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), h, c.rms_eps}, r32);
+  cb.dispatch(
+      *p_norm,
+      RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), half_rows(), h, c.rms_eps},
+      r32);
   cb.barrier();
   for (size_t i = 0; i < nlog; ++i) {
     const int32_t row = b.logit_rows[i];
     if (row < 0 || static_cast<size_t>(row) >= rows) return invalid_argument("forward: logit row out of range");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, hn_.address() + static_cast<uint64_t>(row) * h * 4, embedding_t_,
+    const MatmulInput one_row{
+        hn_.address() + static_cast<uint64_t>(row) * h * 4,
+        half_inputs_ ? x16_.address() + static_cast<uint64_t>(row) * h * 2 : 0};
+    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, one_row, embedding_t_,
                                           logits_.address() + i * c.vocab * 4ull, 1, false));
   }
   cb.barrier();

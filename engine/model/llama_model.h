@@ -88,15 +88,32 @@ class LlamaModel {
     GpuBuffer conv_w, a_log, dt_bias;
   };
   LlamaModel(VulkanContext& ctx, PagedAttentionVarlen::Path path)
-      : ctx_(ctx), tensor_cores_(path != PagedAttentionVarlen::Path::kScalar), matmul_(ctx), reshape_(ctx),
-        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path), rule_(ctx), conv1d_(ctx) {}
+      : ctx_(ctx),
+        tensor_cores_(path != PagedAttentionVarlen::Path::kScalar),
+        half_inputs_(tensor_cores_ && ctx.info().coopmat2_tensor_loads),
+        matmul_(ctx),
+        reshape_(ctx),
+        varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path),
+        rule_(ctx),
+        conv1d_(ctx) {}
   // Records GDN layer `gdn_index`'s token mixing: x += out_proj(rule(prepare(conv(qkv(hn))))).
   Status record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
                     uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences);
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
+  // A matmul's input: `rows`'s f32 values, and x16_ where the tensor-load kernel runs (the
+  // producer, or record_half_copy, wrote them there).
+  MatmulInput input(const GpuBuffer& rows) const {
+    return {rows.address(), half_inputs_ ? x16_.address() : 0};
+  }
+  uint64_t half_rows() const { return half_inputs_ ? x16_.address() : 0; }
+  // f16 copies of `count` values of `rows` into x16_ (and a barrier), where `w` reads them.
+  Status record_half_copy(CommandBatch& cb, const MatmulWeights& w, const GpuBuffer& rows,
+                          uint64_t count);
 
   VulkanContext& ctx_;
-  bool tensor_cores_;  // matmuls on matmul_coopmat.comp where the device and shapes allow (either tensor-core path)
+  bool tensor_cores_;  // matmuls on tensor cores where the device and shapes allow
+                       // (MatmulWeights::upload)
+  bool half_inputs_;   // ... on the tensor-load kernel (matmul_cm2), which reads f16 rows from x16_
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;
@@ -108,7 +125,7 @@ class LlamaModel {
   CausalConv1d conv1d_;
   // Scratch, grown on demand.
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
-  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_;
+  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_, x16_;
   GpuBuffer qkv_, conv_, ab_, gq_, gk_, gv_, gg_, gbeta_, gout_;  // GDN layers
   GpuBuffer logits_host_;
   ForwardTiming last_timing_;

@@ -1,6 +1,7 @@
 #include "engine/model/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "serialize/dtype.h"
@@ -14,6 +15,37 @@ struct MatmulParams {
   uint32_t rows, k, n, accumulate;
 };
 
+struct HalfCopyParams {
+  uint64_t x, out;
+  uint32_t quads, pad;
+};
+
+// Largest first. 128 x 256 is ggml-vulkan's large tile for cooperative matrix 2 (and NVIDIA's
+// sample's); the smaller ones keep the SMs busy where a launch has few large tiles, and the last
+// is for a decode step's few rows (twice the workgroups of 32 x 64). Eight k steps per loop
+// iteration: 245 -> 266 TFLOP/s at the 1B down projection over 8192 rows (H200;
+// docs/benchmarks.md).
+constexpr std::array<MatmulTile, 9> kCandidates{{
+    {256, 128, 256, 64, 8},
+    {256, 128, 128, 64, 8},
+    {128, 64, 64, 64, 4},
+    {128, 32, 32, 128, 4},
+    // Not the launcher's: other shapes of the same work, for matmul_bench --all-tiles.
+    {256, 128, 256, 64, 4},
+    {256, 128, 256, 32, 8},
+    {256, 256, 128, 64, 4},
+    {128, 128, 128, 64, 4},
+    {128, 32, 64, 64, 4},
+}};
+constexpr std::span<const MatmulTile> kTiles(kCandidates.data(), 4);
+
+// A launch with fewer workgroups than this leaves some of an H100's 132 SMs idle.
+constexpr uint64_t kEnoughWorkgroups = 128;
+
+uint64_t workgroups(const MatmulTile& t, uint32_t rows, uint32_t n) {
+  return uint64_t{(rows + t.rows - 1) / t.rows} * ((n + t.cols - 1) / t.cols);
+}
+
 }  // namespace
 
 Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const float> values, uint32_t k,
@@ -25,38 +57,98 @@ Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const 
   w.k = k;
   w.n = n;
   KVTIER_ASSIGN_OR_RETURN(w.f32, upload_new<float>(ctx, values));
-  if (tensor_cores && ctx.info().coopmat_f16 && k % 32 == 0 && n % 64 == 0) {
-    std::vector<uint16_t> halves(values.size());
-    for (size_t i = 0; i < values.size(); ++i) halves[i] = f32_to_f16(std::clamp(values[i], -65504.0f, 65504.0f));
+  if (!tensor_cores || k % 32 != 0 || n % 64 != 0) return w;
+  auto half = [&](size_t i) { return f32_to_f16(std::clamp(values[i], -65504.0f, 65504.0f)); };
+  std::vector<uint16_t> halves(values.size());
+  if (ctx.info().coopmat2_tensor_loads) {
+    for (uint32_t c = 0; c < n; ++c) {
+      for (uint32_t i = 0; i < k; ++i) halves[size_t{c} * k + i] = half(size_t{i} * n + c);
+    }
+    KVTIER_ASSIGN_OR_RETURN(w.f16t, upload_new<uint16_t>(ctx, std::span<const uint16_t>(halves)));
+  } else if (ctx.info().coopmat_f16) {
+    for (size_t i = 0; i < values.size(); ++i) halves[i] = half(i);
     KVTIER_ASSIGN_OR_RETURN(w.f16, upload_new<uint16_t>(ctx, std::span<const uint16_t>(halves)));
   }
   return w;
 }
 
-Status Matmul::record(CommandBatch& batch, uint64_t x, const MatmulWeights& w, uint64_t y, uint32_t rows,
-                      bool accumulate) {
-  if (rows == 0) return ok_status();
-  const MatmulParams p{x, w.on_tensor_cores() ? w.f16.address() : w.f32.address(), y, rows, w.k, w.n,
-                       accumulate ? 1u : 0u};
-  if (w.on_tensor_cores()) {
-    // One row tile (a decode step, a short suffix after a restored prefix): only n / 64
-    // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
-    // kernel). Shallower steps left a 16-row forward waiting on memory whatever its context;
-    // larger tiles for many rows were no faster and leave SMs idle on short prompts, so there is
-    // one shape (docs/benchmarks.md, "512-key splits", for the figures).
-    const bool deep = rows <= 64 && w.k % kDeepStep == 0;
-    auto& pipeline = deep ? coopmat_deep_ : coopmat_;
-    if (!pipeline) {
-      KVTIER_ASSIGN_OR_RETURN(pipeline, ctx_.pipeline(ctx_.info().coopmat_khr ? "matmul_khr" : "matmul_coopmat",
-                                                      {deep ? kDeepStep : 32u}, sizeof(MatmulParams)));
-    }
-    batch.dispatch(*pipeline, p, w.n / 64, (rows + 63) / 64);  // 64 x 64 outputs per workgroup
-  } else {
-    if (!scalar_) {
-      KVTIER_ASSIGN_OR_RETURN(scalar_, ctx_.pipeline("matmul", {}, sizeof(MatmulParams)));
-    }
-    batch.dispatch(*scalar_, p, (w.n + 255) / 256, (rows + 3) / 4);  // 64 x 4 columns by 4 rows
+std::span<const MatmulTile> Matmul::tiles() { return kTiles; }
+std::span<const MatmulTile> Matmul::candidate_tiles() { return kCandidates; }
+
+MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n) {
+  // The largest tile that still gives every SM work; below that, the smallest that covers the
+  // rows (a decode step's single row loads zeros for the rest of its tile, not memory).
+  for (size_t i = 0; i + 1 < kTiles.size(); ++i) {
+    if (workgroups(kTiles[i], rows, n) >= kEnoughWorkgroups) return kTiles[i];
   }
+  return rows <= kTiles.back().rows ? kTiles.back() : kTiles[kTiles.size() - 2];
+}
+
+Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w, uint64_t y,
+                      uint32_t rows, bool accumulate, std::optional<MatmulTile> tile) {
+  if (rows == 0) return ok_status();
+  switch (w.kernel()) {
+    case MatmulKernel::kTensorLoads:
+      if (x.f16 == 0)
+        return invalid_argument("matmul: these weights take f16 input rows (MatmulInput::f16)");
+      return record_tensor_loads(batch, x.f16, w, y, rows, accumulate,
+                                 tile.value_or(pick_tile(rows, w.n)));
+    case MatmulKernel::kCoopmat: {
+      // One row tile (a decode step, a short suffix after a restored prefix): only n / 64
+      // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
+      // kernel). Shallower steps left a 16-row forward waiting on memory whatever its context.
+      const bool deep = rows <= 64 && w.k % kDeepStep == 0;
+      auto& pipeline = deep ? coopmat_deep_ : coopmat_;
+      if (!pipeline) {
+        KVTIER_ASSIGN_OR_RETURN(
+            pipeline, ctx_.pipeline(ctx_.info().coopmat_khr ? "matmul_khr" : "matmul_coopmat",
+                                    {deep ? kDeepStep : 32u}, sizeof(MatmulParams)));
+      }
+      const MatmulParams p{x.f32, w.f16.address(), y, rows, w.k, w.n, accumulate ? 1u : 0u};
+      batch.dispatch(*pipeline, p, w.n / 64, (rows + 63) / 64);  // 64 x 64 outputs per workgroup
+      return ok_status();
+    }
+    case MatmulKernel::kScalar:
+      break;
+  }
+  if (!scalar_) {
+    KVTIER_ASSIGN_OR_RETURN(scalar_, ctx_.pipeline("matmul", {}, sizeof(MatmulParams)));
+  }
+  const MatmulParams p{x.f32, w.f32.address(), y, rows, w.k, w.n, accumulate ? 1u : 0u};
+  batch.dispatch(*scalar_, p, (w.n + 255) / 256, (rows + 3) / 4);  // 64 x 4 columns by 4 rows
+  return ok_status();
+}
+
+Status Matmul::record_tensor_loads(CommandBatch& batch, uint64_t x16, const MatmulWeights& w,
+                                   uint64_t y, uint32_t rows, bool accumulate, MatmulTile tile) {
+  if (tile.threads > ctx_.info().coopmat2_max_workgroup) {
+    return invalid_argument("matmul: a tile of " + std::to_string(tile.threads) +
+                            " invocations is past the device's cooperative-matrix workgroup limit");
+  }
+  auto it = std::find_if(tensor_loads_.begin(), tensor_loads_.end(),
+                         [&](const auto& e) { return e.first == tile; });
+  if (it == tensor_loads_.end()) {
+    KVTIER_ASSIGN_OR_RETURN(
+        auto pipeline,
+        ctx_.pipeline("matmul_cm2", {tile.threads, tile.rows, tile.cols, tile.k_step, tile.unroll},
+                      sizeof(MatmulParams)));
+    it = tensor_loads_.insert(tensor_loads_.end(), {tile, std::move(pipeline)});
+  }
+  const MatmulParams p{x16, w.f16t.address(), y, rows, w.k, w.n, accumulate ? 1u : 0u};
+  batch.dispatch(*it->second, p, (w.n + tile.cols - 1) / tile.cols,
+                 (rows + tile.rows - 1) / tile.rows);
+  return ok_status();
+}
+
+Status Matmul::record_half_copy(CommandBatch& batch, uint64_t x, uint64_t out, uint64_t count) {
+  if (count % 4 != 0 || count / 4 > 0xffffffffull)
+    return invalid_argument("matmul: half copy of a bad count");
+  if (count == 0) return ok_status();
+  if (!half_copy_) {
+    KVTIER_ASSIGN_OR_RETURN(half_copy_, ctx_.pipeline("to_half", {}, sizeof(HalfCopyParams)));
+  }
+  const uint32_t quads = static_cast<uint32_t>(count / 4);
+  batch.dispatch(*half_copy_, HalfCopyParams{x, out, quads, 0}, (quads + 255) / 256);
   return ok_status();
 }
 

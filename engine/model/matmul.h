@@ -1,42 +1,90 @@
-// Matmul: y = (accumulate ? y : 0) + x @ w, f32 activations [rows, k] and a weight matrix [k, n],
-// for the tiny model. Two kernels, two sets of bits: matmul.comp (f32 FMAs, everywhere) and, on
-// devices with cooperative matrices, kernels/common/matmul_coopmat.glsl (tensor cores, f16 inputs,
-// f32 sums; in its KHR spelling where the device has cooperative matrix 2, DeviceInfo::coopmat_khr).
-// Either way a row's values depend on that row alone, never on the rows beside it.
+// Matmul: y = (accumulate ? y : 0) + x @ w, activations [rows, k] and a weight matrix [k, n], for
+// the model's projections. Three kernels, each with its own bits:
+//  * matmul.comp: f32 FMAs, everywhere (lavapipe included);
+//  * kernels/common/matmul_coopmat.glsl: tensor cores through cooperative matrices (64 x 64 tiles,
+//    f32 rows rounded to f16 as they are loaded; its KHR spelling where DeviceInfo::coopmat_khr);
+//  * kernels/coopmat2/matmul_cm2.comp: cooperative matrix 2 with tensor-layout loads, where
+//    DeviceInfo::coopmat2_tensor_loads (the H100): large workgroup tiles at the tensor cores'
+//    rate, reading f16 rows its producer wrote (MatmulInput::f16) and weights stored transposed.
+// Whichever runs, a row's values depend on that row alone, never on the rows beside it, nor on the
+// tile the launcher picks for the launch's size.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "engine/vulkan/command_batch.h"
 #include "engine/vulkan/gpu_buffer.h"
 
 namespace kvtier {
 
-// A weight matrix on the GPU: f32 always, and f16 where it goes through the tensor-core kernel.
+// How a weight matrix is kept on the GPU, by the kernel it goes through.
+enum class MatmulKernel { kScalar, kCoopmat, kTensorLoads };
+
+// A weight matrix on the GPU: f32 always, plus the copy its tensor-core kernel reads.
 struct MatmulWeights {
-  GpuBuffer f32, f16;
+  GpuBuffer f32;
+  GpuBuffer f16;   // kCoopmat: f16 [k, n]
+  GpuBuffer f16t;  // kTensorLoads: f16 [n, k], the transpose
   uint32_t k = 0, n = 0;
 
-  // `tensor_cores`: keep an f16 copy (values beyond f16's range clamped, as the kernel clamps
-  // activations) when the device has cooperative matrices and the shape suits the kernel
-  // (k % 32 == 0, n % 64 == 0). Rows of [k, n] must be 16-byte aligned: k and n multiples of 4.
+  // `tensor_cores`: keep the f16 copy of the device's tensor-core kernel (values beyond f16's
+  // range clamped, as activations are) where the shape suits it (k % 32 == 0, n % 64 == 0). Rows
+  // of [k, n] must be 16-byte aligned: k and n multiples of 4.
   static Result<MatmulWeights> upload(VulkanContext& ctx, std::span<const float> values, uint32_t k, uint32_t n,
                                       bool tensor_cores);
-  bool on_tensor_cores() const { return f16.size() > 0; }
+  MatmulKernel kernel() const {
+    return f16t.size() > 0  ? MatmulKernel::kTensorLoads
+           : f16.size() > 0 ? MatmulKernel::kCoopmat
+                            : MatmulKernel::kScalar;
+  }
+  bool on_tensor_cores() const { return kernel() != MatmulKernel::kScalar; }
+  // The kernel reads f16 input rows (MatmulInput::f16) rather than f32 ones.
+  bool takes_half_input() const { return kernel() == MatmulKernel::kTensorLoads; }
+};
+
+// A matmul's input rows, as device addresses: f32 (16-byte aligned rows), and the same values as
+// f16 where the producer also wrote them (common/half_pack.glsl's rounding; 16-byte aligned rows).
+// Weights that take_half_input() read only `f16`; the others only `f32`.
+struct MatmulInput {
+  uint64_t f32 = 0;
+  uint64_t f16 = 0;
+};
+
+// matmul_cm2's workgroup tile: invocations, rows, columns, k per step, and steps per loop
+// iteration (unrolled, where k allows).
+struct MatmulTile {
+  uint32_t threads, rows, cols, k_step, unroll = 8;
+  bool operator==(const MatmulTile&) const = default;
 };
 
 class Matmul {
  public:
   explicit Matmul(VulkanContext& ctx) : ctx_(ctx) {}
-  // x and y are device addresses of f32 rows (16-byte aligned); `rows` of them.
-  Status record(CommandBatch& batch, uint64_t x, const MatmulWeights& w, uint64_t y, uint32_t rows,
-                bool accumulate);
+  // y: f32 rows; `rows` of them. `tile` (kTensorLoads only) overrides the launcher's choice: for
+  // benchmarks and the tests that hold the bits equal across tiles.
+  Status record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w, uint64_t y,
+                uint32_t rows, bool accumulate, std::optional<MatmulTile> tile = std::nullopt);
+  // f16 copies of `count` f32 values (a multiple of 4), for the input of a kTensorLoads matmul
+  // whose producer wrote only f32. The matmul reading them must come after a barrier.
+  Status record_half_copy(CommandBatch& batch, uint64_t x, uint64_t out, uint64_t count);
+
+  // The tiles matmul_cm2 runs with, largest first, and the one the launcher picks; more shapes
+  // for benchmarks to compare (the launcher's first).
+  static std::span<const MatmulTile> tiles();
+  static std::span<const MatmulTile> candidate_tiles();
+  static MatmulTile pick_tile(uint32_t rows, uint32_t n);
 
  private:
+  Status record_tensor_loads(CommandBatch& batch, uint64_t x16, const MatmulWeights& w, uint64_t y,
+                             uint32_t rows, bool accumulate, MatmulTile tile);
+
   static constexpr uint32_t kDeepStep = 128;  // matmul_coopmat's k step for one row tile
   VulkanContext& ctx_;
-  std::shared_ptr<ComputePipeline> scalar_, coopmat_, coopmat_deep_;
+  std::shared_ptr<ComputePipeline> scalar_, coopmat_, coopmat_deep_, half_copy_;
+  std::vector<std::pair<MatmulTile, std::shared_ptr<ComputePipeline>>> tensor_loads_;
 };
 
 }  // namespace kvtier

@@ -56,9 +56,9 @@ void Coopmat2Support::enable(std::vector<const char*>& extensions, void**& chain
   if (!usable_) return;
   extensions.push_back(kKhrCoopmat);
   extensions.push_back(kNvCoopmat2);
-  // Only what the kernels use; robust access, tensor addressing and block loads stay off.
+  // Only what the kernels use: tensor addressing where the device has it (the matmul's loads);
+  // robust access and block loads stay off.
   khr_.cooperativeMatrixRobustBufferAccess = VK_FALSE;
-  nv2_.cooperativeMatrixTensorAddressing = VK_FALSE;
   nv2_.cooperativeMatrixBlockLoads = VK_FALSE;
   khr_.pNext = &nv2_;
   nv2_.pNext = nullptr;

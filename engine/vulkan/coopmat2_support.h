@@ -25,6 +25,9 @@ class Coopmat2Support {
   uint32_t reserved_shared_memory() const { return reserved_shared_; }
   // The most invocations a workgroup using workgroup-scope matrices may have (more: wrong results).
   uint32_t max_workgroup_size() const { return max_workgroup_; }
+  // Tensor-layout loads and stores (coopMatLoadTensorNV): the driver stages tiles from global
+  // memory itself, pipelined, which the projections' matmul needs to reach the tensor cores' rate.
+  bool tensor_addressing() const { return usable_ && nv2_.cooperativeMatrixTensorAddressing; }
   // When usable: the extensions to enable, and the feature structures chained after `*chain`
   // (which then points at the last one's pNext).
   void enable(std::vector<const char*>& extensions, void**& chain);

@@ -57,11 +57,16 @@ Result<std::unique_ptr<VulkanContext>> VulkanContext::create(const VulkanOptions
   std::unique_ptr<VulkanContext> ctx(new VulkanContext(std::move(dev)));
   KVTIER_RETURN_IF_ERROR(ctx->create_timelines());
   DeviceInfo& info = ctx->dev_->mutable_info();
-  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}{}", info.name, info.driver, info.subgroup_size,
-               info.max_shared_memory / 1024,
-               info.transfer_lane_own_queue ? ", transfer lane on its own queue" : ", one queue for both lanes",
+  spdlog::info("vulkan: {} ({}), subgroup {}, {} KiB shared memory{}{}{}", info.name, info.driver,
+               info.subgroup_size, info.max_shared_memory / 1024,
+               info.transfer_lane_own_queue ? ", transfer lane on its own queue"
+                                            : ", one queue for both lanes",
                info.host_import_alignment ? ", host memory import" : "",
-               info.coopmat2 ? ", cooperative matrices 2" : info.coopmat_f16 ? ", cooperative matrices" : "");
+               info.coopmat2
+                   ? (info.coopmat2_tensor_loads ? ", cooperative matrices 2 with tensor loads"
+                                                 : ", cooperative matrices 2")
+               : info.coopmat_f16 ? ", cooperative matrices"
+                                  : "");
   if (info.coopmat_f16) {
     // A probe that cannot run (a driver that fails the cooperative-matrix shader, say) costs the
     // tensor-core attention, not the device: the scalar kernels still serve.

@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "engine/vulkan/coopmat2_support.h"
+#include "kernels/spirv_registry.h"
 
 namespace kvtier {
 
@@ -269,6 +270,8 @@ Status VulkanDevice::create(const Query& q, uint32_t api_version) {
   info_.coopmat2 = coopmat2.usable() && q.f12.shaderFloat16 && q.f12.vulkanMemoryModel;
   info_.coopmat2_reserved_shared = coopmat2.reserved_shared_memory();
   info_.coopmat2_max_workgroup = coopmat2.max_workgroup_size();
+  info_.coopmat2_tensor_loads =
+      info_.coopmat2 && coopmat2.tensor_addressing() && !spirv_for("matmul_cm2").empty();
   info_.prefer_coopmat2 = info_.coopmat2 && options_.coopmat == "2";
   if (!info_.coopmat2) {
     spdlog::debug("vulkan: no cooperative matrix 2: {}",

@@ -58,6 +58,9 @@ struct DeviceInfo {
   bool coopmat2 = false;
   uint32_t coopmat2_reserved_shared = 0;  // shared memory the driver keeps for those tiles
   uint32_t coopmat2_max_workgroup = 0;    // the most invocations a workgroup with them may have
+  // coopmat2 with tensor-layout loads and stores, and the matmul kernel built for them
+  // (kernels/coopmat2/matmul_cm2.comp): the model's projections run on it, from f16 activations.
+  bool coopmat2_tensor_loads = false;
   // coopmat_mma_fragments and coopmat2, and the KHR spelling's fragments are laid out the same
   // (probed too): the tensor-core kernels take their GL_KHR_cooperative_matrix spelling
   // (kernels/coopmat2/*_khr), whose typed operands the driver loads better (H100, bf16 prefill

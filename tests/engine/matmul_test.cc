@@ -2,16 +2,22 @@
 //
 // matmul.comp sums k in order with separately rounded multiplies and adds, as the loop below does
 // (the build compiles with -ffp-contract=off), so it must give the CPU's bits exactly.
-// matmul_coopmat.comp (tensor cores; runs where the device has cooperative matrices — the H100,
-// not lavapipe) rounds x and w to f16 (2^-11 relative each, so 2^-10 per product; the products of
-// two f16 values are exact in f32) and sums in f32 in 16-wide steps: each output is within
-// (2^-10 + k * 2^-23) * sum_k |x w| of the exact sum. Inputs are in [-1, 1], far inside f16's range.
+// The tensor-core kernels (matmul_coopmat.glsl where the device has cooperative matrices,
+// matmul_cm2.comp where it has cooperative matrix 2 with tensor loads: the H100, not lavapipe)
+// round x and w to f16 (2^-11 relative each, so 2^-10 per product; the products of two f16 values
+// are exact in f32) and sum in f32 in 16-wide steps: each output is within
+// (2^-10 + k * 2^-23) * sum_k |x w| of the exact sum. Inputs are in [-1, 1], far inside f16's
+// range.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 
 #include "engine/model/matmul.h"
+#include "serialize/dtype.h"
 #include "tests/engine/engine_test_env.h"
 
 namespace kvtier {
@@ -32,12 +38,23 @@ struct Problem {
     y0 = random_floats(size_t{rows} * n, n * 3 + 1);
   }
   // The GPU's y for rows [first, first + count), starting from y0 (kept when accumulating).
-  std::vector<float> gpu_y(const MatmulWeights& weights, bool accumulate, uint32_t first, uint32_t count) const {
+  // Weights that take f16 input get x's f16 copy first (to_half), as the model's producers write
+  // it.
+  std::vector<float> gpu_y(const MatmulWeights& weights, bool accumulate, uint32_t first,
+                           uint32_t count, std::optional<MatmulTile> tile = std::nullopt) const {
     GpuBuffer gx = to_gpu(std::vector<float>(x.begin() + size_t{first} * k, x.begin() + size_t{first + count} * k));
     GpuBuffer gy = to_gpu(std::vector<float>(y0.begin() + size_t{first} * n, y0.begin() + size_t{first + count} * n));
+    GpuBuffer gx16 =
+        std::move(GpuBuffer::create(gpu(), size_t{count} * k * 2, MemoryKind::kDevice)).value();
     Matmul mm(gpu());
     auto batch = std::move(CommandBatch::begin(gpu())).value();
-    Status st = mm.record(batch, gx.address(), weights, gy.address(), count, accumulate);
+    MatmulInput in{gx.address(), 0};
+    if (weights.takes_half_input()) {
+      EXPECT_TRUE(mm.record_half_copy(batch, gx.address(), gx16.address(), size_t{count} * k).ok());
+      batch.barrier();
+      in.f16 = gx16.address();
+    }
+    Status st = mm.record(batch, in, weights, gy.address(), count, accumulate, tile);
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_TRUE(batch.submit_and_wait().ok());
     return from_gpu<float>(gy, size_t{count} * n);
@@ -64,10 +81,15 @@ TEST(MatmulTest, ScalarKernelGivesTheCpusBits) {
 
 TEST(MatmulTest, TensorCoreKernelStaysWithinItsRoundingBound) {
   if (!gpu().info().coopmat_f16) GTEST_SKIP() << "no cooperative matrices on " << gpu().info().name;
-  for (bool accumulate : {false, true}) {
-    Problem p(130, 96, 128);  // rows past a 64-row tile, k over three 32-wide steps
+  // Rows past a tile and k past a step (clamped tiles: zeros loaded), then whole 128 x 256 tiles.
+  for (auto [rows, k, n, accumulate] :
+       {std::tuple{130u, 96u, 128u, false}, std::tuple{130u, 96u, 128u, true},
+        std::tuple{256u, 512u, 512u, true}}) {
+    Problem p(rows, k, n);
     auto weights = std::move(MatmulWeights::upload(gpu(), p.w, p.k, p.n, true)).value();
     ASSERT_TRUE(weights.on_tensor_cores());
+    std::cout << "  kernel: " << (weights.takes_half_input() ? "matmul_cm2" : "matmul_coopmat")
+              << "\n";
     const auto got = p.gpu_y(weights, accumulate, 0, p.rows);
     double worst = 0;
     for (uint32_t r = 0; r < p.rows; ++r) {
@@ -92,7 +114,8 @@ TEST(MatmulTest, TensorCoreKernelStaysWithinItsRoundingBound) {
 
 // A row's values are the same bits computed alone, in the middle of a batch, or as the last row
 // of a partial tile. On tensor cores a launch of one row tile steps through k 128 at a time and
-// a larger one 32 at a time: the same bits too.
+// a larger one 32 at a time (matmul_coopmat), or takes a smaller tile (matmul_cm2): the same bits
+// too.
 TEST(MatmulTest, RowsAreTheSameBitsWhateverShareTheirLaunch) {
   for (bool tensor_cores : {false, true}) {
     if (tensor_cores && !gpu().info().coopmat_f16) continue;
@@ -105,6 +128,44 @@ TEST(MatmulTest, RowsAreTheSameBitsWhateverShareTheirLaunch) {
           << "row " << r << (tensor_cores ? ", tensor cores" : ", scalar");
     }
   }
+}
+
+// matmul_cm2 gives the same bits whichever tile it runs with: the launcher picks tiles by the
+// launch's size, so a row's bits must not depend on the tile.
+TEST(MatmulTest, TensorLoadTilesGiveTheSameBits) {
+  if (!gpu().info().coopmat2_tensor_loads)
+    GTEST_SKIP() << "no tensor-load matmul on " << gpu().info().name;
+  Problem p(300, 1024, 512);  // a partial row tile under every tile; k over several unrolled steps
+  auto weights = std::move(MatmulWeights::upload(gpu(), p.w, p.k, p.n, true)).value();
+  ASSERT_TRUE(weights.takes_half_input());
+  const auto first = p.gpu_y(weights, true, 0, p.rows, Matmul::tiles().front());
+  for (const MatmulTile& t : Matmul::candidate_tiles()) {
+    const auto got = p.gpu_y(weights, true, 0, p.rows, t);
+    EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0)
+        << "tile " << t.rows << " x " << t.cols << ", k step " << t.k_step << ", unroll "
+        << t.unroll;
+  }
+}
+
+// The f16 copy the tensor-load kernel reads: clamped to f16's range, then rounded to nearest even,
+// as serialize/dtype.h's f32_to_f16 does on the CPU (lavapipe runs it too).
+TEST(MatmulTest, HalfCopyClampsThenRoundsLikeTheCpu) {
+  std::vector<float> x = random_floats(4096, 5);
+  for (float big : {70000.0f, -1e30f, 65519.0f, 65520.0f, 1e-8f, -3e-5f}) x.push_back(big);
+  x.resize((x.size() + 3) / 4 * 4, 0.5f);
+  GpuBuffer gx = to_gpu(x);
+  GpuBuffer out = std::move(GpuBuffer::create(gpu(), x.size() * 2, MemoryKind::kDevice)).value();
+  Matmul mm(gpu());
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  ASSERT_TRUE(mm.record_half_copy(batch, gx.address(), out.address(), x.size()).ok());
+  ASSERT_TRUE(batch.submit_and_wait().ok());
+  const auto got = from_gpu<uint16_t>(out, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], f32_to_f16(std::clamp(x[i], -65504.0f, 65504.0f))) << "value " << x[i];
+  }
+  auto refused = std::move(CommandBatch::begin(gpu())).value();
+  EXPECT_EQ(mm.record_half_copy(refused, gx.address(), out.address(), 6).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(MatmulTest, RefusesWeightsOfTheWrongShape) {

@@ -1,0 +1,132 @@
+#include "bench/e2e_prefill.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/e2e_support.h"
+#include "bench/harness/gpu_launch_timing.h"
+#include "engine/blocks/gpu_block_pool.h"
+#include "engine/model/llama_model.h"
+
+namespace kvtier::bench {
+namespace {
+
+using ModelPrompt = std::pair<std::string, int>;
+
+// PyTorch's milliseconds per (model, prompt), or nothing where the script cannot run (no PyTorch,
+// no CUDA: lavapipe machines).
+std::map<ModelPrompt, double> torch_prefill_ms(const PrefillBenchOptions& o) {
+  std::map<ModelPrompt, double> out;
+  if (o.torch_script.empty()) return out;
+  std::string models, prompts;
+  for (const auto& m : o.models) models += (models.empty() ? "" : ",") + m;
+  for (int p : o.prompts) prompts += (prompts.empty() ? "" : ",") + std::to_string(p);
+  FILE* p = ::popen(
+      ("python3 " + o.torch_script + " --models " + models + " --prompts " + prompts + " 2>&1")
+          .c_str(),
+      "r");
+  if (!p) return out;
+  char buf[1024];
+  while (std::fgets(buf, sizeof buf, p)) {
+    const auto j = nlohmann::json::parse(buf, nullptr, false);
+    if (j.is_discarded() || !j.contains("ms")) {
+      std::cerr << buf;  // the script's own diagnostics, passed on
+      continue;
+    }
+    out[{j["model"].get<std::string>(), j["tokens"].get<int>()}] = j["ms"].get<double>();
+  }
+  ::pclose(p);
+  return out;
+}
+
+// FLOPs of one forward, as the PyTorch script counts them: projections, the last row's logits,
+// and causal attention.
+double forward_flops(const LlamaConfig& c, double tokens) {
+  const double h = c.hidden(), kvd = double(c.num_kv_heads) * c.head_dim;
+  const double per_layer = 2 * h * h + 2 * h * kvd + 3 * h * c.ffn;
+  return 2 * tokens * per_layer * c.num_layers + 2 * h * c.vocab +
+         c.num_layers * 2.0 * 2 * c.num_heads * c.head_dim * tokens * tokens / 2;
+}
+
+}  // namespace
+
+std::vector<std::string> prefill_columns() {
+  return {"model",   "prompt",           "engine ms",       "engine GPU ms",
+          "TFLOP/s", "PyTorch eager ms", "engine / PyTorch"};
+}
+
+void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& report,
+                   Report* stages) {
+  const auto torch = torch_prefill_ms(o);
+  const int longest = *std::max_element(o.prompts.begin(), o.prompts.end());
+  for (const std::string& name : o.models) {
+    LlamaConfig config = name == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny();
+    config.max_positions = longest + 64;
+    const LlamaWeights weights = LlamaWeights::synthetic(config);
+    auto model = must(LlamaModel::create(ctx, config, weights));
+    must(model->time_on_gpu(true));
+    const auto layout =
+        std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kE2eBlockSize));
+    auto pool = must(
+        GpuBlockPool::create(ctx, layout, {static_cast<uint32_t>(longest / kE2eBlockSize + 2), 0}));
+    for (int n : o.prompts) {
+      const std::vector<int32_t> prompt = prompt_tokens(n, config.vocab);
+      const int blocks = (n + kE2eBlockSize - 1) / kE2eBlockSize;
+      auto alloc = must(pool->allocate(blocks));
+      ForwardBatch b;
+      b.tokens = prompt;
+      for (int i = 0; i < n; ++i) {
+        b.positions.push_back(i);
+        b.slot_mapping.push_back(alloc.ids[i / kE2eBlockSize] * kE2eBlockSize + i % kE2eBlockSize);
+      }
+      b.cu_seqlens_q = {0, n};
+      b.seq_lens = {n};
+      b.block_tables = alloc.ids;
+      b.max_blocks_per_seq = blocks;
+      b.logit_rows = {n - 1};
+      // Warm-up: pipelines, scratch, and the GPU itself (bench/harness/gpu_launch_timing.h says
+      // why the first one is long): forwards for kWarmUpSeconds, kFirstWarmUpSeconds the first
+      // time.
+      static bool first = true;
+      const auto warm_up_end =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
+      first = false;
+      do {
+        must(model->forward(b, *pool).status());
+      } while (std::chrono::steady_clock::now() < warm_up_end);
+      std::vector<double> wall, gpu;
+      for (int r = 0; r < o.reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        must(model->forward(b, *pool).status());
+        wall.push_back(seconds_since(t0));
+        if (model->last_timing().gpu_seconds) gpu.push_back(*model->last_timing().gpu_seconds);
+      }
+      if (stages) {
+        must(model->time_on_gpu(true, true));
+        must(model->forward(b, *pool).status());
+        const ForwardTiming& t = model->last_timing();
+        for (const auto& [stage, seconds] : t.stages) {
+          stages->add_row({name, std::to_string(n), stage, ms(seconds),
+                           t.gpu_seconds ? fmt_double(seconds / *t.gpu_seconds, 3) : "-"});
+        }
+        must(model->time_on_gpu(true));
+      }
+      for (int32_t id : alloc.ids) pool->unref(id);
+      const double engine_s = median(wall);
+      const double gpu_s = gpu.empty() ? 0 : median(gpu);
+      const auto ref = torch.find({name, n});
+      report.add_row(
+          {name, std::to_string(n), ms(engine_s), gpu.empty() ? "-" : ms(gpu_s),
+           fmt_double(forward_flops(config, n) / (gpu.empty() ? engine_s : gpu_s) / 1e12, 1),
+           ref == torch.end() ? "-" : fmt_double(ref->second, 2),
+           ref == torch.end() ? "-" : fmt_double(engine_s * 1e3 / ref->second, 2)});
+    }
+  }
+}
+
+}  // namespace kvtier::bench
