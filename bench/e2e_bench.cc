@@ -344,9 +344,11 @@ int main(int argc, char** argv) {
                                   ? KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py"
                                   : "bench/matmul_rate.py";
   app.add_option("--prompts", prompts, "Prompt lengths in tokens (multiples of 16)")->delimiter(',');
-  std::vector<std::string> engine_models = {"tiny"};
+  std::vector<std::string> engine_models = {"auto"};
   app.add_option("--engine-models", engine_models,
-                 "Models of the engine-vs-PyTorch prefill table: tiny, 1b (none: skip it)")
+                 "Models of the engine-vs-PyTorch prefill table: tiny, 1b (none: skip it; auto: "
+                 "both on a GPU "
+                 "with tensor cores, none elsewhere)")
       ->delimiter(',')
       ->capture_default_str();
   std::string torch_script =
@@ -401,6 +403,14 @@ int main(int argc, char** argv) {
   }
   std::cout << "machine: " << machine_description() << "\nvulkan: " << ctx->info().name << "\n\n";
 
+  if (engine_models == std::vector<std::string>{"auto"}) {
+    // On lavapipe a 32k-token forward of the 1B shape would take hours, and there is no PyTorch
+    // GPU to compare with.
+    engine_models = ctx->info().coopmat_f16 ? std::vector<std::string>{"tiny", "1b"}
+                                            : std::vector<std::string>{};
+    if (engine_models.empty())
+      std::cout << "engine table skipped: no tensor cores (--engine-models tiny runs it)\n\n";
+  }
   engine_models.erase(std::remove(engine_models.begin(), engine_models.end(), "none"),
                       engine_models.end());
   for (const std::string& m : engine_models) {
