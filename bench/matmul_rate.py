@@ -16,12 +16,14 @@ import sys
 SHAPES = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (4096, 4096)]  # matmul_bench's
 
 
-def seconds_per_call(torch, fn, calls):
+def seconds_per_call(torch, fn, calls, samples_wanted=7):
+    """Median seconds per call of fn: samples of `calls` back-to-back calls between CUDA events,
+    after 3 untimed calls. bench/torch_prefill_reference.py times its forwards with it too."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     samples = []
-    for _ in range(7):
+    for _ in range(samples_wanted):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(calls):

@@ -16,8 +16,9 @@ Exits non-zero without PyTorch or CUDA.
 import argparse
 import json
 import math
-import statistics
 import sys
+
+from matmul_rate import seconds_per_call
 
 MODELS = {
     "tiny": dict(vocab=512, layers=4, heads=8, kv_heads=2, head_dim=64, ffn=1024, theta=10000.0),
@@ -103,18 +104,7 @@ def main():
             w = build(torch, c, max(prompts))
             for n in prompts:
                 tokens = torch.tensor([(i * 7919 + (i * i) % 101) % c["vocab"] for i in range(n)], device="cuda")
-                for _ in range(3):
-                    run_forward(torch, c, w, tokens)
-                torch.cuda.synchronize()
-                samples = []
-                for _ in range(args.reps):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    run_forward(torch, c, w, tokens)
-                    end.record()
-                    torch.cuda.synchronize()
-                    samples.append(start.elapsed_time(end))
-                ms = statistics.median(samples)
+                ms = 1e3 * seconds_per_call(torch, lambda: run_forward(torch, c, w, tokens), 1, args.reps)
                 print(json.dumps({"model": model, "tokens": n, "ms": ms,
                                   "tflops": forward_flops(c, n) / (ms / 1e3) / 1e12, "device": name}), flush=True)
             del w

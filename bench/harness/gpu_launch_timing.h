@@ -29,9 +29,8 @@ inline std::unique_ptr<VulkanContext> vulkan_or_exit() {
 }
 
 // How long each measurement first runs its launches untimed (at least one submission), and the
-// first one in a process. A GPU machine just started runs slow for seconds: on the H200 a fresh
-// machine's first tables ran 2-5x slow even after 2 s of their launches (the tiny model's
-// 8192-token forward 16.4 ms, 3.8 ms once the machine had been busy a minute; docs/benchmarks.md).
+// first one in a process: on the H200 host the first matmul shapes of a fresh process ran 5x slow
+// after 2 s of their own launches (docs/benchmarks.md, 2026-11-27), so the first waits longer.
 inline constexpr double kWarmUpSeconds = 0.25;
 inline constexpr double kFirstWarmUpSeconds = 10.0;
 

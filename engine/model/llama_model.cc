@@ -103,6 +103,16 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
     KVTIER_ASSIGN_OR_RETURN(g.w_down, upload(l.w_down, ffn, h));
     m->layers_.push_back(std::move(g));
   }
+  // The norms write f32 rows only where a matmul reads them: on the tensor-load kernel every
+  // projection of a plain Llama reads the f16 ones, and f32 rows nobody reads cost a write per
+  // norm.
+  auto reads_f32 = [](const MatmulWeights& w) { return w.k > 0 && !w.takes_half_input(); };
+  m->norm_f32_ = !m->half_inputs_ || reads_f32(m->embedding_t_);
+  for (const LayerWeights& g : m->layers_) {
+    for (const MatmulWeights* w : {&g.wq, &g.wk, &g.wv, &g.w_gate, &g.w_up, &g.w_qkv, &g.w_ab}) {
+      m->norm_f32_ = m->norm_f32_ || reads_f32(*w);
+    }
+  }
   return m;
 }
 
@@ -286,10 +296,10 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    cb.dispatch(*p_norm,
-                RmsNormParams{x_.address(), w.attn_norm.address(), hn_.address(), half_rows(), h,
-                              c.rms_eps},
-                r32);
+    cb.dispatch(
+        *p_norm,
+        RmsNormParams{x_.address(), w.attn_norm.address(), norm_rows(), half_rows(), h, c.rms_eps},
+        r32);
     cb.barrier();
     stage("rms_norm");
     if (c.is_gdn(l)) {
@@ -321,7 +331,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     }
     cb.dispatch(
         *p_norm,
-        RmsNormParams{x_.address(), w.mlp_norm.address(), hn_.address(), half_rows(), h, c.rms_eps},
+        RmsNormParams{x_.address(), w.mlp_norm.address(), norm_rows(), half_rows(), h, c.rms_eps},
         r32);
     cb.barrier();
     stage("rms_norm");
@@ -344,7 +354,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   }
   cb.dispatch(
       *p_norm,
-      RmsNormParams{x_.address(), final_norm_.address(), hn_.address(), half_rows(), h, c.rms_eps},
+      RmsNormParams{x_.address(), final_norm_.address(), norm_rows(), half_rows(), h, c.rms_eps},
       r32);
   cb.barrier();
   for (size_t i = 0; i < nlog; ++i) {

@@ -63,7 +63,7 @@ class LlamaModel {
  public:
   // Attention and the matmuls take `path` (default: the device's fastest) for the model's life: a
   // path has its own bits, so one model never mixes them. On kCoopMat, matrices whose shape the
-  // tensor-core matmul takes (k % 32, n % 64) are kept in f16 too and multiplied on it.
+  // tensor-core matmul takes (k % 32, n % 64) are kept in f16 instead and multiplied on it.
   static Result<std::unique_ptr<LlamaModel>> create(
       VulkanContext& ctx, LlamaConfig config, const LlamaWeights& weights,
       std::optional<PagedAttentionVarlen::Path> path = std::nullopt);
@@ -106,6 +106,7 @@ class LlamaModel {
     return {rows.address(), half_inputs_ ? x16_.address() : 0};
   }
   uint64_t half_rows() const { return half_inputs_ ? x16_.address() : 0; }
+  uint64_t norm_rows() const { return norm_f32_ ? hn_.address() : 0; }
   // f16 copies of `count` values of `rows` into x16_ (and a barrier), where `w` reads them.
   Status record_half_copy(CommandBatch& cb, const MatmulWeights& w, const GpuBuffer& rows,
                           uint64_t count);
@@ -114,6 +115,7 @@ class LlamaModel {
   bool tensor_cores_;  // matmuls on tensor cores where the device and shapes allow
                        // (MatmulWeights::upload)
   bool half_inputs_;   // ... on the tensor-load kernel (matmul_cm2), which reads f16 rows from x16_
+  bool norm_f32_ = true;  // some matmul reads the norms' f32 rows (hn_); else they write only f16
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;

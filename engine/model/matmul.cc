@@ -56,16 +56,22 @@ Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const 
   MatmulWeights w;
   w.k = k;
   w.n = n;
-  KVTIER_ASSIGN_OR_RETURN(w.f32, upload_new<float>(ctx, values));
-  if (!tensor_cores || k % 32 != 0 || n % 64 != 0) return w;
+  // One copy on the GPU, the one its kernel reads: a 1B model's f32 weights are 4.5 GiB that the
+  // tensor-core kernels never touch.
+  const bool shape_fits = tensor_cores && k % 32 == 0 && n % 64 == 0;
+  const bool transposed = shape_fits && ctx.info().coopmat2_tensor_loads;
+  if (!transposed && !(shape_fits && ctx.info().coopmat_f16)) {
+    KVTIER_ASSIGN_OR_RETURN(w.f32, upload_new<float>(ctx, values));
+    return w;
+  }
   auto half = [&](size_t i) { return f32_to_f16(std::clamp(values[i], -65504.0f, 65504.0f)); };
   std::vector<uint16_t> halves(values.size());
-  if (ctx.info().coopmat2_tensor_loads) {
+  if (transposed) {
     for (uint32_t c = 0; c < n; ++c) {
       for (uint32_t i = 0; i < k; ++i) halves[size_t{c} * k + i] = half(size_t{i} * n + c);
     }
     KVTIER_ASSIGN_OR_RETURN(w.f16t, upload_new<uint16_t>(ctx, std::span<const uint16_t>(halves)));
-  } else if (ctx.info().coopmat_f16) {
+  } else {
     for (size_t i = 0; i < values.size(); ++i) halves[i] = half(i);
     KVTIER_ASSIGN_OR_RETURN(w.f16, upload_new<uint16_t>(ctx, std::span<const uint16_t>(halves)));
   }

@@ -4,8 +4,9 @@
 //  * kernels/common/matmul_coopmat.glsl: tensor cores through cooperative matrices (64 x 64 tiles,
 //    f32 rows rounded to f16 as they are loaded; its KHR spelling where DeviceInfo::coopmat_khr);
 //  * kernels/coopmat2/matmul_cm2.comp: cooperative matrix 2 with tensor-layout loads, where
-//    DeviceInfo::coopmat2_tensor_loads (the H100): large workgroup tiles at the tensor cores'
-//    rate, reading f16 rows its producer wrote (MatmulInput::f16) and weights stored transposed.
+//    DeviceInfo::coopmat2_tensor_loads (NVIDIA's Hopper: the H100 and H200): large workgroup tiles
+//    at the tensor cores' rate, reading f16 rows its producer wrote (MatmulInput::f16) and weights
+//    stored transposed.
 // Whichever runs, a row's values depend on that row alone, never on the rows beside it, nor on the
 // tile the launcher picks for the launch's size.
 #pragma once
@@ -23,16 +24,16 @@ namespace kvtier {
 // How a weight matrix is kept on the GPU, by the kernel it goes through.
 enum class MatmulKernel { kScalar, kCoopmat, kTensorLoads };
 
-// A weight matrix on the GPU: f32 always, plus the copy its tensor-core kernel reads.
+// A weight matrix on the GPU, in the one form its kernel reads.
 struct MatmulWeights {
-  GpuBuffer f32;
+  GpuBuffer f32;   // kScalar: f32 [k, n]
   GpuBuffer f16;   // kCoopmat: f16 [k, n]
   GpuBuffer f16t;  // kTensorLoads: f16 [n, k], the transpose
   uint32_t k = 0, n = 0;
 
-  // `tensor_cores`: keep the f16 copy of the device's tensor-core kernel (values beyond f16's
-  // range clamped, as activations are) where the shape suits it (k % 32 == 0, n % 64 == 0). Rows
-  // of [k, n] must be 16-byte aligned: k and n multiples of 4.
+  // `tensor_cores`: the f16 form of the device's tensor-core kernel (values beyond f16's range
+  // clamped, as activations are) where the shape suits it (k % 32 == 0, n % 64 == 0); else f32.
+  // Rows of [k, n] must be 16-byte aligned: k and n multiples of 4.
   static Result<MatmulWeights> upload(VulkanContext& ctx, std::span<const float> values, uint32_t k, uint32_t n,
                                       bool tensor_cores);
   MatmulKernel kernel() const {
