@@ -84,6 +84,9 @@ struct VarlenBatch {
   std::span<const int32_t> host_cu_seqlens_q;  // the same, on the host
   uint32_t num_heads = 0;
   uint32_t max_seq_len = 0;    // at least the longest seq_lens entry (sizes the split grid)
+  // `out` holds f16 rows (common/half_pack.glsl's rounding: the bits a to_half copy of the f32
+  // rows gives), for a projection on tensor cores that reads f16. Only where writes_half().
+  bool out_half = false;
 };
 
 class PagedAttentionVarlen {
@@ -123,6 +126,11 @@ class PagedAttentionVarlen {
   // preferred one where the device and shape allow it, else the next one down (cooperative
   // matrix 2, then 1, then scalar).
   Path path(const PagedKvView& cache, uint32_t num_heads) const;
+  // Whether this launcher can write f16 output rows (VarlenBatch::out_half) for such a cache: on
+  // the cooperative-matrix path.
+  bool writes_half(const PagedKvView& cache, uint32_t num_heads) const {
+    return path(cache, num_heads) == Path::kCoopMat;
+  }
   // The compiled pipeline's statistics for this shape (empty unless captured).
   std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
 
@@ -153,8 +161,10 @@ class PagedAttentionVarlen {
   bool stages(const PagedKvView& cache, const VarlenBatch& b, const Launch& launch) const;
   // staged: `cache` is a KvHalfStaging copy, its block table the identity the kernel can compute.
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,
-                                                           const Launch& launch, const AttentionOptions& o,
-                                                           bool staged = false);
+                                                           const Launch& launch,
+                                                           const AttentionOptions& o,
+                                                           bool staged = false,
+                                                           bool out_half = false);
 
   VulkanContext& ctx_;
   SplitPolicy policy_;

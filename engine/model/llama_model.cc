@@ -92,9 +92,23 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
       KVTIER_ASSIGN_OR_RETURN(g.a_log, upload_floats(ctx, l.a_log));
       KVTIER_ASSIGN_OR_RETURN(g.dt_bias, upload_floats(ctx, l.dt_bias));
     } else {
-      KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
-      KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
-      KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
+      // On the tensor-load kernel q, k and v are one launch over their weights side by side.
+      if (m->half_inputs_ && h % 32 == 0 && kvd % 32 == 0) {
+        std::vector<float> joined(size_t{h} * (h + 2 * kvd));
+        for (size_t i = 0; i < h; ++i) {
+          float* row = joined.data() + i * (h + 2 * kvd);
+          std::copy_n(l.wq.begin() + i * h, h, row);
+          std::copy_n(l.wk.begin() + i * kvd, kvd, row + h);
+          std::copy_n(l.wv.begin() + i * kvd, kvd, row + h + kvd);
+        }
+        KVTIER_ASSIGN_OR_RETURN(g.wqkv, upload(joined, h, h + 2 * kvd));
+      }
+      if (g.wqkv.kernel() != MatmulKernel::kTensorLoads) {
+        g.wqkv = MatmulWeights{};
+        KVTIER_ASSIGN_OR_RETURN(g.wq, upload(l.wq, h, h));
+        KVTIER_ASSIGN_OR_RETURN(g.wk, upload(l.wk, h, kvd));
+        KVTIER_ASSIGN_OR_RETURN(g.wv, upload(l.wv, h, kvd));
+      }
       KVTIER_ASSIGN_OR_RETURN(g.wo, upload(l.wo, h, h));
     }
     KVTIER_ASSIGN_OR_RETURN(g.mlp_norm, upload_floats(ctx, l.mlp_norm));
@@ -108,8 +122,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
   // norm.
   auto reads_f32 = [](const MatmulWeights& w) { return w.k > 0 && !w.takes_half_input(); };
   m->norm_f32_ = !m->half_inputs_ || reads_f32(m->embedding_t_);
+  m->fused_mlp_ = m->half_inputs_;
   for (const LayerWeights& g : m->layers_) {
-    for (const MatmulWeights* w : {&g.wq, &g.wk, &g.wv, &g.w_gate, &g.w_up, &g.w_qkv, &g.w_ab}) {
+    m->fused_mlp_ = m->fused_mlp_ && g.w_gate.kernel() == MatmulKernel::kTensorLoads &&
+                    g.w_up.kernel() == MatmulKernel::kTensorLoads && g.w_down.takes_half_input();
+    for (const MatmulWeights* w :
+         {&g.wq, &g.wk, &g.wv, &g.wqkv, &g.w_gate, &g.w_up, &g.w_qkv, &g.w_ab}) {
       m->norm_f32_ = m->norm_f32_ || reads_f32(*w);
     }
   }
@@ -131,9 +149,13 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
     KVTIER_RETURN_IF_ERROR(make(k_, n * kvd));
     KVTIER_RETURN_IF_ERROR(make(v_, n * kvd));
     KVTIER_RETURN_IF_ERROR(make(attn_, n * h));
-    KVTIER_RETURN_IF_ERROR(make(gate_, n * c.ffn));
-    KVTIER_RETURN_IF_ERROR(make(up_, n * c.ffn));
-    KVTIER_RETURN_IF_ERROR(make(act_, n * c.ffn));
+    if (fused_mlp_) {
+      KVTIER_ASSIGN_OR_RETURN(act16_, GpuBuffer::create(ctx_, n * c.ffn * 2, MemoryKind::kDevice));
+    } else {
+      KVTIER_RETURN_IF_ERROR(make(gate_, n * c.ffn));
+      KVTIER_RETURN_IF_ERROR(make(up_, n * c.ffn));
+      KVTIER_RETURN_IF_ERROR(make(act_, n * c.ffn));
+    }
     if (half_inputs_) {
       // f16 input rows of the tensor-load matmuls, one buffer for all (each is read before the
       // next is written): the widest of hidden, FFN and the GDN's output.
@@ -267,7 +289,8 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
 
   KVTIER_ASSIGN_OR_RETURN(auto p_embed, ctx_.pipeline("embedding", {}, sizeof(EmbeddingParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_norm, ctx_.pipeline("rms_norm", {}, sizeof(RmsNormParams)));
-  KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {}, sizeof(RopeParams)));
+  const uint32_t rope_vec = c.head_dim % 8 == 0 ? 4 : 1;  // pairs per invocation (rope.comp)
+  KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {rope_vec}, sizeof(RopeParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_silu, ctx_.pipeline("silu_mul", {}, sizeof(SiluMulParams)));
   const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
   const auto record_started = std::chrono::steady_clock::now();
@@ -307,24 +330,42 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
                                         static_cast<uint32_t>(num_seqs)));
       stage("gated deltanet");
     } else {
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wq, q_.address(), r32, false));
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wk, k_.address(), r32, false));
-      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wv, v_.address(), r32, false));
+      if (w.wqkv.k > 0) {
+        const uint32_t kvd = static_cast<uint32_t>(c.num_kv_heads * c.head_dim);
+        const MatmulSegment qkv[] = {{q_.address(), h}, {k_.address(), kvd}, {v_.address(), kvd}};
+        KVTIER_RETURN_IF_ERROR(matmul_.record_segments(cb, input(hn_), w.wqkv, qkv, r32));
+      } else {
+        KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wq, q_.address(), r32, false));
+        KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wk, k_.address(), r32, false));
+        KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.wv, v_.address(), r32, false));
+      }
       cb.barrier();
       stage("qkv matmuls");
-      cb.dispatch(*p_rope, RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
-                                      rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
-                                      static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
-                  groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2, 256));
+      cb.dispatch(
+          *p_rope,
+          RopeParams{q_.address(), k_.address(), at(o_pos), rope_cos_.address(),
+                     rope_sin_.address(), r32, static_cast<uint32_t>(c.num_heads),
+                     static_cast<uint32_t>(c.num_kv_heads), static_cast<uint32_t>(c.head_dim)},
+          groups(static_cast<uint64_t>(rows) * (c.num_heads + c.num_kv_heads) * c.head_dim / 2 /
+                     rope_vec,
+                 256));
       cb.barrier();
       stage("rope");
       const PagedKvView& kv = cache.layer(attention_index++);
       KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
-      VarlenBatch vb{q_.address(), attn_.address(), at(o_tables), static_cast<uint32_t>(b.max_blocks_per_seq),
-                     at(o_lens), at(o_cu), b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads), max_len};
+      // The output projection reads f16 rows: attention writes them itself where it can, else
+      // they are copied from its f32 rows.
+      const bool attn_half =
+          w.wo.takes_half_input() && varlen_.writes_half(kv, static_cast<uint32_t>(c.num_heads));
+      VarlenBatch vb{q_.address(),   attn_half ? x16_.address() : attn_.address(),
+                     at(o_tables),   static_cast<uint32_t>(b.max_blocks_per_seq),
+                     at(o_lens),     at(o_cu),
+                     b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads),
+                     max_len,        attn_half};
       KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
       stage("reshape_and_cache + attention");
-      KVTIER_RETURN_IF_ERROR(record_half_copy(cb, w.wo, attn_, static_cast<uint64_t>(rows) * h));
+      if (!attn_half)
+        KVTIER_RETURN_IF_ERROR(record_half_copy(cb, w.wo, attn_, static_cast<uint64_t>(rows) * h));
       KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(attn_), w.wo, x_.address(), r32, true));
       cb.barrier();
       stage("output matmul");
@@ -335,20 +376,29 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
         r32);
     cb.barrier();
     stage("rms_norm");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_gate, gate_.address(), r32, false));
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_up, up_.address(), r32, false));
-    cb.barrier();
-    stage("gate/up matmuls");
-    // The down projection reads one of the two: f16 rows on the tensor-load kernel, else f32.
-    const bool down_half = w.w_down.takes_half_input();
-    cb.dispatch(
-        *p_silu,
-        SiluMulParams{gate_.address(), up_.address(), down_half ? 0 : act_.address(),
-                      down_half ? x16_.address() : 0, static_cast<uint32_t>(rows * c.ffn / 2), 0},
-        groups(static_cast<uint64_t>(rows) * c.ffn / 2, 256));
-    cb.barrier();
-    stage("silu_mul");
-    KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(act_), w.w_down, x_.address(), r32, true));
+    if (fused_mlp_) {
+      KVTIER_RETURN_IF_ERROR(
+          matmul_.record_gated(cb, input(hn_), w.w_gate, w.w_up, act16_.address(), r32));
+      cb.barrier();
+      stage("gate/up matmuls + silu_mul");
+      KVTIER_RETURN_IF_ERROR(
+          matmul_.record(cb, MatmulInput{0, act16_.address()}, w.w_down, x_.address(), r32, true));
+    } else {
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_gate, gate_.address(), r32, false));
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_up, up_.address(), r32, false));
+      cb.barrier();
+      stage("gate/up matmuls");
+      // The down projection reads one of the two: f16 rows on the tensor-load kernel, else f32.
+      const bool down_half = w.w_down.takes_half_input();
+      cb.dispatch(
+          *p_silu,
+          SiluMulParams{gate_.address(), up_.address(), down_half ? 0 : act_.address(),
+                        down_half ? x16_.address() : 0, static_cast<uint32_t>(rows * c.ffn / 2), 0},
+          groups(static_cast<uint64_t>(rows) * c.ffn / 2, 256));
+      cb.barrier();
+      stage("silu_mul");
+      KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(act_), w.w_down, x_.address(), r32, true));
+    }
     cb.barrier();
     stage("down matmul");
   }

@@ -84,6 +84,7 @@ class LlamaModel {
   struct LayerWeights {
     GpuBuffer attn_norm, mlp_norm;
     MatmulWeights wq, wk, wv, wo, w_gate, w_up, w_down;
+    MatmulWeights wqkv;  // wq, wk and wv side by side, in their stead on the tensor-load kernel
     MatmulWeights w_qkv, w_ab, w_out;  // GDN layers
     GpuBuffer conv_w, a_log, dt_bias;
   };
@@ -116,6 +117,9 @@ class LlamaModel {
                        // (MatmulWeights::upload)
   bool half_inputs_;   // ... on the tensor-load kernel (matmul_cm2), which reads f16 rows from x16_
   bool norm_f32_ = true;  // some matmul reads the norms' f32 rows (hn_); else they write only f16
+  // SwiGLU's gate, up and silu_mul in one gated launch (Matmul::record_gated) writing act16_, for
+  // a down projection that reads f16: no f32 gate_, up_, act_ rows.
+  bool fused_mlp_ = false;
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;
@@ -127,7 +131,7 @@ class LlamaModel {
   CausalConv1d conv1d_;
   // Scratch, grown on demand.
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
-  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_, x16_;
+  GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_, x16_, act16_;
   GpuBuffer qkv_, conv_, ab_, gq_, gk_, gv_, gg_, gbeta_, gout_;  // GDN layers
   GpuBuffer logits_host_;
   ForwardTiming last_timing_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <vector>
 
 #include "serialize/dtype.h"
@@ -48,6 +49,12 @@ uint64_t workgroups(const MatmulTile& t, uint32_t rows, uint32_t n) {
 
 }  // namespace
 
+// matmul_cm2's push constants: w_up only where GATED.
+struct Matmul::TensorLoadParams {
+  uint64_t x, w, y, w_up, y2, y3;
+  uint32_t rows, k, n, accumulate, n1, n2;
+};
+
 Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const float> values, uint32_t k,
                                             uint32_t n, bool tensor_cores) {
   if (k == 0 || n == 0 || k % 4 != 0 || n % 4 != 0 || values.size() != uint64_t{k} * n) {
@@ -81,13 +88,46 @@ Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const 
 std::span<const MatmulTile> Matmul::tiles() { return kTiles; }
 std::span<const MatmulTile> Matmul::candidate_tiles() { return kCandidates; }
 
-MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n) {
+MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple) {
   // The largest tile that still gives every SM work; below that, the smallest that covers the
-  // rows (a decode step's single row loads zeros for the rest of its tile, not memory).
+  // rows (a decode step's single row loads zeros for the rest of its tile, not memory). Only
+  // tiles whose columns divide col_multiple, where one is given (the last one's always do).
+  auto fits = [&](const MatmulTile& t) { return col_multiple == 0 || col_multiple % t.cols == 0; };
   for (size_t i = 0; i + 1 < kTiles.size(); ++i) {
-    if (workgroups(kTiles[i], rows, n) >= kEnoughWorkgroups) return kTiles[i];
+    if (fits(kTiles[i]) && workgroups(kTiles[i], rows, n) >= kEnoughWorkgroups) return kTiles[i];
   }
-  return rows <= kTiles.back().rows ? kTiles.back() : kTiles[kTiles.size() - 2];
+  if (rows > kTiles.back().rows && fits(kTiles[kTiles.size() - 2]))
+    return kTiles[kTiles.size() - 2];
+  return kTiles.back();
+}
+
+Status Matmul::record_segments(CommandBatch& batch, MatmulInput x, const MatmulWeights& w,
+                               std::span<const MatmulSegment> segments, uint32_t rows) {
+  if (w.kernel() != MatmulKernel::kTensorLoads) {
+    return invalid_argument("matmul: segmented outputs need weights on the tensor-load kernel");
+  }
+  if (segments.empty() || segments.size() > 3)
+    return invalid_argument("matmul: one to three output segments");
+  uint32_t total = 0, multiple = 0;
+  for (const MatmulSegment& s : segments) {
+    if (s.cols == 0 || s.cols % kTiles.back().cols != 0) {
+      return invalid_argument("matmul: a segment's width must be a multiple of " +
+                              std::to_string(kTiles.back().cols));
+    }
+    total += s.cols;
+    multiple = std::gcd(multiple, s.cols);
+  }
+  if (total != w.n)
+    return invalid_argument("matmul: the segments' widths must add up to the weights' columns");
+  if (x.f16 == 0)
+    return invalid_argument("matmul: these weights take f16 input rows (MatmulInput::f16)");
+  if (rows == 0) return ok_status();
+  auto seg = [&](size_t i) { return i < segments.size() ? segments[i] : MatmulSegment{0, 0}; };
+  const uint32_t n1 = seg(0).cols, n2 = n1 + seg(1).cols;
+  return record_tensor_loads(batch,
+                             TensorLoadParams{x.f16, w.f16t.address(), seg(0).y, 0, seg(1).y,
+                                              seg(2).y, rows, w.k, w.n, 0, n1, n2},
+                             pick_tile(rows, w.n, multiple), false);
 }
 
 Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w, uint64_t y,
@@ -97,8 +137,10 @@ Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w
     case MatmulKernel::kTensorLoads:
       if (x.f16 == 0)
         return invalid_argument("matmul: these weights take f16 input rows (MatmulInput::f16)");
-      return record_tensor_loads(batch, x.f16, w, y, rows, accumulate,
-                                 tile.value_or(pick_tile(rows, w.n)));
+      return record_tensor_loads(batch,
+                                 TensorLoadParams{x.f16, w.f16t.address(), y, 0, 0, 0, rows, w.k,
+                                                  w.n, accumulate ? 1u : 0u, w.n, w.n},
+                                 tile.value_or(pick_tile(rows, w.n)), false);
     case MatmulKernel::kCoopmat: {
       // One row tile (a decode step, a short suffix after a restored prefix): only n / 64
       // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
@@ -125,24 +167,46 @@ Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w
   return ok_status();
 }
 
-Status Matmul::record_tensor_loads(CommandBatch& batch, uint64_t x16, const MatmulWeights& w,
-                                   uint64_t y, uint32_t rows, bool accumulate, MatmulTile tile) {
+Status Matmul::record_gated(CommandBatch& batch, MatmulInput x, const MatmulWeights& gate,
+                            const MatmulWeights& up, uint64_t y16, uint32_t rows,
+                            std::optional<MatmulTile> tile) {
+  if (gate.kernel() != MatmulKernel::kTensorLoads || up.kernel() != MatmulKernel::kTensorLoads) {
+    return invalid_argument("matmul: a gated launch needs both weights on the tensor-load kernel");
+  }
+  if (gate.k != up.k || gate.n != up.n || gate.n % 8 != 0) {
+    return invalid_argument("matmul: gate and up weights of different shapes");
+  }
+  if (x.f16 == 0)
+    return invalid_argument("matmul: these weights take f16 input rows (MatmulInput::f16)");
+  if (rows == 0) return ok_status();
+  // A gated tile's columns are half gate, half up: as many workgroups as an ungated launch twice
+  // as wide.
+  return record_tensor_loads(batch,
+                             TensorLoadParams{x.f16, gate.f16t.address(), y16, up.f16t.address(), 0,
+                                              0, rows, gate.k, gate.n, 0, gate.n, gate.n},
+                             tile.value_or(pick_tile(rows, 2 * gate.n)), true);
+}
+
+Status Matmul::record_tensor_loads(CommandBatch& batch, const TensorLoadParams& p, MatmulTile tile,
+                                   bool gated) {
   if (tile.threads > ctx_.info().coopmat2_max_workgroup) {
     return invalid_argument("matmul: a tile of " + std::to_string(tile.threads) +
                             " invocations is past the device's cooperative-matrix workgroup limit");
   }
-  auto it = std::find_if(tensor_loads_.begin(), tensor_loads_.end(),
-                         [&](const auto& e) { return e.first == tile; });
+  auto it =
+      std::find_if(tensor_loads_.begin(), tensor_loads_.end(),
+                   [&](const TensorLoadPipeline& e) { return e.tile == tile && e.gated == gated; });
   if (it == tensor_loads_.end()) {
     KVTIER_ASSIGN_OR_RETURN(
-        auto pipeline,
-        ctx_.pipeline("matmul_cm2", {tile.threads, tile.rows, tile.cols, tile.k_step, tile.unroll},
-                      sizeof(MatmulParams)));
-    it = tensor_loads_.insert(tensor_loads_.end(), {tile, std::move(pipeline)});
+        auto pipeline, ctx_.pipeline("matmul_cm2",
+                                     {tile.threads, tile.rows, tile.cols, tile.k_step, tile.unroll,
+                                      gated ? 1u : 0u},
+                                     sizeof(TensorLoadParams)));
+    it = tensor_loads_.insert(tensor_loads_.end(),
+                              TensorLoadPipeline{tile, gated, std::move(pipeline)});
   }
-  const MatmulParams p{x16, w.f16t.address(), y, rows, w.k, w.n, accumulate ? 1u : 0u};
-  batch.dispatch(*it->second, p, (w.n + tile.cols - 1) / tile.cols,
-                 (rows + tile.rows - 1) / tile.rows);
+  const uint32_t cols = gated ? tile.cols / 2 : tile.cols;
+  batch.dispatch(*it->pipeline, p, (p.n + cols - 1) / cols, (p.rows + tile.rows - 1) / tile.rows);
   return ok_status();
 }
 

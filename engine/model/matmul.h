@@ -61,6 +61,12 @@ struct MatmulTile {
   bool operator==(const MatmulTile&) const = default;
 };
 
+// One output of a segmented launch: `cols` columns of the weights, written to f32 rows at y.
+struct MatmulSegment {
+  uint64_t y;
+  uint32_t cols;
+};
+
 class Matmul {
  public:
   explicit Matmul(VulkanContext& ctx) : ctx_(ctx) {}
@@ -68,6 +74,17 @@ class Matmul {
   // benchmarks and the tests that hold the bits equal across tiles.
   Status record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w, uint64_t y,
                 uint32_t rows, bool accumulate, std::optional<MatmulTile> tile = std::nullopt);
+  // SwiGLU's first half in one launch (kTensorLoads only): y16 = f16(silu(x gate) * (x up)), the
+  // values and rounding silu_mul.comp gives from two f32 launches, without their [rows, n] f32
+  // round trips. y16: f16 rows of gate.n values, not overlapping x.
+  Status record_gated(CommandBatch& batch, MatmulInput x, const MatmulWeights& gate,
+                      const MatmulWeights& up, uint64_t y16, uint32_t rows,
+                      std::optional<MatmulTile> tile = std::nullopt);
+  // Projections that read the same rows in one launch (kTensorLoads only): `w` holds their
+  // weights side by side ([k, sum of cols]), and each segment's columns go to its own f32 rows —
+  // the bits separate launches give. Widths multiples of 32.
+  Status record_segments(CommandBatch& batch, MatmulInput x, const MatmulWeights& w,
+                         std::span<const MatmulSegment> segments, uint32_t rows);
   // f16 copies of `count` f32 values (a multiple of 4), for the input of a kTensorLoads matmul
   // whose producer wrote only f32. The matmul reading them must come after a barrier.
   Status record_half_copy(CommandBatch& batch, uint64_t x, uint64_t out, uint64_t count);
@@ -76,16 +93,22 @@ class Matmul {
   // for benchmarks to compare (the launcher's first).
   static std::span<const MatmulTile> tiles();
   static std::span<const MatmulTile> candidate_tiles();
-  static MatmulTile pick_tile(uint32_t rows, uint32_t n);
+  static MatmulTile pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple = 0);
 
  private:
-  Status record_tensor_loads(CommandBatch& batch, uint64_t x16, const MatmulWeights& w, uint64_t y,
-                             uint32_t rows, bool accumulate, MatmulTile tile);
+  struct TensorLoadParams;
+  Status record_tensor_loads(CommandBatch& batch, const TensorLoadParams& p, MatmulTile tile,
+                             bool gated);
+  struct TensorLoadPipeline {
+    MatmulTile tile;
+    bool gated;
+    std::shared_ptr<ComputePipeline> pipeline;
+  };
 
   static constexpr uint32_t kDeepStep = 128;  // matmul_coopmat's k step for one row tile
   VulkanContext& ctx_;
   std::shared_ptr<ComputePipeline> scalar_, coopmat_, coopmat_deep_, half_copy_;
-  std::vector<std::pair<MatmulTile, std::shared_ptr<ComputePipeline>>> tensor_loads_;
+  std::vector<TensorLoadPipeline> tensor_loads_;
 };
 
 }  // namespace kvtier

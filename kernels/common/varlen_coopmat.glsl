@@ -53,6 +53,9 @@ layout(constant_id = 8) const uint RAW_SCORES = 0;  // 1: no softcap and scale >
 // 1: the cache is a staging copy (engine/attention/kv_half_staging.h) whose block j of sequence s
 // is block s * max_blocks_per_seq + j, so a chunk's loads need no block table read before them.
 layout(constant_id = 9) const uint IDENTITY_TABLE = 0;
+// 1: the output rows as f16 (common/half_pack.glsl's rounding, the bits to_half gives from the f32
+// rows) for a tensor-core projection that reads f16; split partials stay f32.
+layout(constant_id = 10) const uint OUT_HALF = 0;
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
@@ -155,12 +158,20 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer F32x2Ref { v
 // (a split partial's row of HEAD_DIM + 2 floats is 8-byte aligned, not 16). A workgroup's last
 // act is writing its rows, and one workgroup fills an SM: H100, 4096 tokens, 162 -> 169 TFLOP/s
 // against 4-byte stores; 16-byte ones (each lane's pair joined with its neighbour's) gained nothing.
+// With OUT_HALF, normalized rows go out as f16 pairs (dst[g] then addresses f16 rows).
 void write_rows(ACC t[DT], uint lane, bool valid[2], uint64_t dst[2], bool normalize, float div[2]) {
   [[unroll]] for (uint j = 0; j < DT; ++j) {
     [[unroll]] for (uint e = 0; e < 8; e += 2) {
       const uint g = frag_group(e);
       const vec2 x = vec2(t[j][e], t[j][e + 1]);
-      if (valid[g]) F32x2Ref(dst[g] + (j * 16 + frag_col(lane, e)) * 4).v[0] = normalize ? x / div[g] : x;
+      if (!valid[g]) continue;
+      const uint col = j * 16 + frag_col(lane, e);
+      if (normalize && OUT_HALF != 0) {
+        const vec2 y = x / div[g];
+        U32Ref(dst[g] + col * 2).v[0] = pack_half2(y.x, y.y);
+      } else {
+        F32x2Ref(dst[g] + col * 4).v[0] = normalize ? x / div[g] : x;
+      }
     }
   }
 }
@@ -322,7 +333,10 @@ void main() {
       const float m_new = max(m[g], quad_max(mc[g]));
       none[g] = m_new == NEG_INF;
       mk[g] = m_new * k2;
-      corr[g] = none[g] ? 1.0 : weight(m[g], m_new, mk[g], k2);
+      // A maximum that did not move rescales by exactly 1: exp2(fma(m, k2, -m k2)) is e^0 only up
+      // to m k2's rounding, which would make a row's bits depend on chunks wholly masked for it —
+      // those past its position that its tile's later rows reach, so on where its tile starts.
+      corr[g] = none[g] || m_new == m[g] ? 1.0 : weight(m[g], m_new, mk[g], k2);
       m[g] = m_new;
     }
     HALF pm[NT];
@@ -434,7 +448,7 @@ void main() {
   }
   float div[2];
   [[unroll]] for (uint g = 0; g < 2; ++g) {
-    dst[g] = pc.out_ + orow[g] * HEAD_DIM * 4;
+    dst[g] = pc.out_ + orow[g] * HEAD_DIM * (OUT_HALF != 0 ? 2 : 4);
     div[g] = run_l[g];
   }
   write_rows(run_o, lane, valid, dst, true, div);

@@ -22,120 +22,19 @@
 #include "engine/attention/paged_attention.h"
 #include "engine/reference/reference_attention.h"
 #include "kernels/spirv_registry.h"
+#include "serialize/dtype.h"
 #include "tests/engine/engine_test_env.h"
+#include "tests/engine/paged_problem.h"
 #include "tests/support/test_blocks.h"
 
 namespace kvtier {
 namespace {
 
+using testing::AttnCase;
 using testing::from_gpu;
 using testing::gpu;
+using testing::PagedProblem;
 using testing::to_gpu;
-
-struct AttnCase {
-  const char* name;
-  DType dtype;
-  int head_dim;
-  int gqa;
-  int kv_heads;
-  int block_size;
-  std::vector<int> lens;
-  float softcap = 0;
-  int window = 0;
-};
-
-// A paged cache with every sequence's blocks scattered at random over the arrays.
-struct PagedProblem {
-  explicit PagedProblem(const AttnCase& c, const std::vector<int>& q_lens) {
-    num_heads = c.gqa * c.kv_heads;
-    for (int len : c.lens) max_blocks = std::max(max_blocks, (len + c.block_size - 1) / c.block_size);
-    const int blocks = max_blocks * static_cast<int>(c.lens.size()) + 3;
-    const size_t elems = static_cast<size_t>(blocks) * c.block_size * c.kv_heads * c.head_dim;
-    k.resize(elems * dtype_size(c.dtype));
-    v.resize(k.size());
-    std::mt19937_64 rng(c.head_dim * 31 + c.gqa);
-    testing::fill_tensor(c.dtype, k, rng, testing::Values::kRandom, c.head_dim);
-    testing::fill_tensor(c.dtype, v, rng, testing::Values::kRandom, c.head_dim);
-    std::vector<int32_t> perm(blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    tables.assign(c.lens.size() * max_blocks, 0);
-    for (size_t s = 0; s < c.lens.size(); ++s) {
-      for (int b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = perm[s * max_blocks + b];
-    }
-    lens.assign(c.lens.begin(), c.lens.end());
-    cu.push_back(0);
-    for (int ql : q_lens) cu.push_back(cu.back() + ql);
-    q = testing::random_floats(static_cast<size_t>(cu.back()) * num_heads * c.head_dim, 77, -0.5f, 0.5f);
-    options.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    options.softcap = c.softcap;
-    options.window = c.window;
-    gk = to_gpu(k);
-    gv = to_gpu(v);
-    gtables = to_gpu(tables);
-    glens = to_gpu(lens);
-    gcu = to_gpu(cu);
-    gq = to_gpu(q);
-    view = {gk.address(), gv.address(), static_cast<uint32_t>(blocks), static_cast<uint32_t>(c.block_size),
-            static_cast<uint32_t>(c.kv_heads), static_cast<uint32_t>(c.head_dim), c.dtype};
-  }
-  std::vector<float> reference(const AttnCase& c) const {
-    std::vector<float> out(q.size());
-    reference::paged_attention({k.data(), v.data(), c.dtype, c.block_size, c.kv_heads, c.head_dim},
-                               options, q, num_heads, tables, max_blocks, lens, cu, out);
-    return out;
-  }
-  // Every sequence's decode row, in one launch (or `launches` launches in one batch, each over
-  // the same inputs, with `kernel` kept across calls when given). With `only` set, just that
-  // sequence, as a batch of one.
-  std::vector<float> decode(std::optional<size_t> only = std::nullopt, int launches = 1,
-                            PagedAttentionDecode* kernel = nullptr) {
-    const size_t row = static_cast<size_t>(num_heads) * view.head_dim;
-    const size_t first = only.value_or(0), count = only ? 1 : lens.size();
-    GpuBuffer out = testing::gpu_zeros(count * row * 4);
-    PagedAttentionDecode own(gpu());
-    PagedAttentionDecode& k = kernel ? *kernel : own;
-    DecodeBatch b{gq.address() + first * row * 4, out.address(),
-                  gtables.address() + first * max_blocks * 4, static_cast<uint32_t>(max_blocks),
-                  glens.address() + first * 4, static_cast<uint32_t>(count),
-                  static_cast<uint32_t>(*std::max_element(lens.begin() + first, lens.begin() + first + count)),
-                  static_cast<uint32_t>(num_heads)};
-    auto batch = std::move(CommandBatch::begin(gpu())).value();
-    for (int i = 0; i < launches; ++i) {
-      Status st = k.record(batch, b, view, options);
-      EXPECT_TRUE(st.ok()) << st.to_string();
-    }
-    EXPECT_TRUE(batch.submit_and_wait().ok());
-    return from_gpu<float>(out, count * row);
-  }
-  std::vector<float> varlen(PagedAttentionVarlen::SplitPolicy policy = PagedAttentionVarlen::SplitPolicy::kAuto,
-                            PagedAttentionVarlen::Path path = PagedAttentionVarlen::Path::kScalar,
-                            bool half_staging = true) {
-    GpuBuffer out = testing::gpu_zeros(q.size() * 4);
-    PagedAttentionVarlen k(gpu(), policy, path);
-    k.set_half_staging(half_staging);
-    EXPECT_EQ(k.path(view, static_cast<uint32_t>(num_heads)), path) << "this shape cannot take the path under test";
-    auto batch = std::move(CommandBatch::begin(gpu())).value();
-    Status st = k.record(batch, batch_view(out.address()), view, options);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    EXPECT_TRUE(batch.submit_and_wait().ok());
-    return from_gpu<float>(out, q.size());
-  }
-
-  VarlenBatch batch_view(uint64_t out) const {
-    return VarlenBatch{gq.address(), out, gtables.address(), static_cast<uint32_t>(max_blocks), glens.address(),
-                       gcu.address(), cu, static_cast<uint32_t>(num_heads),
-                       static_cast<uint32_t>(*std::max_element(lens.begin(), lens.end()))};
-  }
-
-  int num_heads = 0, max_blocks = 0;
-  std::vector<uint8_t> k, v;
-  std::vector<int32_t> tables, lens, cu;
-  std::vector<float> q;
-  AttentionOptions options;
-  GpuBuffer gk, gv, gtables, glens, gcu, gq;
-  PagedKvView view;
-};
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol, const char* what) {
   ASSERT_EQ(a.size(), b.size());
@@ -436,75 +335,6 @@ TEST(AttentionVarlenTest, ALaunchWithOtherTilesLeavesEarlierLaunchesIntact) {
     expect_close(from_gpu<float>(redo, 300 * row), std::vector<float>(ref.begin() + 200 * row, ref.end()),
                  tolerance(path, c), "after a dropped batch");
   }
-}
-
-// A bf16 or f32 prefill on tensor cores reads its context from an f16 copy (KvHalfStaging): it
-// must give the bits of the kernel converting each chunk itself, on every split policy (on the
-// H100; lavapipe checks that the scalar path does not stage, and nothing stages an f16 cache).
-TEST(AttentionVarlenTest, StagingTheContextAsF16ChangesNoBit) {
-  using Policy = PagedAttentionVarlen::SplitPolicy;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
-    // A first chunk of a long prompt after 100 cached tokens, and a whole prompt: both at least
-    // four 32-row tiles, so the tensor-core path stages them.
-    const AttnCase c{"staged", dtype, 128, 4, 2, 16, {300, 700}};
-    PagedProblem s(c, {200, 700});
-    for (Path path : testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads))) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", " + PagedAttentionVarlen::path_name(path));
-      PagedAttentionVarlen launcher(gpu(), Policy::kAuto, path);
-      const bool stages = launcher.stages(s.view, s.batch_view(0));
-      EXPECT_EQ(stages, path == Path::kCoopMat && dtype != DType::kF16);
-      if (!stages) continue;  // one computation either way
-      for (Policy policy : {Policy::kWalkSplits, Policy::kWorkgroupPerSplit}) {
-        const auto staged = s.varlen(policy, path, true), converted = s.varlen(policy, path, false);
-        EXPECT_EQ(std::memcmp(staged.data(), converted.data(), staged.size() * 4), 0)
-            << "policy " << static_cast<int>(policy);
-      }
-    }
-  }
-}
-
-// Staging only saves time, so a prefill whose staging buffer cannot be had (the device's memory
-// full) converts per chunk instead of failing: the same bits, counted. Runs where the tensor-core
-// path does (the H100); lavapipe has no cooperative matrices.
-TEST(AttentionVarlenTest, AContextThatCannotBeStagedIsConvertedToTheSameBits) {
-  using Policy = PagedAttentionVarlen::SplitPolicy;
-  PagedProblem s(AttnCase{"staged", DType::kBF16, 128, 4, 2, 16, {300, 700}}, {200, 700});
-  const auto paths = testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads));
-  if (std::find(paths.begin(), paths.end(), Path::kCoopMat) == paths.end()) {
-    GTEST_SKIP() << "no tensor-core path on " << gpu().info().name;
-  }
-  const auto converted = s.varlen(Policy::kAuto, Path::kCoopMat, false);
-  GpuBuffer out = testing::gpu_zeros(s.q.size() * 4);
-  PagedAttentionVarlen launcher(gpu(), Policy::kAuto, Path::kCoopMat);
-  ASSERT_TRUE(launcher.stages(s.view, s.batch_view(out.address())));
-  auto run = [&]() -> Status {
-    KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(gpu()));
-    KVTIER_RETURN_IF_ERROR(launcher.record(batch, s.batch_view(out.address()), s.view, s.options));
-    return batch.submit_and_wait();
-  };
-  // Once unstaged, so the launcher's other scratch buffers exist before the memory runs out.
-  launcher.set_half_staging(false);
-  ASSERT_TRUE(run().ok());
-  launcher.set_half_staging(true);
-  std::vector<GpuBuffer> filler;
-  bool full = false;
-  for (uint64_t size : {1ull << 30, 64ull << 20, 1ull << 20, 64ull << 10}) {
-    for (int i = 0; i < 256; ++i) {
-      auto b = GpuBuffer::create(gpu(), size, MemoryKind::kDevice);
-      if (!b.ok()) {
-        full = true;
-        break;
-      }
-      filler.push_back(std::move(b).value());
-    }
-  }
-  if (!full) GTEST_SKIP() << "the device's memory did not run out";
-  const Status st = run();
-  filler.clear();
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(launcher.staging_fallbacks(), 1u);
-  const auto got = from_gpu<float>(out, s.q.size());
-  EXPECT_EQ(std::memcmp(got.data(), converted.data(), got.size() * 4), 0);
 }
 
 // The path is settled from the device and the cache's shape: the same for every batch a launcher

@@ -147,6 +147,124 @@ TEST(MatmulTest, TensorLoadTilesGiveTheSameBits) {
   }
 }
 
+// The gated launch (SwiGLU's gate and up projections and silu_mul in one) gives the bits of what
+// it replaces: two f32 launches, then silu_mul.comp's f16 rows — whatever the tile, and for a row
+// launched alone as among others.
+TEST(MatmulTest, GatedLaunchGivesTheBitsOfTwoLaunchesAndSiluMul) {
+  if (!gpu().info().coopmat2_tensor_loads)
+    GTEST_SKIP() << "no tensor-load matmul on " << gpu().info().name;
+  Problem p(300, 1024, 512);
+  const std::vector<float> up_w = random_floats(size_t{p.k} * p.n, 99);
+  auto gate = std::move(MatmulWeights::upload(gpu(), p.w, p.k, p.n, true)).value();
+  auto up = std::move(MatmulWeights::upload(gpu(), up_w, p.k, p.n, true)).value();
+  GpuBuffer gx = to_gpu(p.x);
+  auto device = [&](size_t bytes) {
+    return std::move(GpuBuffer::create(gpu(), bytes, MemoryKind::kDevice)).value();
+  };
+  GpuBuffer gx16 = device(size_t{p.rows} * p.k * 2);
+  GpuBuffer g32 = device(size_t{p.rows} * p.n * 4), u32 = device(size_t{p.rows} * p.n * 4);
+  GpuBuffer want16 = device(size_t{p.rows} * p.n * 2), got16 = device(size_t{p.rows} * p.n * 2);
+  Matmul mm(gpu());
+  {
+    struct SiluMulParams {
+      uint64_t gate, up, out, out16;
+      uint32_t pairs, pad;
+    };
+    auto silu = std::move(gpu().pipeline("silu_mul", {}, sizeof(SiluMulParams))).value();
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    ASSERT_TRUE(
+        mm.record_half_copy(batch, gx.address(), gx16.address(), size_t{p.rows} * p.k).ok());
+    batch.barrier();
+    const MatmulInput in{0, gx16.address()};
+    ASSERT_TRUE(mm.record(batch, in, gate, g32.address(), p.rows, false).ok());
+    ASSERT_TRUE(mm.record(batch, in, up, u32.address(), p.rows, false).ok());
+    batch.barrier();
+    const uint32_t pairs = p.rows * p.n / 2;
+    batch.dispatch(*silu,
+                   SiluMulParams{g32.address(), u32.address(), 0, want16.address(), pairs, 0},
+                   (pairs + 255) / 256);
+    ASSERT_TRUE(batch.submit_and_wait().ok());
+  }
+  const auto want = from_gpu<uint16_t>(want16, size_t{p.rows} * p.n);
+  auto gated = [&](uint32_t first, uint32_t count, std::optional<MatmulTile> tile) {
+    auto batch = std::move(CommandBatch::begin(gpu())).value();
+    const MatmulInput in{0, gx16.address() + uint64_t{first} * p.k * 2};
+    Status st = mm.record_gated(batch, in, gate, up, got16.address() + uint64_t{first} * p.n * 2,
+                                count, tile);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(batch.submit_and_wait().ok());
+    return from_gpu<uint16_t>(got16, size_t{p.rows} * p.n);
+  };
+  for (const MatmulTile& t : Matmul::candidate_tiles()) {
+    const auto got = gated(0, p.rows, t);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 2), 0)
+        << "tile " << t.rows << " x " << t.cols << ", k step " << t.k_step << ", unroll "
+        << t.unroll;
+  }
+  for (uint32_t r : {0u, 131u, 299u}) {
+    const auto got = gated(r, 1, std::nullopt);
+    EXPECT_EQ(std::memcmp(got.data() + size_t{r} * p.n, want.data() + size_t{r} * p.n, p.n * 2), 0)
+        << "row " << r << " alone";
+  }
+  auto refused = std::move(CommandBatch::begin(gpu())).value();
+  auto narrow = std::move(MatmulWeights::upload(gpu(), std::vector<float>(size_t{p.k} * 256, 0.5f),
+                                                p.k, 256, true))
+                    .value();
+  EXPECT_EQ(
+      mm.record_gated(refused, MatmulInput{0, gx16.address()}, gate, narrow, got16.address(), 1)
+          .code(),
+      StatusCode::kInvalidArgument);
+}
+
+// q, k and v in one launch over their weights side by side give each projection's own bits.
+TEST(MatmulTest, SegmentedLaunchGivesEachProjectionsBits) {
+  if (!gpu().info().coopmat2_tensor_loads)
+    GTEST_SKIP() << "no tensor-load matmul on " << gpu().info().name;
+  const uint32_t rows = 300, k = 512;
+  const std::vector<uint32_t> widths = {256, 64,
+                                        128};  // only tiles of 64 columns or fewer divide all
+  Problem p(rows, k, 448);                     // x, and the joined weights [k, 448]
+  Matmul mm(gpu());
+  GpuBuffer gx = to_gpu(p.x);
+  GpuBuffer gx16 =
+      std::move(GpuBuffer::create(gpu(), size_t{rows} * k * 2, MemoryKind::kDevice)).value();
+  auto joined = std::move(MatmulWeights::upload(gpu(), p.w, k, p.n, true)).value();
+  std::vector<GpuBuffer> want, got;
+  std::vector<MatmulSegment> segments;
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  ASSERT_TRUE(mm.record_half_copy(batch, gx.address(), gx16.address(), size_t{rows} * k).ok());
+  batch.barrier();
+  const MatmulInput in{0, gx16.address()};
+  std::vector<MatmulWeights> parts;
+  for (uint32_t c0 = 0, i = 0; i < widths.size(); c0 += widths[i], ++i) {
+    std::vector<float> part(size_t{k} * widths[i]);
+    for (uint32_t r = 0; r < k; ++r) {
+      std::copy_n(p.w.begin() + size_t{r} * p.n + c0, widths[i],
+                  part.begin() + size_t{r} * widths[i]);
+    }
+    parts.push_back(std::move(MatmulWeights::upload(gpu(), part, k, widths[i], true)).value());
+    want.push_back(testing::gpu_zeros(size_t{rows} * widths[i] * 4));
+    got.push_back(testing::gpu_zeros(size_t{rows} * widths[i] * 4));
+    ASSERT_TRUE(mm.record(batch, in, parts.back(), want.back().address(), rows, false).ok());
+    segments.push_back({got.back().address(), widths[i]});
+  }
+  Status st = mm.record_segments(batch, in, joined, segments, rows);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(batch.submit_and_wait().ok());
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const auto a = from_gpu<float>(want[i], size_t{rows} * widths[i]);
+    const auto b = from_gpu<float>(got[i], size_t{rows} * widths[i]);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "segment " << i;
+  }
+  auto refused = std::move(CommandBatch::begin(gpu())).value();
+  const MatmulSegment short_of_n[] = {{got[0].address(), 256}, {got[1].address(), 64}};
+  EXPECT_EQ(mm.record_segments(refused, in, joined, short_of_n, rows).code(),
+            StatusCode::kInvalidArgument);
+  const MatmulSegment odd[] = {{got[0].address(), 250}, {got[1].address(), 198}};
+  EXPECT_EQ(mm.record_segments(refused, in, joined, odd, rows).code(),
+            StatusCode::kInvalidArgument);
+}
+
 // The f16 copy the tensor-load kernel reads: clamped to f16's range, then rounded to nearest even,
 // as serialize/dtype.h's f32_to_f16 does on the CPU (lavapipe runs it too).
 TEST(MatmulTest, HalfCopyClampsThenRoundsLikeTheCpu) {
