@@ -1,7 +1,8 @@
 #version 460
 // y[r, c] = (accumulate ? y[r, c] : 0) + sum_k x[r, k] * w[k, c] on NVIDIA's cooperative matrix 2,
 // for the model's projections at the tensor cores' rate: x as f16 rows [rows, k] (written by the
-// producers — rms_norm, silu_mul, to_half — clamped and rounded by common/half_pack.glsl), w as
+// producers — rms_norm, attention, this kernel's GATED form; silu_mul or to_half where those
+// cannot — clamped and rounded by common/half_pack.glsl's rule), w as
 // f16 stored transposed [n, k] (both operands k-contiguous, the layout the tensor cores' loads
 // take without shuffles), y f32 [rows, n].
 //
@@ -14,7 +15,7 @@
 // No split-k: every output sums its k in order, one tensor-core step after another, from its own
 // row of x and column of w, so a row's values do not depend on the rows beside it in the launch,
 // nor on the tile shape (specialization constants; the launcher picks one by the launch's size).
-// tests/engine/matmul_test.cc holds both properties on the H100.
+// tests/engine/matmul_test.cc holds both properties (run on the H100 and the H200).
 //
 // GATED: SwiGLU's gate and up projections in one launch, silu(x w) * (x w_up) written as f16 rows
 // for the down projection (the bits silu_mul.comp and common/half_pack.glsl give): a tile's BN
