@@ -39,7 +39,12 @@ std::map<ModelPrompt, double> torch_prefill_ms(const PrefillBenchOptions& o) {
     }
     out[{j["model"].get<std::string>(), j["tokens"].get<int>()}] = j["ms"].get<double>();
   }
-  ::pclose(p);
+  // A script that failed part-way leaves rows without a PyTorch figure: say so, not just "-".
+  const int status = ::pclose(p);
+  if (status != 0) {
+    std::cerr << "e2e_bench: " << o.torch_script << " exited with status " << status << "; "
+              << out.size() << " PyTorch figures read\n";
+  }
   return out;
 }
 

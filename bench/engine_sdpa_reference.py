@@ -14,25 +14,16 @@ Medians of repetitions timed with CUDA events.
 """
 import json
 import os
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from matmul_rate import seconds_per_call
+
 
 def time_ms(fn, reps=7, inner=10):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / inner)
-    return statistics.median(samples)
+    """Median milliseconds per call: matmul_rate's timing (CUDA events around `inner` calls)."""
+    return 1e3 * seconds_per_call(torch, fn, inner, reps)
 
 
 def main():

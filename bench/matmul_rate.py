@@ -18,7 +18,8 @@ SHAPES = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (4096, 4096)]  
 
 def seconds_per_call(torch, fn, calls, samples_wanted=7):
     """Median seconds per call of fn: samples of `calls` back-to-back calls between CUDA events,
-    after 3 untimed calls. bench/torch_prefill_reference.py times its forwards with it too."""
+    after 3 untimed calls. bench/torch_prefill_reference.py and bench/engine_sdpa_reference.py
+    time with it too."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -34,18 +35,27 @@ def seconds_per_call(torch, fn, calls, samples_wanted=7):
     return statistics.median(samples)
 
 
+def cuda_torch(script):
+    """torch where it has a CUDA device, else None with the reason on stderr (`script`: who asks).
+    bench/torch_prefill_reference.py asks through it too."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{script}: no PyTorch", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA device", file=sys.stderr)
+        return None
+    return torch
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", action="store_true", help="one line per 1B-projection shape")
     parser.add_argument("--rows", type=int, nargs="*", default=[1, 16, 2048, 8192, 32768])
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("matmul_rate: no PyTorch", file=sys.stderr)
-        return 1
-    if not torch.cuda.is_available():
-        print("matmul_rate: no CUDA device", file=sys.stderr)
+    torch = cuda_torch("matmul_rate")
+    if torch is None:
         return 1
     if not args.shapes:
         n = 8192

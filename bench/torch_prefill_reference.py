@@ -18,7 +18,7 @@ import json
 import math
 import sys
 
-from matmul_rate import seconds_per_call
+from matmul_rate import cuda_torch, seconds_per_call
 
 MODELS = {
     "tiny": dict(vocab=512, layers=4, heads=8, kv_heads=2, head_dim=64, ffn=1024, theta=10000.0),
@@ -88,13 +88,8 @@ def main():
     parser.add_argument("--prompts", default="2048,8192,32768")
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch_prefill_reference: no PyTorch", file=sys.stderr)
-        return 1
-    if not torch.cuda.is_available():
-        print("torch_prefill_reference: no CUDA device", file=sys.stderr)
+    torch = cuda_torch("torch_prefill_reference")
+    if torch is None:
         return 1
     prompts = [int(p) for p in args.prompts.split(",") if p]
     name = torch.cuda.get_device_name(0)

@@ -309,7 +309,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   if (b.host_cu_seqlens_q.size() < 2) return ok_status();
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
   KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));
-  if (b.out_half && launch.path != Path::kCoopMat) {
+  if (b.out_half && !writes_half(launch.path)) {
     return invalid_argument(std::string("attention: f16 output rows on the ") +
                             path_name(launch.path) +
                             " path (only the cooperative-matrix path writes them)");

@@ -126,11 +126,8 @@ class PagedAttentionVarlen {
   // preferred one where the device and shape allow it, else the next one down (cooperative
   // matrix 2, then 1, then scalar).
   Path path(const PagedKvView& cache, uint32_t num_heads) const;
-  // Whether this launcher can write f16 output rows (VarlenBatch::out_half) for such a cache: on
-  // the cooperative-matrix path.
-  bool writes_half(const PagedKvView& cache, uint32_t num_heads) const {
-    return path(cache, num_heads) == Path::kCoopMat;
-  }
+  // Whether a path writes f16 output rows (VarlenBatch::out_half): the cooperative-matrix one.
+  static bool writes_half(Path path) { return path == Path::kCoopMat; }
   // The compiled pipeline's statistics for this shape (empty unless captured).
   std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
 

@@ -123,7 +123,13 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
   auto reads_f32 = [](const MatmulWeights& w) { return w.k > 0 && !w.takes_half_input(); };
   m->norm_f32_ = !m->half_inputs_ || reads_f32(m->embedding_t_);
   m->fused_mlp_ = m->half_inputs_;
+  // Attention writes the output projection's f16 rows itself where its path can (else to_half
+  // copies them from its f32 rows): decided once, not per layer and forward.
+  // (A path depends on the heads' shape, not on the cache's dtype or block size.)
+  m->attn_half_ =
+      m->half_inputs_ && PagedAttentionVarlen::writes_half(m->attention_path(DType::kBF16, 16));
   for (const LayerWeights& g : m->layers_) {
+    m->attn_half_ = m->attn_half_ && (g.wo.k == 0 || g.wo.takes_half_input());
     m->fused_mlp_ = m->fused_mlp_ && g.w_gate.kernel() == MatmulKernel::kTensorLoads &&
                     g.w_up.kernel() == MatmulKernel::kTensorLoads && g.w_down.takes_half_input();
     for (const MatmulWeights* w :
@@ -148,7 +154,7 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
     KVTIER_RETURN_IF_ERROR(make(q_, n * h));
     KVTIER_RETURN_IF_ERROR(make(k_, n * kvd));
     KVTIER_RETURN_IF_ERROR(make(v_, n * kvd));
-    KVTIER_RETURN_IF_ERROR(make(attn_, n * h));
+    if (!attn_half_) KVTIER_RETURN_IF_ERROR(make(attn_, n * h));
     if (fused_mlp_) {
       KVTIER_ASSIGN_OR_RETURN(act16_, GpuBuffer::create(ctx_, n * c.ffn * 2, MemoryKind::kDevice));
     } else {
@@ -158,8 +164,10 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
     }
     if (half_inputs_) {
       // f16 input rows of the tensor-load matmuls, one buffer for all (each is read before the
-      // next is written): the widest of hidden, FFN and the GDN's output.
-      const size_t widest = std::max<size_t>({h, size_t(c.ffn), size_t(c.gdn.heads) * c.gdn.d_v});
+      // next is written): the widest of hidden, the GDN's output and, unless the gated launch
+      // writes the down projection's rows to act16_, FFN.
+      const size_t widest =
+          std::max<size_t>({h, fused_mlp_ ? 0 : size_t(c.ffn), size_t(c.gdn.heads) * c.gdn.d_v});
       KVTIER_ASSIGN_OR_RETURN(x16_, GpuBuffer::create(ctx_, n * widest * 2, MemoryKind::kDevice));
     }
     if (c.gdn_layers() > 0) {
@@ -353,18 +361,14 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
       stage("rope");
       const PagedKvView& kv = cache.layer(attention_index++);
       KVTIER_RETURN_IF_ERROR(reshape_.record(cb, k_.address(), v_.address(), DType::kF32, at(o_slots), r32, kv));
-      // The output projection reads f16 rows: attention writes them itself where it can, else
-      // they are copied from its f32 rows.
-      const bool attn_half =
-          w.wo.takes_half_input() && varlen_.writes_half(kv, static_cast<uint32_t>(c.num_heads));
-      VarlenBatch vb{q_.address(),   attn_half ? x16_.address() : attn_.address(),
+      VarlenBatch vb{q_.address(),   attn_half_ ? x16_.address() : attn_.address(),
                      at(o_tables),   static_cast<uint32_t>(b.max_blocks_per_seq),
                      at(o_lens),     at(o_cu),
                      b.cu_seqlens_q, static_cast<uint32_t>(c.num_heads),
-                     max_len,        attn_half};
+                     max_len,        attn_half_};
       KVTIER_RETURN_IF_ERROR(varlen_.record(cb, vb, kv, attn_opts));
       stage("reshape_and_cache + attention");
-      if (!attn_half)
+      if (!attn_half_)
         KVTIER_RETURN_IF_ERROR(record_half_copy(cb, w.wo, attn_, static_cast<uint64_t>(rows) * h));
       KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(attn_), w.wo, x_.address(), r32, true));
       cb.barrier();

@@ -120,6 +120,9 @@ class LlamaModel {
   // SwiGLU's gate, up and silu_mul in one gated launch (Matmul::record_gated) writing act16_, for
   // a down projection that reads f16: no f32 gate_, up_, act_ rows.
   bool fused_mlp_ = false;
+  // Attention writes f16 rows (VarlenBatch::out_half) into x16_ for the output projection: no f32
+  // attn_ rows, no to_half pass.
+  bool attn_half_ = false;
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;

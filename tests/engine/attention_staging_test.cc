@@ -55,7 +55,8 @@ TEST(AttentionVarlenTest, HalfOutputRowsAreTheF32RowsRounded) {
   for (Path path : testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads))) {
     SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
     PagedAttentionVarlen probe(gpu(), Policy::kAuto, path);
-    if (!probe.writes_half(s.view, static_cast<uint32_t>(s.num_heads))) {
+    if (!PagedAttentionVarlen::writes_half(
+            probe.path(s.view, static_cast<uint32_t>(s.num_heads)))) {
       GpuBuffer out = testing::gpu_zeros(s.q.size() * 2);
       VarlenBatch b = s.batch_view(out.address());
       b.out_half = true;
