@@ -49,7 +49,32 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     });
   }
   if (s->ssd_ && admission->name() != "all") s->cache_->set_admission(ssd_index, std::move(admission));
+  if (o.kv_events) KVTIER_RETURN_IF_ERROR(s->start_kv_events(*o.kv_events));
   return s;
+}
+
+Status CacheStack::start_kv_events(const KvEventsOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(events_, KvEventPublisher::open(options));
+  if (gpu_) gpu_->set_block_events(events_->sink(KvMedium::kGpu));
+  ram_->set_block_events(events_->sink(KvMedium::kCpu));
+  if (ssd_) ssd_->set_block_events(events_->sink(KvMedium::kSsd));
+  if (remote_) remote_->set_block_events(events_->sink(KvMedium::kRemote));
+  // A new process: the GPU and RAM tiers start empty, and what this host wrote to the shared
+  // store it cannot list. What the SSD kept is announced again.
+  events_->all_blocks_cleared();
+  if (ssd_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    KVTIER_RETURN_IF_ERROR(ssd_->announce_held(*events_->announcing_sink(KvMedium::kSsd)));
+    spdlog::info("kv events: announced the {} blocks the SSD holds in {:.2f} s",
+                 ssd_->block_count(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return ok_status();
+}
+
+void CacheStack::visit_metrics(MetricVisitor& v) const {
+  cache_->visit_metrics(v);
+  if (events_) events_->visit_metrics(v);
 }
 
 CacheStack::~CacheStack() { close(); }
@@ -115,6 +140,8 @@ CacheStack::Dropped CacheStack::close() {
     remote_->close(std::chrono::steady_clock::now() + remote_drain_timeout_);
     d.remote = remote_->metrics().dropped_shutdown.value() - before;
   }
+  // After the tiers: their last moves are published too.
+  if (events_) events_->close();
   if (d.ssd > 0) spdlog::warn("close: {} blocks queued for the SSD could not be written in time and are lost", d.ssd);
   if (d.remote > 0) {
     spdlog::warn("close: {} blocks queued for the remote tier were not written (other hosts will miss them)", d.remote);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string_view>
 
+#include "cache/events/kv_event_publisher.h"
 #include "cache/tiered_cache.h"
 #include "engine/blocks/gpu_block_pool.h"
 #include "serialize/layout_registry.h"
@@ -29,6 +30,8 @@ struct CacheStackOptions {
   std::optional<SsdTierOptions> ssd;  // set = SSD tier below RAM
   std::optional<RemoteTierOptions> remote;  // set = a tier shared with other hosts, at the bottom
   std::string ssd_admission = "all";  // which blocks leaving RAM are written to the SSD (tiers/policy)
+  // set = every tier's blocks entering and leaving it published for routers (KvEventPublisher)
+  std::optional<KvEventsOptions> kv_events;
 };
 
 class CacheStack {
@@ -46,6 +49,10 @@ class CacheStack {
   RamTier& ram() { return *ram_; }
   StripedSsdTier* ssd() { return ssd_.get(); }
   RemoteTier* remote() { return remote_.get(); }
+  // The KV events' publisher when options.kv_events was set.
+  KvEventPublisher* kv_events() { return events_.get(); }
+  // The cache's and tiers' metrics, and the KV events' publisher's.
+  void visit_metrics(MetricVisitor& visitor) const;
   // The layouts the SSD and remote tiers decode records with: the stack's, and any added later
   // (a hybrid model's snapshot layout, HybridPrefixCache::create).
   LayoutRegistry& layouts() { return *layouts_; }
@@ -70,6 +77,9 @@ class CacheStack {
   Dropped close();
 
  private:
+  // Opens the publisher, gives every tier its medium's sink, and announces a start: everything a
+  // router held for this publisher is gone, then what the SSD kept.
+  Status start_kv_events(const KvEventsOptions& options);
   CacheStack() = default;
 
   std::shared_ptr<const KvLayout> layout_;
@@ -80,6 +90,7 @@ class CacheStack {
   std::shared_ptr<StripedSsdTier> ssd_;
   std::shared_ptr<RemoteTier> remote_;
   std::unique_ptr<TieredCache> cache_;
+  std::unique_ptr<KvEventPublisher> events_;
   uint64_t ssd_spill_queue_bytes_ = 0;
   std::chrono::milliseconds remote_drain_timeout_{10000};
   bool closed_ = false;

@@ -171,12 +171,17 @@ std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
 LookupResult TieredCache::lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
                                  std::span<const std::string> extra_keys) {
   std::vector<BlockKey> keys = hasher.keys(tokens, extra_keys);
-  metrics_.lookup_tokens.inc(tokens.size());
-  return lookup(keys);
+  return lookup(keys, tokens.size());
 }
 
-LookupResult TieredCache::lookup(std::span<const BlockKey> keys) {
+LookupResult TieredCache::lookup(std::span<const BlockKey> keys,
+                                 std::optional<size_t> prompt_tokens) {
   metrics_.lookups.inc();
+  if (!prompt_tokens) {
+    prompt_tokens = 0;
+    for (const BlockKey& k : keys) *prompt_tokens += k.tokens.size();
+  }
+  metrics_.lookup_tokens.inc(*prompt_tokens);
   LookupResult out;
   const std::vector<int> where = locate(keys);
   for (size_t i = 0; i < where.size(); ++i) {

@@ -110,7 +110,10 @@ class TieredCache {
   // The longest prefix of full blocks present in any tier; stops at the first missing block.
   LookupResult lookup(const PrefixHasher& hasher, std::span<const uint32_t> tokens,
                       std::span<const std::string> extra_keys);
-  LookupResult lookup(std::span<const BlockKey> keys);
+  // `prompt_tokens`: how many tokens the prompt had (its tail short of a block included), for
+  // kvtier_lookup_tokens_total; nullopt counts the keys' tokens.
+  LookupResult lookup(std::span<const BlockKey> keys,
+                      std::optional<size_t> prompt_tokens = std::nullopt);
   // Whether any local tier holds `request.hash`: what the highest one says (kSameTokens,
   // kDifferentTokens, kUnverified), or kAbsent. Lets a caller skip building a block it has.
   Tier::Presence presence(const BlockRequest& request) const;

@@ -85,6 +85,11 @@ kvtier_status kvtier_options_set_gpu_memory(kvtier_options* options, uint64_t by
 /* "redis://[user:password@]host:port[,host:port...]": a Redis Cluster shared with other hosts,
  * below the SSD (kvtierd's --remote). */
 kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url);
+/* A ZeroMQ endpoint to bind ("tcp://127.0.0.1:5557"), on which every block entering and leaving a
+ * tier is published in vLLM's KV-event format for prefix-aware routers (kvtierd's --kv-events);
+ * and the replay socket's, for subscribers that missed batches. Default: none. */
+kvtier_status kvtier_options_set_kv_events(kvtier_options* options, const char* endpoint);
+kvtier_status kvtier_options_set_kv_events_replay(kvtier_options* options, const char* endpoint);
 /* Nonzero (default): kvtier_close writes blocks only RAM holds to the SSD. */
 kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist);
 

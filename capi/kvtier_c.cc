@@ -195,6 +195,14 @@ kvtier_status kvtier_options_add_ssd_dir(kvtier_options* options, const char* di
 kvtier_status kvtier_options_set_remote(kvtier_options* options, const char* url) {
   return set_string(options, url, &kvtier::EmbeddedCacheOptions::remote, "remote");
 }
+kvtier_status kvtier_options_set_kv_events(kvtier_options* options, const char* endpoint) {
+  return set_string(options, endpoint, &kvtier::EmbeddedCacheOptions::kv_events,
+                    "kv events endpoint");
+}
+kvtier_status kvtier_options_set_kv_events_replay(kvtier_options* options, const char* endpoint) {
+  return set_string(options, endpoint, &kvtier::EmbeddedCacheOptions::kv_events_replay,
+                    "kv events replay endpoint");
+}
 kvtier_status kvtier_options_set_ram_capacity(kvtier_options* options, uint64_t bytes) {
   return set_bytes(options, bytes, &kvtier::EmbeddedCacheOptions::ram_capacity);
 }

@@ -68,6 +68,16 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
                                .with_context("kv_cache_quantization"));
   }
   c.gpu_pool.byte_budget = o.gpu_memory;
+  if (!o.kv_events_replay.empty() && o.kv_events.empty()) {
+    return invalid_argument(
+        "kv_events_replay needs kv_events (the endpoint whose batches it replays)");
+  }
+  if (!o.kv_events.empty()) {
+    KvEventsOptions k;
+    k.endpoint = o.kv_events;
+    k.replay_endpoint = o.kv_events_replay;
+    c.kv_events = std::move(k);
+  }
   if (!o.remote.empty()) {
     auto address = RedisAddress::parse(o.remote);
     if (!address.ok()) return invalid_argument("remote: " + address.status().message());
@@ -502,6 +512,12 @@ Result<bool> EmbeddedCache::load_block_bytes(const BlockHash& hash, std::span<co
 
 void EmbeddedCache::visit_metrics(MetricVisitor& v) const { impl_->visit_metrics(v); }
 
+std::optional<std::pair<std::string, std::string>> EmbeddedCache::kv_events_endpoints() const {
+  const KvEventPublisher* events = impl_->stack->kv_events();
+  if (!events) return std::nullopt;
+  return std::pair{events->endpoint(), events->replay_endpoint()};
+}
+
 void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
   const EmbeddedCacheMetrics& m = metrics;
   v.counter("kvtier_embedded_rejected_calls_total", "Calls refused for bad input (shape, dtype, tokens, ids)",
@@ -534,7 +550,7 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
     v.gauge("kvtier_embedded_cuda_pinned_bytes", "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
   }
-  cache().visit_metrics(v);
+  stack->visit_metrics(v);
   if (hybrid) hybrid->visit_metrics(v);
 }
 

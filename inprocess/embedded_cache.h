@@ -47,6 +47,10 @@ struct EmbeddedCacheOptions {
   bool ssd_reset = false;
   uint64_t gpu_memory = 0;                   // > 0: a GPU tier (Vulkan) of this many bytes on top
   std::string remote;  // redis://[user:password@]host:port[,...]: a tier shared with other hosts
+  // Block events for prefix-aware routers (kvtierd's --kv-events): a ZeroMQ endpoint to bind, and
+  // optionally the replay socket's. Empty: none.
+  std::string kv_events;
+  std::string kv_events_replay;
   bool persist_on_close = true;  // close() writes what only RAM holds to the SSD, as kvtierd does
   std::chrono::milliseconds close_timeout{30000};
 };
@@ -147,6 +151,9 @@ class EmbeddedCache {
   const KvLayout& layout() const;
   // Set for a hybrid cache.
   const HybridLayout* hybrid_layout() const;
+  // Where the block events are published and replayed, as bound (a "*" port resolved); nullopt
+  // without kv_events.
+  std::optional<std::pair<std::string, std::string>> kv_events_endpoints() const;
   const EmbeddedCacheOptions& options() const { return options_; }
   // Bytes of one dense block: every layer's K then V, [block_size, kv_heads, head_dim] each.
   size_t block_bytes() const;

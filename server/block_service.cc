@@ -77,7 +77,7 @@ Result<LookupReply> BlockService::lookup(const PromptRequest& r) {
     found.matched_tokens = h.matched_tokens;
     found.blocks = std::move(h.hits);
   } else {
-    found = stack_.cache().lookup(keys);
+    found = stack_.cache().lookup(keys, r.tokens.size());
   }
   LookupReply reply;
   static_cast<PrefixMatch&>(reply) = stack_.cache().describe(found, layout().dense_block_bytes());
@@ -306,12 +306,13 @@ Result<Bytes> BlockService::get_state(const BlockHash& hash, std::string_view ns
 Result<PrefetchReply> BlockService::prefetch(const PromptRequest& r) {
   KVTIER_RETURN_IF_ERROR(check_prompt(r));
   const std::vector<BlockKey> keys = hasher_for(r.ns).keys(r.tokens, r.extra_keys);
-  const LookupResult found = stack_.cache().lookup(keys);
+  const LookupResult found = stack_.cache().lookup(keys, r.tokens.size());
   PrefetchReply reply;
   reply.matched_tokens = found.matched_tokens;
   const auto& tiers = stack_.cache().tiers();
   std::vector<BlockRequest> reads;
   for (size_t i = 0; i < found.blocks.size(); ++i) {
+    reply.tiers.push_back(tiers[found.blocks[i].tier]->name());
     if (tiers[found.blocks[i].tier].get() == stack_.ssd()) reads.push_back({keys[i].hash, keys[i].tokens});
     else ++reply.already_warm;
   }

@@ -45,6 +45,7 @@ struct PrefetchReply {
   size_t already_warm = 0;  // blocks of the prefix already in GPU or RAM
   size_t prefetched = 0;    // blocks read from the SSD into RAM
   size_t failed = 0;        // SSD reads that failed their checks (quarantined there)
+  std::vector<std::string_view> tiers;  // the tier each block of the prefix was found in
 };
 
 // A block document as the pieces it is made of, so a GET streams the KV bytes the tier holds

@@ -107,8 +107,19 @@ int serve(const ServerOptions& o) {
                  o.hybrid->name(), o.hybrid->fingerprint_hex(), o.hybrid->gdn_layers(), o.hybrid->pattern().size(),
                  format_byte_size(o.hybrid->snapshot_bytes()));
   }
-  HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s, o.max_connections_per_client,
-                        o.request_timeout_s});
+  std::shared_ptr<AccessLog> access_log;
+  if (!o.access_log.empty()) {
+    auto opened = AccessLog::open(o.access_log, o.access_log_sample);
+    if (!opened.ok()) {
+      spdlog::error("--access-log: {}", opened.status().message());
+      return 2;
+    }
+    access_log = std::move(opened).value();
+    spdlog::info("access log: {} of requests to {}", o.access_log_sample,
+                 o.access_log == "-" ? "stderr" : o.access_log);
+  }
+  HttpApi api(service, {o.tenants, o.threads, 0, o.tls_cert, o.tls_key, o.idle_timeout_s,
+                        o.max_connections_per_client, o.request_timeout_s, access_log});
   if (!api.status().ok()) {
     spdlog::error("{}", api.status().message());
     return 2;

@@ -50,6 +50,13 @@ struct RawFlags {
   double shutdown_timeout_s = 30;
   bool persist_on_shutdown = true;
   std::string log_format = "text";
+  std::string kv_events;
+  std::string kv_events_replay;
+  std::string kv_events_topic = "kv-events";
+  size_t kv_events_queue = 100000;
+  size_t kv_events_replay_buffer = 10000;
+  std::string access_log;
+  double access_log_sample = 1.0;
   std::string config;
 };
 
@@ -129,6 +136,30 @@ void add_flags(CLI::App& app, RawFlags& f) {
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_flag("--persist-on-shutdown,!--no-persist-on-shutdown", f.persist_on_shutdown,
                "At shutdown, write blocks only RAM holds to the SSD so a restart serves them");
+  app.add_option("--kv-events", f.kv_events,
+                 "Publish every block entering and leaving a tier, in vLLM's KV-event format over "
+                 "ZeroMQ, on this "
+                 "endpoint (bound), e.g. tcp://127.0.0.1:5557 or tcp://*:5557");
+  app.add_option(
+      "--kv-events-replay", f.kv_events_replay,
+      "Endpoint (bound) of the replay socket that answers subscribers who missed batches");
+  app.add_option("--kv-events-topic", f.kv_events_topic, "Topic frame of every event batch")
+      ->capture_default_str();
+  app.add_option("--kv-events-queue", f.kv_events_queue,
+                 "Events waiting to be published; beyond this they are dropped and counted")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  app.add_option("--kv-events-replay-buffer", f.kv_events_replay_buffer,
+                 "Batches the replay socket keeps")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24));
+  app.add_option(
+      "--access-log", f.access_log,
+      "Write one JSON line per HTTP request to this file ('-': stderr); off when not given");
+  app.add_option("--access-log-sample", f.access_log_sample,
+                 "Fraction of requests the access log writes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--config", f.config, "JSON file with the same keys as the long flags");
 }
 
@@ -304,6 +335,27 @@ Result<ServerOptions> resolve(const RawFlags& f) {
   }
   o.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1000));
   o.persist_on_shutdown = f.persist_on_shutdown;
+  if (!f.kv_events_replay.empty() && f.kv_events.empty()) {
+    return invalid_argument(
+        "--kv-events-replay needs --kv-events (the endpoint whose batches it replays)");
+  }
+  for (const std::string* e : {&f.kv_events, &f.kv_events_replay}) {
+    if (!e->empty() && e->find("://") == std::string::npos) {
+      return invalid_argument("--kv-events: '" + *e +
+                              "' is not a ZeroMQ endpoint (tcp://HOST:PORT, ipc://PATH)");
+    }
+  }
+  if (!f.kv_events.empty()) {
+    KvEventsOptions k;
+    k.endpoint = f.kv_events;
+    k.replay_endpoint = f.kv_events_replay;
+    k.topic = f.kv_events_topic;
+    k.queue_events = f.kv_events_queue;
+    k.replay_batches = f.kv_events_replay_buffer;
+    o.kv_events = k;
+  }
+  o.access_log = f.access_log;
+  o.access_log_sample = f.access_log_sample;
   return o;
 }
 
@@ -373,6 +425,7 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
     s.drain_timeout = o.shutdown_timeout;
     c.ssd = s;
   }
+  c.kv_events = o.kv_events;
   if (!o.remote.empty()) {
     RemoteTierOptions r;
     r.address = *RedisAddress::parse(o.remote);  // checked when the flags were read

@@ -51,6 +51,9 @@ struct ServerOptions {
   uint64_t max_body_memory = 256ull << 20;  // request bodies held at once, both doors
   std::chrono::milliseconds shutdown_timeout{30000};  // draining and persisting at shutdown
   bool persist_on_shutdown = true;    // write RAM-only blocks to the SSD at shutdown
+  std::optional<KvEventsOptions> kv_events;  // --kv-events: publish block events for routers
+  std::string access_log;                    // a file, "-" for stderr; empty: no access log
+  double access_log_sample = 1.0;            // the fraction of requests it writes
 
   std::shared_ptr<const KvLayout> resolved_layout;  // --layout, loaded and validated
   std::string hybrid_layout_file;                   // --hybrid-layout

@@ -47,6 +47,10 @@ class GpuTier final : public Tier {
 
   std::string_view name() const override { return "gpu"; }
   bool accepts(const KvLayout& layout) const override;
+  // The pool keeps the books: it tells of the hashes it caches and lets go.
+  void set_block_events(std::shared_ptr<BlockEventSink> sink) override {
+    pool_.set_events(std::move(sink));
+  }
   Result<InsertOutcome> insert(BlockRef block) override;
   std::vector<Result<InsertOutcome>> insert_many(std::span<const BlockRef> blocks) override;
   bool contains(const BlockHash& hash) const override;

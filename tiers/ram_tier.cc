@@ -79,7 +79,8 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
     const BlockHash hash = block->hash();
     if (is_state_record(*block)) policy_->inserted_snapshot(hash, block->identity().parent_hash, bytes);
     else policy_->inserted(hash, block->identity().parent_hash, bytes);
-    index_.emplace(hash, Entry{std::move(block), bytes, 0});
+    const auto placed = index_.emplace(hash, Entry{std::move(block), bytes, 0}).first;
+    announce_stored(placed->second.block->identity());
     used_ += bytes;
     unpinned_bytes_ += bytes;
     demote_orphans_locked(victims);
@@ -117,6 +118,7 @@ void RamTier::evict_locked(const BlockHash& hash, std::vector<BlockRef>& victims
   leaving_[hash] = it->second.block;
   victims.push_back(std::move(it->second.block));
   index_.erase(it);
+  announce_removed(hash);
   metrics_.evictions.inc();
 }
 
@@ -192,6 +194,7 @@ bool RamTier::erase_locked(const BlockHash& hash, BlockRef& dropped) {
   release_locked(*it->second.block, it->second.bytes);
   dropped = std::move(it->second.block);
   index_.erase(it);
+  announce_removed(hash);
   metrics_.used_bytes.set(static_cast<int64_t>(used_));
   metrics_.blocks.set(static_cast<int64_t>(index_.size()));
   return true;

@@ -16,6 +16,7 @@
 #include "base/metrics/metrics.h"
 #include "base/status.h"
 #include "serialize/block.h"
+#include "serialize/block_events.h"
 #include "tiers/erase_fence.h"
 
 namespace kvtier {
@@ -112,6 +113,10 @@ class Tier {
   virtual void visit_metrics(MetricVisitor& visitor) const = 0;
 
   void set_eviction_sink(EvictionSink sink);
+  // Where the tier tells of each block entering and leaving it (KV events; null: nowhere). Call
+  // before the tier is shared. A tier made of other tiers, or keeping its books elsewhere (the GPU
+  // pool, the SSD index), passes it on.
+  virtual void set_block_events(std::shared_ptr<BlockEventSink> sink) { events_ = std::move(sink); }
   // Set by TieredCache before the tier is shared: inserts of blocks erased while a move carried
   // them are refused, and evictions count as moves (tiers/erase_fence.h).
   // A tier made of other tiers passes it on.
@@ -125,11 +130,19 @@ class Tier {
   EraseFence::Move begin_eviction() const { return fence_ ? fence_->begin_move() : EraseFence::Move(); }
   // Hands evicted blocks down; call without holding the tier's locks.
   void evict_to_sink(std::vector<BlockRef>& victims);
+  // Tell the block events' sink, if any; call under the lock the change is made under.
+  void announce_stored(const BlockIdentity& identity) const {
+    if (events_) events_->stored(stored_block(identity));
+  }
+  void announce_removed(const BlockHash& hash) const {
+    if (events_) events_->removed(hash);
+  }
 
  private:
   mutable std::mutex sink_mu_;
   EvictionSink sink_;
   std::shared_ptr<EraseFence> fence_;
+  std::shared_ptr<BlockEventSink> events_;
 };
 
 }  // namespace kvtier

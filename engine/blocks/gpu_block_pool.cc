@@ -58,6 +58,7 @@ Result<GpuBlockPool::Allocation> GpuBlockPool::allocate(uint32_t n) {
     s.ref = 1;
     if (s.identity) {
       by_hash_.erase(s.identity->hash);
+      if (events_) events_->removed(s.identity->hash);
       a.evicted.push_back({id, std::move(*s.identity)});
       s.identity.reset();
     }
@@ -144,9 +145,13 @@ std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity,
   if (it != by_hash_.end()) return it->second;
   if (refuse && refuse(identity.hash)) return -1;
   Slot& s = slots_[id];
-  if (s.identity) by_hash_.erase(s.identity->hash);
+  if (s.identity) {
+    by_hash_.erase(s.identity->hash);
+    if (events_) events_->removed(s.identity->hash);
+  }
   by_hash_.emplace(identity.hash, id);
   s.identity = std::move(identity);
+  if (events_) events_->stored(stored_block(*s.identity));
   return std::nullopt;
 }
 
@@ -156,6 +161,7 @@ bool GpuBlockPool::uncache(const BlockHash& hash) {
   if (it == by_hash_.end()) return false;
   slots_[it->second].identity.reset();
   by_hash_.erase(it);
+  if (events_) events_->removed(hash);
   return true;
 }
 

@@ -21,6 +21,7 @@
 #include "engine/attention/paged_kv.h"
 #include "engine/vulkan/gpu_buffer.h"
 #include "serialize/block.h"
+#include "serialize/block_events.h"
 #include "serialize/kv_layout.h"
 
 namespace kvtier {
@@ -86,6 +87,10 @@ class GpuBlockPool {
   // Forgets a cached hash (the block itself stays where it is). False when not cached.
   bool uncache(const BlockHash& hash);
 
+  // Tells `sink` of every hash the pool starts or stops caching, under the pool's lock (so in the
+  // order they happen). Call before the pool is shared.
+  void set_events(std::shared_ptr<BlockEventSink> sink) { events_ = std::move(sink); }
+
   size_t cached_blocks() const;
   size_t free_blocks() const;
   size_t blocks_in_use() const;
@@ -107,6 +112,7 @@ class GpuBlockPool {
   std::vector<Slot> slots_;
   std::list<int32_t> free_;  // least recently used first
   std::unordered_map<BlockHash, int32_t> by_hash_;
+  std::shared_ptr<BlockEventSink> events_;
 };
 
 }  // namespace kvtier

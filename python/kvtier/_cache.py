@@ -155,6 +155,10 @@ class Cache:
          "pattern": ["gdn", "gdn", "gdn", "attention", ...]}. It replaces ``layout`` (the blocks are
         its attention layers'); store_state/fetch_state keep the GDN layers' state snapshots beside
         them, and lookup, load_blocks and fetch end at the last block with a snapshot.
+    kv_events: a ZeroMQ endpoint ("tcp://127.0.0.1:5557"; a port of "*" picks one) on which every
+        block entering and leaving a tier is published in vLLM's KV-event format, for prefix-aware
+        routers (kvtierd's --kv-events); kv_events_replay: the replay socket for missed batches.
+        ``kv_events_endpoints`` says where they were bound.
 
     Every method may be called from several threads; the GIL is released while kvtier hashes,
     reads, writes and copies. Closing (or leaving ``with``) drains the SSD writer.
@@ -180,6 +184,8 @@ class Cache:
         persist_on_close: bool = True,
         close_timeout: float = 30.0,
         hybrid_layout: Union[None, str, "os.PathLike[str]", Dict[str, Any]] = None,
+        kv_events: Optional[str] = None,
+        kv_events_replay: Optional[str] = None,
     ) -> None:
         if isinstance(layout, dict):
             layout = json.dumps(layout)
@@ -206,6 +212,10 @@ class Cache:
             options["gpu_memory"] = parse_size(gpu_memory)
         if remote is not None:
             options["remote"] = str(remote)
+        if kv_events is not None:
+            options["kv_events"] = str(kv_events)
+        if kv_events_replay is not None:
+            options["kv_events_replay"] = str(kv_events_replay)
         if kv_cache_quantization is not None:
             options["kv_cache_quantization"] = int(kv_cache_quantization)
         if hybrid_layout is not None:
@@ -223,6 +233,12 @@ class Cache:
         if self._cuda is None:
             self._cuda = CudaMover(self._c, self._layout)
         return self._cuda
+
+    @property
+    def kv_events_endpoints(self) -> Optional[Tuple[str, str]]:
+        """(events endpoint, replay endpoint) as bound — a port of "*" resolved; "" for no replay
+        socket — or None without kv_events."""
+        return self._c.kv_events_endpoints
 
     @property
     def layout(self) -> Dict[str, Any]:

@@ -125,6 +125,11 @@ class PyCache {
     return h ? py::object(py::str(h->to_json().dump())) : py::object(py::none());
   }
 
+  py::object kv_events_endpoints() const {
+    auto e = cache_->kv_events_endpoints();
+    return e ? py::object(py::make_tuple(e->first, e->second)) : py::object(py::none());
+  }
+
   bool store_state(py::handle tokens, const std::vector<std::string>& extra, py::handle state) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
     std::vector<ImportedTensor> keep;
@@ -326,10 +331,25 @@ class PyCache {
 
 EmbeddedCacheOptions options_from(const py::dict& d) {
   EmbeddedCacheOptions o;
-  static const char* kKeys[] = {"layout", "namespace", "hash", "ram_capacity", "kv_cache_quantization",
-                                "ssd_dir", "ssd_capacity", "ssd_segment_size", "compression",
-                                "ssd_reset", "gpu_memory", "remote", "persist_on_close", "close_timeout",
-                                "eviction", "ssd_admission", "hybrid_layout"};
+  static const char* kKeys[] = {"layout",
+                                "namespace",
+                                "hash",
+                                "ram_capacity",
+                                "kv_cache_quantization",
+                                "ssd_dir",
+                                "ssd_capacity",
+                                "ssd_segment_size",
+                                "compression",
+                                "ssd_reset",
+                                "gpu_memory",
+                                "remote",
+                                "persist_on_close",
+                                "close_timeout",
+                                "eviction",
+                                "ssd_admission",
+                                "hybrid_layout",
+                                "kv_events",
+                                "kv_events_replay"};
   for (auto item : d) {
     const std::string key = item.first.cast<std::string>();
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
@@ -353,6 +373,8 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   if (auto v = get("ssd_reset"); !v.is_none()) o.ssd_reset = v.cast<bool>();
   if (auto v = get("gpu_memory"); !v.is_none()) o.gpu_memory = v.cast<uint64_t>();
   if (auto v = get("remote"); !v.is_none()) o.remote = v.cast<std::string>();
+  if (auto v = get("kv_events"); !v.is_none()) o.kv_events = v.cast<std::string>();
+  if (auto v = get("kv_events_replay"); !v.is_none()) o.kv_events_replay = v.cast<std::string>();
   if (auto v = get("eviction"); !v.is_none()) o.eviction = v.cast<std::string>();
   if (auto v = get("ssd_admission"); !v.is_none()) o.ssd_admission = v.cast<std::string>();
   if (auto v = get("persist_on_close"); !v.is_none()) o.persist_on_close = v.cast<bool>();
@@ -392,6 +414,7 @@ PYBIND11_MODULE(_kvtier, m) {
       .def(py::init([](const py::dict& options) { return new PyCache(options_from(options)); }))
       .def_property_readonly("layout_json", &PyCache::layout_json)
       .def_property_readonly("hybrid_layout_json", &PyCache::hybrid_layout_json)
+      .def_property_readonly("kv_events_endpoints", &PyCache::kv_events_endpoints)
       .def("store_state", &PyCache::store_state)
       .def("fetch_state", &PyCache::fetch_state)
       .def_property_readonly("block_bytes", &PyCache::block_bytes)

@@ -103,6 +103,7 @@ void HttpApi::serve(int fd) {
     if (!listener_.begin_request(fd)) break;
     conn.begin_request(Clock::now() + request_timeout);
     context = RequestContext{};
+    context.started = Clock::now();
     bool closed = false;
     const bool served = server_->serve_one(conn, closed, [this, &context](httplib::Request& req) {
       context.tenant = routes_.authenticate(req);

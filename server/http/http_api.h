@@ -43,6 +43,8 @@ struct HttpApiOptions {
   // A request (TLS handshake, headers and body) must arrive within this many seconds of its first
   // byte, and each write of a reply must make progress within it.
   int request_timeout_s = 30;
+  // --access-log: a line per request; null: none.
+  std::shared_ptr<AccessLog> access_log;
 };
 
 class HttpApi {

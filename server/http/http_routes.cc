@@ -153,7 +153,15 @@ HttpRoutes::Handler HttpRoutes::timed(const char* route, Handler handler) {
 
 void HttpRoutes::add_hooks(httplib::Server& s) {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/healthz" || !auth_enabled()) return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.access_log && current_request()) {
+      // The client's id when it sent one (bounded: it is written into every line), else ours.
+      std::string id = req.get_header_value("X-Request-Id").substr(0, 128);
+      if (id.empty()) id = options_.access_log->next_request_id();
+      res.set_header("X-Request-Id", id);
+      current_request()->request_id = std::move(id);
+    }
+    if (req.path == "/healthz" || !auth_enabled())
+      return httplib::Server::HandlerResponse::Unhandled;
     const Tenant* t = request_tenant();
     // Refused before the body was read, so the connection closes.
     if (!t) {
@@ -193,12 +201,32 @@ void HttpRoutes::add_hooks(httplib::Server& s) {
   // the reason its JSON body gives, at most once a second plus a count of the ones folded in.
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     count(req, res.status);
+    if (options_.access_log) log_access(req, res);
     // A refusal before the body was read closes: the unread body is not the next request.
     if (current_request() && res.get_header_value("Connection") == "close") current_request()->close = true;
     if (res.status >= 400 && res.status != 404) {
       reject_log_.warn("{} {} -> {}: {}", req.method, req.path, res.status, res.body);
     }
   });
+}
+
+void HttpRoutes::log_access(const httplib::Request& req, const httplib::Response& res) {
+  AccessLog& log = *options_.access_log;
+  if (!log.sampled()) return;
+  const RequestContext* c = current_request();
+  AccessLine l;
+  l.request_id = c && !c->request_id.empty() ? c->request_id : log.next_request_id();
+  l.tenant = c && c->tenant ? &c->tenant->name : nullptr;
+  l.method = req.method;
+  l.route = route_of(req.method, req.path);
+  l.status = res.status;
+  l.bytes_in = req.has_header("Content-Length") ? req.get_header_value<uint64_t>("Content-Length")
+                                                : req.body.size();
+  l.bytes_out = res.body.empty() ? res.content_length_ : res.body.size();
+  l.latency_seconds =
+      c && c->started != std::chrono::steady_clock::time_point{} ? seconds_since(c->started) : 0;
+  l.note = c ? &c->access : nullptr;
+  log.write(l);
 }
 
 // --- Routes -------------------------------------------------------------------------------------
@@ -256,6 +284,11 @@ void HttpRoutes::add_document_routes(httplib::Server& s) {
 
 void HttpRoutes::healthz(httplib::Response& res) const {
   json body{{"status", "ok"}};
+  // Where routers subscribe (with the ports a "*" picked).
+  if (const KvEventPublisher* events = service_.stack().kv_events()) {
+    body["kv_events"] = {{"endpoint", events->endpoint()},
+                         {"replay_endpoint", events->replay_endpoint()}};
+  }
   if (binary_port_ > 0) {
     body["binary_port"] = binary_port_;
     if (binary_tls_) body["binary_tls"] = true;
@@ -288,16 +321,33 @@ void HttpRoutes::layout(httplib::Response& res) const {
 void HttpRoutes::lookup(const std::string& body, BodyBudget::Lease& lease, httplib::Response& res) {
   auto r = prompt_request(body, lease, res);
   if (!r) return;
+  if (RequestContext* c = current_request()) {
+    c->access.ns = r->ns;
+    c->access.tokens = r->tokens.size();
+  }
   auto reply = service_.lookup(*r);
   if (!reply.ok()) return send_error(res, reply.status());
+  if (RequestContext* c = current_request()) {
+    c->access.matched_tokens = reply->matched_tokens;
+    for (size_t i = 0; i < reply->blocks.size(); ++i) c->access.add_block(reply->blocks[i].tier, i);
+  }
   send_json(res, 200, to_json(*reply));
 }
 
 void HttpRoutes::prefetch(const std::string& body, BodyBudget::Lease& lease, httplib::Response& res) {
   auto r = prompt_request(body, lease, res);
   if (!r) return;
+  if (RequestContext* c = current_request()) {
+    c->access.ns = r->ns;
+    c->access.tokens = r->tokens.size();
+  }
   auto reply = service_.prefetch(*r);
   if (!reply.ok()) return send_error(res, reply.status());
+  if (RequestContext* c = current_request()) {
+    c->access.matched_tokens = reply->matched_tokens;
+    for (size_t i = 0; i < reply->tiers.size(); ++i)
+      c->access.add_block(std::string(reply->tiers[i]), i);
+  }
   send_json(res, 200, to_json(*reply));
 }
 
@@ -312,6 +362,10 @@ std::optional<std::pair<BlockHash, std::string>> HttpRoutes::addressed(const htt
   if (!ns.ok()) {
     send_error(res, ns.status());
     return std::nullopt;
+  }
+  if (RequestContext* c = current_request()) {
+    c->access.ns = *ns;
+    c->access.hash = hash->hex();
   }
   return std::pair{*hash, std::move(ns).value()};
 }
@@ -351,6 +405,7 @@ void HttpRoutes::batch_get(const std::string& req_body, httplib::Response& res) 
   if (!r.ok()) return send_error(res, r.status());
   auto ns = namespace_for(r->ns);
   if (!ns.ok()) return send_error(res, ns.status());
+  if (RequestContext* c = current_request()) c->access.ns = *ns;
   auto stream = std::make_shared<BatchGetStream>(BatchGetStream{std::move(r->hashes), *ns, 0});
   const size_t slice = static_cast<size_t>(
       std::max<uint64_t>(1, kBatchSliceBytes / std::max<uint64_t>(1, service_.layout().dense_block_bytes())));
@@ -379,7 +434,7 @@ void HttpRoutes::batch_get(const std::string& req_body, httplib::Response& res) 
 // --- Metrics ------------------------------------------------------------------------------------
 
 void HttpRoutes::visit_all_metrics(MetricVisitor& w) const {
-  service_.stack().cache().visit_metrics(w);
+  service_.stack().visit_metrics(w);
   service_.visit_metrics(w);
   door_metrics_(w);
   for (const auto& source : metric_sources_) source(w);
@@ -404,6 +459,7 @@ std::string HttpRoutes::stats_json() const {
 }
 
 void HttpRoutes::visit_metrics(MetricVisitor& v) const {
+  if (options_.access_log) options_.access_log->visit_metrics(v);
   for (const auto& [route, h] : latency_) {
     v.histogram("kvtier_http_request_seconds", "Time spent in a route's handler", {{"route", route}},
                 h->snapshot());
@@ -443,6 +499,10 @@ void HttpRoutes::put_document(const httplib::Request& req, httplib::Response& re
   if (!ns.ok()) {
     return send_refusal(res, http_status_for(ns.status().code()), error_code_for(ns.status().code()),
                         ns.status().message());
+  }
+  if (RequestContext* c = current_request()) {
+    c->access.ns = *ns;
+    c->access.hash = hash->hex();
   }
   // The buffer is allocated for the declared length before a byte of the body is in: its bytes
   // come from the server-wide budget first.

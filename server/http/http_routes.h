@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/metrics/metrics.h"
 #include "server/block_service.h"
+#include "server/http/access_log.h"
 #include "server/http/json_post.h"
 #include "server/net/body_budget.h"
 #include "server/tenant_table.h"
@@ -35,6 +36,9 @@ struct HttpApiOptions;
 struct RequestContext {
   const Tenant* tenant = nullptr;  // authenticated once, when the headers are in
   bool close = false;              // the answer said "Connection: close"
+  std::chrono::steady_clock::time_point started{};  // when its first byte was there
+  std::string request_id;  // X-Request-Id, given or made (with an access log)
+  AccessNote access;       // what its route found, for the access log
 };
 // The context of the request this thread serves; HttpApi::serve sets it for a connection's life.
 RequestContext*& current_request();
@@ -74,6 +78,9 @@ class HttpRoutes {
   void add_control_routes(httplib::Server& s);
   void add_prompt_routes(httplib::Server& s);
   void add_document_routes(httplib::Server& s);
+
+  // The request's line in the access log, if it has one and this request is sampled.
+  void log_access(const httplib::Request& req, const httplib::Response& res);
 
   // Handlers.
   void healthz(httplib::Response& res) const;

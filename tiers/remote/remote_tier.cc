@@ -188,7 +188,14 @@ Result<bool> RemoteTier::erase_durably(const BlockHash& hash) {
   auto r = cluster_->execute(std::vector<RedisCommand>{{"DEL", key_of(hash)}});
   if (!r.front().ok()) return r.front().status().with_context("remote tier: DEL " + hash.hex());
   if (!r.front()->is_integer()) return io_error("remote tier: DEL " + hash.hex() + " got an unexpected reply");
-  return r.front()->integer() > 0;
+  const bool held = r.front()->integer() > 0;
+  if (held) announce_removed(hash);
+  return held;
+}
+
+void RemoteTier::set_block_events(std::shared_ptr<BlockEventSink> sink) {
+  writes_.set_events(sink);
+  Tier::set_block_events(std::move(sink));
 }
 
 void RemoteTier::visit_metrics(MetricVisitor& v) const {

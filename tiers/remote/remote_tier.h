@@ -58,6 +58,8 @@ class RemoteTier final : public Tier {
   // Whether a local tier still holds a block (set by the cache stack): a failed write is retried
   // only while one does. Unset: always.
   void set_held_locally(std::function<bool(const BlockHash&)> held);
+  // The store is shared and evicts on its own: the events say what this host wrote and deleted.
+  void set_block_events(std::shared_ptr<BlockEventSink> sink) override;
   // Waits until every block queued so far has been written (or failed: retries are not waited
   // for). For tests, benchmarks and shutdown.
   void flush();

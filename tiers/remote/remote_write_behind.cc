@@ -58,13 +58,19 @@ Result<InsertOutcome> RemoteWriteBehind::enqueue(BlockRef block,
   return InsertOutcome::kInserted;
 }
 
-void RemoteWriteBehind::remember_written(const BlockHash& hash) {
-  if (!written_.insert(hash).second) return;
+bool RemoteWriteBehind::remember_written(const BlockHash& hash) {
+  if (!written_.insert(hash).second) return false;
   written_order_.push_back(hash);
   if (written_order_.size() > kWrittenMemory) {
     written_.erase(written_order_.front());
     written_order_.pop_front();
   }
+  return true;
+}
+
+void RemoteWriteBehind::set_events(std::shared_ptr<BlockEventSink> sink) {
+  std::lock_guard lock(mu_);
+  events_ = std::move(sink);
 }
 
 void RemoteWriteBehind::set_held_locally(std::function<bool(const BlockHash&)> held) {
@@ -216,7 +222,8 @@ void RemoteWriteBehind::write_batch(std::vector<BlockRef>& batch, std::vector<Bl
     if (replies[i].ok() && replies[i]->is_status()) {
       metrics_.written_blocks.inc();
       metrics_.written_bytes.inc(frames[i].size());
-      remember_written(encoded[i]->hash());
+      if (remember_written(encoded[i]->hash()) && events_)
+        events_->stored(stored_block(encoded[i]->identity()));
       continue;
     }
     metrics_.write_errors.inc();

@@ -41,6 +41,8 @@ class RemoteWriteBehind {
   // Whether a local tier still holds a block: a failed write is retried only while one does.
   // Unset: always.
   void set_held_locally(std::function<bool(const BlockHash&)> held);
+  // Told of each block this host writes to the store (KV events, medium REMOTE).
+  void set_events(std::shared_ptr<BlockEventSink> sink);
   // Waits until every block queued so far has been written (or failed: retries are not waited
   // for).
   void flush();
@@ -65,7 +67,8 @@ class RemoteWriteBehind {
   // Makes room for `bytes` by dropping the oldest retries (mu_ held); false if it cannot.
   bool displace_retries_locked(uint64_t bytes);
   void drop_retry(const Retry& r, Counter& reason, const char* why);
-  void remember_written(const BlockHash& hash);
+  // False when it was remembered already.
+  bool remember_written(const BlockHash& hash);
   void publish_gauges_locked();
 
   const RemoteTierOptions& options_;
@@ -85,6 +88,7 @@ class RemoteWriteBehind {
   // Hashes this host wrote lately, so a block published and later spilled is sent once.
   std::unordered_set<BlockHash> written_;
   std::deque<BlockHash> written_order_;
+  std::shared_ptr<BlockEventSink> events_;
   std::function<bool(const BlockHash&)> held_locally_;  // set before blocks arrive
   std::thread writer_;
   LogThrottle log_;

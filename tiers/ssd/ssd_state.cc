@@ -33,7 +33,10 @@ Status SsdState::remove_entry_if_locked(const BlockHash& hash, const IndexEntry&
     batch.put_segment(*rec);
   }
   Status st = index->commit(batch);
-  if (st.ok()) namespaces->add(seen.namespace_id, -static_cast<int64_t>(padded));
+  if (st.ok()) {
+    namespaces->add(seen.namespace_id, -static_cast<int64_t>(padded));
+    if (events) events->removed(hash);
+  }
   refresh_space_gauges();
   return st;
 }

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "base/log.h"
+#include "serialize/block_events.h"
 #include "serialize/layout_registry.h"
 #include "tiers/namespace_usage.h"
 #include "tiers/ssd/index/segment_table.h"
@@ -78,6 +79,8 @@ struct SsdState {
   // still the one I read" cannot remove a newer one written in between.
   std::mutex index_mu;
   ErasedDuringReinsert erased_during_reinsert;
+  // Told of every entry that enters or leaves the index, under index_mu (null: nobody).
+  std::shared_ptr<BlockEventSink> events;
   LogThrottle corrupt_log;
   LogThrottle write_fail_log;
 

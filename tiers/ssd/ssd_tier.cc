@@ -117,6 +117,8 @@ Result<InsertOutcome> SsdTier::insert(BlockRef block) {
   item->token_count = static_cast<uint32_t>(dense.identity().token_ids.size());
   item->shuffle_width = static_cast<uint8_t>(dtype_size(dense.layout().layers.front().dtype));
   item->namespace_id = dense.identity().namespace_id;
+  item->parent_hash = dense.identity().parent_hash;
+  item->token_ids = dense.identity().token_ids;
   item->charged_bytes = item->buffer.size();
   if (state_.namespaces->tracked(item->namespace_id)) {
     if (Status quota = state_.namespaces->charge(item->namespace_id, item->charged_bytes); !quota.ok()) {
@@ -227,6 +229,21 @@ std::vector<Result<BlockRef>> SsdTier::read_many(std::span<const BlockRequest> r
     for (size_t k = 0; k < got.size(); ++k) out[disk_index[k]] = std::move(got[k]);
   }
   return out;
+}
+
+void SsdTier::set_block_events(std::shared_ptr<BlockEventSink> sink) {
+  std::lock_guard index_lock(state_.index_mu);
+  state_.events = std::move(sink);
+}
+
+Status SsdTier::announce_held(BlockEventSink& sink) {
+  std::shared_lock life(life_mu_);
+  if (closed_.load()) return ok_status();
+  std::lock_guard index_lock(state_.index_mu);
+  return state_.index->scan_entries([&](const BlockHash& hash, const Result<IndexEntry>& e) {
+    // An entry that cannot be decoded is never served; it is not announced either.
+    if (e.ok()) sink.stored(StoredBlock{hash, nullptr, {}, e->token_count, e->namespace_id});
+  });
 }
 
 bool SsdTier::erase(const BlockHash& hash) {

@@ -67,6 +67,11 @@ class SsdTier final : public Tier {
   // answers as an empty tier. Returns the number of queued blocks that were dropped. Idempotent.
   size_t close();
 
+  void set_block_events(std::shared_ptr<BlockEventSink> sink) override;
+  // Tells `sink` of every block the index holds now (after a restart, what the directory kept),
+  // as blocks whose tokens and parent are not known; ordered with every change of the index.
+  Status announce_held(BlockEventSink& sink);
+
   // Records in the manifest every directory of the striped cache this one belongs to.
   Status record_directories(const std::vector<std::string>& dirs);
 

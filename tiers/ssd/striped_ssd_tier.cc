@@ -113,6 +113,15 @@ void StripedSsdTier::set_erase_fence(std::shared_ptr<EraseFence> fence) {
   Tier::set_erase_fence(std::move(fence));
 }
 
+void StripedSsdTier::set_block_events(std::shared_ptr<BlockEventSink> sink) {
+  for (SsdTier* d : directories()) d->set_block_events(sink);
+}
+
+Status StripedSsdTier::announce_held(BlockEventSink& sink) {
+  for (SsdTier* d : directories()) KVTIER_RETURN_IF_ERROR(d->announce_held(sink));
+  return ok_status();
+}
+
 std::vector<SsdTier*> StripedSsdTier::directories() const {
   std::vector<SsdTier*> up;
   for (const Directory& d : dirs_) {

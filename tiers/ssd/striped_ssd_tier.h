@@ -51,6 +51,9 @@ class StripedSsdTier final : public Tier {
   size_t close();
 
   void set_erase_fence(std::shared_ptr<EraseFence> fence) override;
+  void set_block_events(std::shared_ptr<BlockEventSink> sink) override;
+  // SsdTier::announce_held() of every directory.
+  Status announce_held(BlockEventSink& sink);
   // The directories that are up, in the order given.
   std::vector<SsdTier*> directories() const;
   // Directories given but not served: unreadable at open, or back empty though the cache named

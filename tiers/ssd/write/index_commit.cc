@@ -13,6 +13,7 @@ struct CommitPlan {
   SsdIndex::Batch batch;
   std::map<uint64_t, std::pair<int64_t, int64_t>> live;  // segment -> (bytes, entries) it gains
   std::vector<IndexEntry> superseded;                    // older copies the new entries replace
+  std::vector<size_t> entering;                          // records of blocks the index did not hold
   std::map<uint64_t, SegmentRecord> segments;            // segment records, updated
 };
 
@@ -59,6 +60,8 @@ std::vector<size_t> plan_entries(SsdState& state, std::span<const DurableRecord>
       plan.superseded.push_back(*old);
       plan.batch.remove(item.hash, *old);
       add_live(*old, -1);
+    } else {
+      plan.entering.push_back(i);
     }
     plan.batch.put(item.hash, e);
     in_batch[item.hash] = e;
@@ -116,6 +119,18 @@ void account(SsdState& state, std::span<const DurableRecord> records, std::span<
   }
 }
 
+// Blocks new to the index, to whoever follows its contents (the caller holds index_mu, so these
+// come in order with the removals).
+void announce(SsdState& state, std::span<const DurableRecord> records,
+              std::span<const size_t> entering) {
+  if (!state.events) return;
+  for (size_t i : entering) {
+    const SpillItem& item = *records[i].item;
+    state.events->stored(StoredBlock{item.hash, item.parent_hash ? &*item.parent_hash : nullptr,
+                                     item.token_ids, item.token_count, item.namespace_id});
+  }
+}
+
 }  // namespace
 
 IndexCommitResult commit_durable_records(SsdState& state, std::span<const DurableRecord> records,
@@ -127,7 +142,10 @@ IndexCommitResult commit_durable_records(SsdState& state, std::span<const Durabl
   // The data is durable already, so a commit that fails leaves only free space below the
   // watermarks.
   out.status = plan.batch.count() ? state.index->commit(plan.batch) : ok_status();
-  if (out.status.ok()) account(state, records, out.committed, plan);
+  if (out.status.ok()) {
+    account(state, records, out.committed, plan);
+    announce(state, records, plan.entering);
+  }
   return out;
 }
 

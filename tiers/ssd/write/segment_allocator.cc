@@ -154,7 +154,7 @@ Status SegmentAllocator::reclaim(uint64_t segment) {
   const size_t moved =
       state_.options.reinsert_read_blocks && file ? move_read_blocks(segment, file, records) : 0;
 
-  size_t removed = 0;
+  std::vector<BlockHash> removed;
   std::vector<std::pair<std::string, uint64_t>> freed;  // namespace, record bytes
   {
     std::lock_guard lock(state_.index_mu);
@@ -164,7 +164,7 @@ Status SegmentAllocator::reclaim(uint64_t segment) {
       if (e.ok() && e->has_value() && (*e)->segment == segment && (*e)->offset == off) {
         batch.remove(h, **e);
         freed.emplace_back((*e)->namespace_id, record_padded((*e)->length));
-        ++removed;
+        removed.push_back(h);
       } else {
         batch.remove_segment_key(segment, off);  // superseded or undecodable: the key alone
       }
@@ -174,6 +174,9 @@ Status SegmentAllocator::reclaim(uint64_t segment) {
     // entries that point into it.
     KVTIER_RETURN_IF_ERROR(state_.index->commit(batch, /*sync=*/true));
     state_.segments.remove(segment);
+    if (state_.events) {
+      for (const BlockHash& h : removed) state_.events->removed(h);
+    }
   }
   hooks_.reclaimed(segment);
   for (const auto& [ns, bytes] : freed) state_.namespaces->add(ns, -static_cast<int64_t>(bytes));
@@ -181,9 +184,10 @@ Status SegmentAllocator::reclaim(uint64_t segment) {
     spdlog::warn("ssd tier: unlink {}: {}", file->path(), std::strerror(errno));
   }
   state_.metrics.segments_reclaimed.inc();
-  state_.metrics.entries_reclaimed.inc(removed);
+  state_.metrics.entries_reclaimed.inc(removed.size());
   state_.refresh_space_gauges();
-  spdlog::debug("ssd tier: reclaimed segment {} ({} entries, {} to reinsert)", segment, removed, moved);
+  spdlog::debug("ssd tier: reclaimed segment {} ({} entries, {} to reinsert)", segment,
+                removed.size(), moved);
   return ok_status();
 }
 

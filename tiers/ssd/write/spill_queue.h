@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct SpillItem {
   size_t document_size = 0;
   uint64_t layout_fingerprint = 0;
   uint32_t token_count = 0;
+  // For the block events told when the record is indexed; unknown (empty) for a moved record.
+  std::optional<BlockHash> parent_hash;
+  std::vector<uint32_t> token_ids;
   uint8_t shuffle_width = 2;    // for the lz4-shuffle codec: the block's element size
   std::string namespace_id;
   uint64_t ticket = 0;          // order of acceptance, for flush()
