@@ -13,7 +13,7 @@ packages=(
   fio python3 python3-matplotlib util-linux e2fsprogs
   pybind11-dev python3-dev libdlpack-dev python3-torch python3-numpy python3-pytest
   redis-server redis-tools
-  libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
+  libzmq3-dev libmsgpack-cxx-dev python3-zmq python3-msgpack jq
   prometheus
 )
 

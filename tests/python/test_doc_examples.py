@@ -36,7 +36,7 @@ def examples(lang=None):
 def test_every_example_has_a_runner():
     found = examples()
     assert len(found) >= 6, found
-    unknown = [(doc, lang) for doc, lang, _ in found if lang not in ("python", "c", "sh", "json")]
+    unknown = [(doc, lang) for doc, lang, _ in found if lang not in ("python", "c", "sh", "json", "jsonl", "jq")]
     assert not unknown, f"examples no test here runs (name the fence's language and add a runner): {unknown}"
 
 
@@ -126,6 +126,36 @@ def test_the_shell_example_gets_the_replies_it_shows(tmp_path):
         lookup = kc.KvtierClient(server.url, binary=False).lookup("my-model", list(range(1, 18)))
         assert lookup["matched_tokens"] == 16, "the PUT block is found"
     assert server.stop() == 0
+
+
+def test_the_access_log_examples_are_what_kvtierd_writes_and_the_jq_reads_it(tmp_path):
+    """The access-log line docs/operations.md shows has the keys and types of a real lookup's line,
+    and its jq command, run on a real log, gives each tenant's lookups and hit ratio."""
+    sys.path.insert(0, os.path.join(SOURCE_DIR, "clients", "python"))
+    import kvtier_client as kc
+    (doc, _, line), = examples("jsonl")
+    (_, _, jq), = examples("jq")
+    shown = json.loads(line)
+    log = tmp_path / "access.jsonl"
+    with Kvtierd(tmp_path, ["--layout", "tiny", "--access-log", str(log), "--log-level", "warn"]) as server:
+        client = kc.KvtierClient(server.url, binary=False)
+        info = client.layout()
+        lay = info["layout"]
+        tokens = list(range(1, 33))
+        missing = client.lookup("m", tokens)["missing"][0]
+        elements = lay["block_size"] * lay["num_kv_heads"] * lay["head_dim"]
+        layers = [(bytes(elements * kc.DTYPE_SIZES[s["dtype"]]),) * 2 for s in lay["layers"]]
+        assert client.put_block(missing["hash"], kc.block_document(info, missing["hash"], missing["parent_hash"],
+                                                                   tokens[:16], "m", layers))
+        client.lookup("m", tokens)
+    lines = [json.loads(l) for l in log.read_text().splitlines()]
+    real = [l for l in lines if l["route"] == "lookup"][-1]
+    assert real.keys() == shown.keys(), f"{doc} shows {sorted(shown)}, kvtierd writes {sorted(real)}"
+    for k in shown:
+        assert type(real[k]) is type(shown[k]) or real[k] is None or shown[k] is None, k
+    run = subprocess.run(["bash", "-c", jq.strip()], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, f"{doc}'s jq example failed: {run.stderr}"
+    assert json.loads(run.stdout) == [{"tenant": None, "lookups": 2, "hit_ratio": 16 / 64}]
 
 
 def test_json_examples_are_files_kvtierd_accepts(tmp_path):
