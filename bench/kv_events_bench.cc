@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -86,12 +88,29 @@ struct Settings {
   int clients = 8;
   double seconds = 10;
   bool binary = true;
+  std::string ssd_dir;  // set: an SSD tier below RAM (evicted blocks are written: more events)
+  // Events/s told to the publisher besides the data path's, through the same queue (as a tier
+  // tells them), so the publisher runs at a rate the doors alone do not reach here.
+  double extra_events_per_s = 0;
 };
 
 RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool events) {
   CacheStackOptions so;
   so.layout = s.layout;
   so.ram.capacity_bytes = s.ram_bytes;
+  static int run_number = 0;
+  const std::string ssd_dir = s.ssd_dir.empty()
+                                  ? ""
+                                  : s.ssd_dir + "/kv_events_bench-" + std::to_string(::getpid()) +
+                                        "-" + std::to_string(++run_number);
+  if (!ssd_dir.empty()) {
+    SsdTierOptions o;
+    o.dir = ssd_dir;
+    o.dirs = {o.dir};
+    o.capacity_bytes = 1ull << 30;
+    o.segment_size = 64ull << 20;
+    so.ssd = o;
+  }
   if (events) so.kv_events = KvEventsOptions{.endpoint = "tcp://127.0.0.1:*"};
   auto stack = must(CacheStack::open(so));
   BlockService service(*stack, HashAlgorithm::kSha256);
@@ -107,11 +126,35 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
   void* sub = nullptr;
   if (events) {
     sub = zmq_socket(ctx, ZMQ_SUB);
+    // Its pipe and socket buffer as small as they go, so the publisher soon finds it full.
+    int one = 1, small = 4096;
+    zmq_setsockopt(sub, ZMQ_RCVHWM, &one, sizeof(one));
+    zmq_setsockopt(sub, ZMQ_RCVBUF, &small, sizeof(small));
     zmq_connect(sub, stack->kv_events()->endpoint().c_str());
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
   }
 
   std::atomic<bool> stop{false};
+  std::thread pump;
+  if (events && s.extra_events_per_s > 0) {
+    pump = std::thread([&] {
+      auto sink = stack->kv_events()->sink(KvMedium::kRemote);
+      BlockHash h, parent;
+      std::vector<uint32_t> tokens(s.layout->block_size, 7);
+      const auto start = Clock::now();
+      uint64_t told = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const double due =
+            std::chrono::duration<double>(Clock::now() - start).count() * s.extra_events_per_s;
+        for (; static_cast<double>(told) < due; told += 2) {
+          std::memcpy(h.bytes.data(), &told, sizeof(told));
+          sink->stored(StoredBlock{h, &parent, tokens, s.layout->block_size, kNamespace});
+          sink->removed(h);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
   std::vector<std::vector<double>> put_lat(s.clients), get_lat(s.clients);
   std::vector<std::thread> clients;
   for (int c = 0; c < s.clients; ++c) {
@@ -135,6 +178,7 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
   std::this_thread::sleep_for(std::chrono::duration<double>(s.seconds));
   stop = true;
   for (auto& t : clients) t.join();
+  if (pump.joinable()) pump.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
 
   RunResult out;
@@ -171,6 +215,8 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
     zmq_close(sub);
   }
   zmq_ctx_term(ctx);
+  stack->close();
+  if (!ssd_dir.empty()) std::filesystem::remove_all(ssd_dir);
   return out;
 }
 
@@ -197,7 +243,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seconds", s.seconds, "Length of one run")->capture_default_str();
   app.add_option("--clients", s.clients, "Client connections")->capture_default_str();
-  app.add_option("--layout", layout_name, "KV layout preset")->capture_default_str();
+  app.add_option("--layout", layout_name,
+                 "KV layout preset, or 'small' (1 layer, 2 KV heads of 64: 8 KiB blocks)")
+      ->capture_default_str();
+  app.add_option("--ssd-dir", s.ssd_dir, "A directory to put an SSD tier's temporary directory in");
   app.add_option("--door", door, "binary or http")
       ->capture_default_str()
       ->check(CLI::IsMember({"binary", "http"}));
@@ -205,11 +254,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--docs-per-client", docs_per_client, "Distinct blocks each client cycles through")
       ->capture_default_str();
+  app.add_option(
+         "--extra-events-per-s", s.extra_events_per_s,
+         "Events/s told to the publisher besides the data path's (medium REMOTE), with events on")
+      ->capture_default_str();
   app.add_option("--json", json_path)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   init_logging("error");
 
-  s.layout = std::make_shared<const KvLayout>(must(layout_preset(layout_name)));
+  s.layout = layout_name == "small"
+                 ? std::make_shared<const KvLayout>(
+                       KvLayout::uniform("bench-small", 1, 2, 64, 16, DType::kBF16))
+                 : std::make_shared<const KvLayout>(must(layout_preset(layout_name)));
   s.binary = door == "binary";
   s.ram_bytes = ram_blocks * (s.layout->dense_block_bytes() + 4096);
   std::vector<std::vector<Doc>> docs;
@@ -223,6 +279,9 @@ int main(int argc, char** argv) {
       {"round", "events", "PUT/s", "PUT p50 us", "PUT p99 us", "GET/s", "GET p50 us", "GET p99 us",
        "events/s", "held back", "dropped (queue full)", "ring MiB", "RSS MiB"});
   report.set_meta("machine", machine_description());
+  report.add_note(
+      "events/s counts every event published: the data path's and --extra-events-per-s " +
+      fixed(s.extra_events_per_s, 0));
   std::vector<double> off_put, on_put, off_get, on_get, off_put99, on_put99, off_get99, on_get99;
   auto add = [&](int round, bool events, const RunResult& r) {
     report.add_row({std::to_string(round), events ? "on" : "off", fixed(r.put_rate, 0),

@@ -157,7 +157,8 @@ void KvEventPublisher::run() {
 
 bool KvEventPublisher::publish_queued() {
   uint64_t through = 0;
-  std::vector<KvEvent> events = queue_->take(through);
+  std::vector<KvEvent>& events = taken_;
+  queue_->take(events, through);
   if (const uint64_t dropped = queue_->dropped_full(); dropped > queue_drops_logged_) {
     queue_full_log_.warn(
         "kv events: {} events dropped, the queue of {} was full (a router's view misses them)",

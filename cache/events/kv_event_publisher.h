@@ -105,6 +105,7 @@ class KvEventPublisher {
   std::string replay_endpoint_;
   // Publisher thread only.
   uint64_t next_seq_ = 0;
+  std::vector<KvEvent> taken_;  // the last events taken from the queue (its buffer goes back)
   std::deque<std::pair<uint64_t, std::string>> ring_;
   uint64_t ring_bytes_ = 0;
   uint64_t queue_drops_logged_ = 0;

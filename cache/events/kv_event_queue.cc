@@ -54,15 +54,14 @@ void KvEventQueue::push(KvEvent event, bool wait_for_room) {
   }
 }
 
-std::vector<KvEvent> KvEventQueue::take(uint64_t& through) {
-  std::vector<KvEvent> out;
+void KvEventQueue::take(std::vector<KvEvent>& out, uint64_t& through) {
+  out.clear();
   {
     std::lock_guard lock(mu_);
     out.swap(events_);
     through = accepted_;
   }
   room_cv_.notify_all();
-  return out;
 }
 
 void KvEventQueue::handled(uint64_t through) {

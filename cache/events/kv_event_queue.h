@@ -25,8 +25,10 @@ class KvEventQueue : public std::enable_shared_from_this<KvEventQueue> {
   // Queued unless full or closed; counted either way. `wait_for_room`: waits while the queue is
   // full instead (for announcements made before the data path runs, never on it).
   void push(KvEvent event, bool wait_for_room = false);
-  // Everything queued, oldest first; `through` is how many events were ever accepted up to them.
-  std::vector<KvEvent> take(uint64_t& through);
+  // Everything queued, oldest first, into `out` (cleared first); `through` is how many events were
+  // ever accepted up to them. The queue keeps `out`'s old buffer: pass the same vector each time,
+  // so in a steady state no push reallocates (pushes run under the tiers' locks).
+  void take(std::vector<KvEvent>& out, uint64_t& through);
   // Marks events up to `through` (from take) as handled: published or dropped downstream.
   void handled(uint64_t through);
   // Waits until every event accepted before the call is handled (or `timeout` passes).

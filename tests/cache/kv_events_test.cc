@@ -31,7 +31,9 @@ std::map<KvMedium, std::set<BlockHash>> replay(const std::vector<KvEvent>& event
 
 std::vector<KvEvent> take_all(KvEventQueue& q) {
   uint64_t through = 0;
-  return q.take(through);
+  std::vector<KvEvent> out;
+  q.take(out, through);
+  return out;
 }
 
 TEST(KvEventsTest, ReplayingATiersEventsGivesExactlyTheBlocksItHolds) {

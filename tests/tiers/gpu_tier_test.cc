@@ -2,6 +2,9 @@
 // hand the exact bytes down, pins hold blocks in place, and refusals are counted.
 #include "tiers/gpu_tier.h"
 
+#include <mutex>
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "base/memory/large_buffer_cache.h"
@@ -238,6 +241,41 @@ TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
   EXPECT_EQ(f.pool->free_blocks(), 2u);
   f.tier->unpin(a->hash());
   EXPECT_EQ(f.pool->free_blocks(), 3u);
+}
+
+// What a router would hold after the pool's block events: stored minus removed, in call order.
+struct HeldBlocks final : BlockEventSink {
+  void stored(const StoredBlock& b) override {
+    std::lock_guard lock(mu);
+    held.insert(b.hash);
+    ++stores;
+  }
+  void removed(const BlockHash& h) override {
+    std::lock_guard lock(mu);
+    held.erase(h);
+  }
+  std::mutex mu;
+  std::set<BlockHash> held;
+  int stores = 0;
+};
+
+TEST(GpuTierTest, BlockEventsReplayToExactlyTheBlocksThePoolCaches) {
+  Fixture f(4);
+  auto events = std::make_shared<HeldBlocks>();
+  f.tier->set_block_events(events);
+  std::vector<BlockRef> blocks;
+  for (uint64_t seed = 1; seed <= 7; ++seed) {
+    blocks.push_back(f.block(seed));
+    ASSERT_TRUE(f.tier->insert(blocks.back()).ok());
+  }
+  EXPECT_TRUE(f.tier->erase(blocks[6]->hash()));
+  std::set<BlockHash> cached;
+  for (const BlockRef& b : blocks) {
+    if (f.pool->find(b->hash()) >= 0) cached.insert(b->hash());
+  }
+  EXPECT_EQ(cached.size(), 3u) << "four slots, three evicted to make room, the last erased";
+  EXPECT_EQ(events->held, cached);
+  EXPECT_EQ(events->stores, 7);
 }
 
 TEST(GpuTierTest, ABlockOfAnotherLayoutIsRefusedAndNothingChanges) {
