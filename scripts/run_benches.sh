@@ -12,6 +12,7 @@ run "$build/bench/serialize_bench"
 run "$build/bench/cache_bench"
 run "$build/bench/ssd_bench"
 run "$build/bench/server_bench"
+run "$build/bench/kv_events_bench" --reps 3 --seconds 5 --clients 4 --json "$out/kv_events_bench.json"
 run "$build/bench/engine_bench" --dtypes BF16 --reps 3 --max-kv-bytes 268435456
 run "$build/bench/e2e_bench" --prompts 2048 --reps 3
 # Debian's interpreter: torch and numpy are its packages (a pyenv python3 first on PATH has neither).
