@@ -141,6 +141,7 @@ void KvEventPublisher::close() {
 }
 
 void KvEventPublisher::run() {
+  name_this_thread("kv-events");
   zmq_pollitem_t items[2] = {{pub_, 0, ZMQ_POLLIN, 0}, {replay_, 0, ZMQ_POLLIN, 0}};
   const int polled = replay_ ? 2 : 1;
   while (!stop_.load()) {
