@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/harness/bench_must.h"
 #include "bench/harness/bench_report.h"
 #include "serialize/format/block_codec.h"
 #include "server/block_service.h"
@@ -29,16 +30,6 @@ using namespace kvtier::bench;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-[[noreturn]] void die(const Status& st) {
-  std::fprintf(stderr, "kv_events_bench: %s\n", st.to_string().c_str());
-  std::exit(1);
-}
-template <typename T>
-T must(Result<T> r) {
-  if (!r.ok()) die(r.status());
-  return std::move(r).value();
-}
 
 struct Doc {
   BlockHash hash;

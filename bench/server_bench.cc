@@ -21,6 +21,7 @@
 #include "base/byte_size.h"
 #include "base/elapsed.h"
 #include "base/memory/memory_policy.h"
+#include "bench/harness/bench_must.h"
 #include "bench/harness/bench_report.h"
 #include "serialize/format/block_codec.h"
 #include "server/block_service.h"
@@ -38,16 +39,6 @@ using namespace kvtier::bench;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-[[noreturn]] void die(const Status& st) {
-  std::fprintf(stderr, "server_bench: %s\n", st.to_string().c_str());
-  std::exit(1);
-}
-template <typename T>
-T must(Result<T> r) {
-  if (!r.ok()) die(r.status());
-  return std::move(r).value();
-}
 
 struct Doc {
   BlockHash hash;

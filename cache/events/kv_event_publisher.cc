@@ -146,9 +146,15 @@ void KvEventPublisher::run() {
   const int polled = replay_ ? 2 : 1;
   while (!stop_.load()) {
     // Wakes for subscriptions and replay requests; events wait at most one interval.
-    if (zmq_poll(items, polled, static_cast<long>(options_.batch_interval.count())) > 0) {
+    const int ready = zmq_poll(items, polled, static_cast<long>(options_.batch_interval.count()));
+    if (ready > 0) {
       if (items[0].revents & ZMQ_POLLIN) drain_subscriptions();
       if (polled == 2 && (items[1].revents & ZMQ_POLLIN)) serve_replay();
+    } else if (ready < 0 && zmq_errno() != EINTR) {
+      // Not a reason to stop publishing, nor to spin: events still go out once an interval.
+      metrics_.poll_errors.inc();
+      error_log_.error("kv events: polling the sockets: {}", zmq_strerror(zmq_errno()));
+      std::this_thread::sleep_for(options_.batch_interval);
     }
     publish_queued();
   }
@@ -188,7 +194,8 @@ void KvEventPublisher::send_batch(const KvEvent* events, size_t n) {
         seq, n, options_.send_hwm);
   } else {
     metrics_.send_errors.inc();
-    held_back_log_.error("kv events: sending batch {}: {}", seq, zmq_strerror(zmq_errno()));
+    error_log_.error("kv events: sending batch {}: {} (left to the replay ring)", seq,
+                     zmq_strerror(zmq_errno()));
   }
   ring_bytes_ += payload.size();
   ring_.emplace_back(seq, std::move(payload));
@@ -266,6 +273,8 @@ void KvEventPublisher::visit_metrics(MetricVisitor& v) const {
             metrics_.batches_held_back.value());
   v.counter("kvtier_kv_event_batches_total", batches, {{"outcome", "error"}},
             metrics_.send_errors.value());
+  v.counter("kvtier_kv_event_poll_errors_total", "Failed polls of the publisher's sockets (logged)",
+            {}, metrics_.poll_errors.value());
   const char* replays = "Replay requests, by outcome";
   v.counter("kvtier_kv_event_replay_requests_total", replays, {{"outcome", "served"}},
             metrics_.replay_requests.value());

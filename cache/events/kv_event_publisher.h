@@ -48,6 +48,7 @@ struct KvEventPublisherMetrics {
   Counter batches_held_back;  // a subscriber's pipe full: not sent to anyone, left to replay
   Counter events_held_back;
   Counter send_errors;
+  Counter poll_errors;
   Counter replay_requests;
   Counter replay_malformed;
   Counter replay_batches;
@@ -113,6 +114,7 @@ class KvEventPublisher {
   std::thread thread_;
   KvEventPublisherMetrics metrics_;
   LogThrottle held_back_log_;
+  LogThrottle error_log_;
   LogThrottle queue_full_log_;
   LogThrottle replay_log_;
 };

@@ -45,6 +45,9 @@ void KvEventQueue::push(KvEvent event, bool wait_for_room) {
   if (wait_for_room) room_cv_.wait(lock, [&] { return closed_ || events_.size() < capacity_; });
   if (closed_) {
     dropped_closed_.inc();
+    lock.unlock();
+    closed_log_.warn("kv events: a {} event told after the publisher closed is not sent",
+                     medium_name(event.medium));
   } else if (events_.size() >= capacity_) {
     dropped_full_.inc();
   } else {

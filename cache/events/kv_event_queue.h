@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/log.h"
 #include "base/metrics/metrics.h"
 #include "cache/events/kv_event.h"
 #include "serialize/block_events.h"
@@ -58,6 +59,7 @@ class KvEventQueue : public std::enable_shared_from_this<KvEventQueue> {
   std::array<std::array<Counter, 3>, kKvMediums> accepted_by_;
   Counter dropped_full_;
   Counter dropped_closed_;  // told after the publisher closed (a tier's last moves at shutdown)
+  LogThrottle closed_log_;
 };
 
 }  // namespace kvtier

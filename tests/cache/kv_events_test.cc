@@ -3,6 +3,7 @@
 // batches back (counted, replayable) from a subscriber that stopped reading, and replays them.
 #include <zmq.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <thread>
@@ -105,16 +106,22 @@ TEST(KvEventsTest, TheSsdAnnouncesWhatItKeptAcrossARestart) {
   RamOverSsd reopened(dir.path(), 64 * ssd_sized_layout()->dense_block_bytes());
   auto queue =
       std::make_shared<KvEventQueue>(2);  // smaller than the announcement: it waits for room
-  std::vector<KvEvent> seen;
-  std::thread drain([&] {
-    while (seen.size() < keys.size()) {
-      for (KvEvent& e : take_all(*queue)) seen.push_back(std::move(e));
-      std::this_thread::yield();
-    }
+  // The announcement waits for room; this thread takes what it queued until it is done.
+  std::atomic<bool> done{false};
+  Status announced_status;
+  std::thread announcer([&] {
+    announced_status =
+        reopened.ssd->announce_held(*queue->sink(KvMedium::kSsd, /*wait_for_room=*/true));
+    done = true;
   });
-  ASSERT_TRUE(
-      reopened.ssd->announce_held(*queue->sink(KvMedium::kSsd, /*wait_for_room=*/true)).ok());
-  drain.join();
+  std::vector<KvEvent> seen;
+  for (bool last = false; !last;) {
+    last = done.load();
+    for (KvEvent& e : take_all(*queue)) seen.push_back(std::move(e));
+    std::this_thread::yield();
+  }
+  announcer.join();
+  ASSERT_TRUE(announced_status.ok()) << announced_status.to_string();
   std::set<BlockHash> announced;
   for (const KvEvent& e : seen) {
     EXPECT_EQ(e.kind, KvEvent::Kind::kStored);

@@ -2,7 +2,6 @@
 // hand the exact bytes down, pins hold blocks in place, and refusals are counted.
 #include "tiers/gpu_tier.h"
 
-#include <mutex>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 #include "base/memory/large_buffer_cache.h"
 
 #include "tests/engine/engine_test_env.h"
+#include "tests/support/held_blocks.h"
 #include "tests/support/test_blocks.h"
 
 namespace kvtier {
@@ -243,25 +243,9 @@ TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
   EXPECT_EQ(f.pool->free_blocks(), 3u);
 }
 
-// What a router would hold after the pool's block events: stored minus removed, in call order.
-struct HeldBlocks final : BlockEventSink {
-  void stored(const StoredBlock& b) override {
-    std::lock_guard lock(mu);
-    held.insert(b.hash);
-    ++stores;
-  }
-  void removed(const BlockHash& h) override {
-    std::lock_guard lock(mu);
-    held.erase(h);
-  }
-  std::mutex mu;
-  std::set<BlockHash> held;
-  int stores = 0;
-};
-
 TEST(GpuTierTest, BlockEventsReplayToExactlyTheBlocksThePoolCaches) {
   Fixture f(4);
-  auto events = std::make_shared<HeldBlocks>();
+  auto events = std::make_shared<testing::HeldBlocks>();
   f.tier->set_block_events(events);
   std::vector<BlockRef> blocks;
   for (uint64_t seed = 1; seed <= 7; ++seed) {

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "serialize/format/block_codec.h"
+#include "tests/support/held_blocks.h"
 #include "tests/support/redis_servers.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_blocks.h"
@@ -136,6 +138,38 @@ TEST(RemoteTierTest, AnEraseIsNotUndoneByAWriteBehindThatWasQueuedOrInFlight) {
   for (const auto& b : blocks) hashes.push_back(b->hash());
   const std::vector<bool> held = tier->contains_many(hashes);
   EXPECT_EQ(std::count(held.begin(), held.end(), true), 0) << "erased blocks back in Redis";
+}
+
+TEST(RemoteTierTest, BlockEventsSayWhatThisHostWroteAndDeletedInOrder) {
+  // A DELETE waits for the batch that was writing its block (RemoteWriteBehind::forget), so the
+  // block's BlockStored, when it was written, comes before its BlockRemoved.
+  Cluster& c = shared_cluster();
+  ASSERT_TRUE(c.servers);
+  auto l = layout_of(DType::kBF16);
+  auto tier = open_tier(c.servers->url(), registry_for({l}), "kvtier-events:");
+  auto events = std::make_shared<testing::HeldBlocks>();
+  tier->set_block_events(events);
+  std::vector<BlockRef> blocks;
+  for (int i = 0; i < 120; ++i) {
+    blocks.push_back(block(l, 9000 + i));
+    ASSERT_TRUE(tier->insert(blocks.back()).ok());
+    if (i % 3 == 0)
+      ASSERT_TRUE(tier->erase_durably(blocks.back()->hash()).ok());  // queued or in flight
+  }
+  tier->flush();
+  std::vector<BlockHash> hashes;
+  for (const auto& b : blocks) hashes.push_back(b->hash());
+  const std::vector<bool> held = tier->contains_many(hashes);
+  std::set<BlockHash> in_redis;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (held[i]) in_redis.insert(hashes[i]);
+  }
+  EXPECT_EQ(in_redis.size(), 80u);
+  EXPECT_EQ(events->snapshot(), in_redis);
+  for (size_t i = 0; i < hashes.size(); i += 3)
+    ASSERT_TRUE(tier->erase_durably(hashes[i + 1]).ok());
+  for (size_t i = 0; i < hashes.size(); i += 3) in_redis.erase(hashes[i + 1]);
+  EXPECT_EQ(events->snapshot(), in_redis);
 }
 
 TEST(RemoteTierTest, ContainsManyAnswersForEveryNodeInOneBatch) {
