@@ -4,7 +4,13 @@
 // --seconds. Each round runs once without --kv-events and once with it and a subscriber that
 // connects, subscribes and never reads (so batches end up held back), in alternating order.
 // Printed: PUT and GET rates and p50/p99 latencies of both, their ratio round by round, events/s,
-// batches held back and events dropped, the replay ring's bytes and the process's RSS.
+// batches held back and events dropped, the replay ring's bytes, the process's RSS and the CPU
+// time of the publisher's thread. With --server-cores K the server's side (doors, tiers,
+// publisher, the extra events' pump) runs on the first K cores and the clients on the rest, so
+// the clients' load does not decide what the server's cores are free to do.
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <zmq.h>
 
 #include <atomic>
@@ -12,6 +18,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -66,10 +74,50 @@ uint64_t rss_bytes() {
   return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
+// Pins the calling thread (and so the threads it creates from now on) to cores [first, last).
+void pin_this_thread(int first, int last) {
+  if (first >= last) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c = first; c < last; ++c) CPU_SET(c, &set);
+  if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
+    die(internal_error(std::string("pinning a thread: ") + std::strerror(rc)));
+  }
+}
+
+// CPU seconds (user + system) of this process's live threads, by thread name (for threads that
+// live through a run: the publisher's, the pump's).
+std::map<std::string, double> cpu_seconds_by_thread() {
+  std::map<std::string, double> out;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (!dir) return out;
+  const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::string comm, stat;
+    std::getline(std::ifstream(task + "/comm"), comm);
+    std::getline(std::ifstream(task + "/stat"), stat);
+    if (comm.empty() || stat.empty()) continue;  // the thread ended meanwhile
+    // Fields after the parenthesised name: state is the 3rd field, utime the 14th, stime 15th.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 13 && rest >> field; ++i) {
+    }
+    double utime = 0, stime = 0;
+    rest >> utime >> stime;
+    out[comm] += (utime + stime) * tick;
+  }
+  ::closedir(dir);
+  return out;
+}
+
 struct RunResult {
   double put_rate = 0, get_rate = 0;
   double put_p50 = 0, put_p99 = 0, get_p50 = 0, get_p99 = 0;  // microseconds
   double events_per_s = 0;
+  double publisher_cpu = 0;  // the kv-events thread's CPU seconds per second of the run
+  double pump_cpu = 0;       // the extra events' pump's, likewise
   uint64_t held_back = 0, dropped_queue_full = 0, ring_bytes = 0, rss = 0;
 };
 
@@ -83,9 +131,13 @@ struct Settings {
   // Events/s told to the publisher besides the data path's, through the same queue (as a tier
   // tells them), so the publisher runs at a rate the doors alone do not reach here.
   double extra_events_per_s = 0;
+  int server_cores = 0;  // 0: nothing pinned
+  int cores = 0;
 };
 
 RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool events) {
+  // Everything the server's side starts from here on inherits its cores.
+  pin_this_thread(0, s.server_cores);
   CacheStackOptions so;
   so.layout = s.layout;
   so.ram.capacity_bytes = s.ram_bytes;
@@ -112,7 +164,8 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
   std::thread http_thread([&] { api.run(); });
   std::thread wire_thread([&] { wire.run(); });
 
-  // The subscriber that never reads.
+  // The subscriber that never reads, with its ZMQ thread on the clients' cores.
+  pin_this_thread(s.server_cores, s.cores);
   void* ctx = zmq_ctx_new();
   void* sub = nullptr;
   if (events) {
@@ -124,11 +177,13 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
     zmq_connect(sub, stack->kv_events()->endpoint().c_str());
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
   }
+  pin_this_thread(0, s.server_cores);
 
   std::atomic<bool> stop{false};
   std::thread pump;
   if (events && s.extra_events_per_s > 0) {
     pump = std::thread([&] {
+      name_this_thread("event-pump");
       auto sink = stack->kv_events()->sink(KvMedium::kRemote);
       BlockHash h, parent;
       std::vector<uint32_t> tokens(s.layout->block_size, 7);
@@ -150,6 +205,7 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
   std::vector<std::thread> clients;
   for (int c = 0; c < s.clients; ++c) {
     clients.emplace_back([&, c] {
+      pin_this_thread(s.server_cores, s.cores);
       KvtierClient client("127.0.0.1", port);
       client.use_binary(s.binary);
       const std::vector<Doc>& mine = docs[c];
@@ -166,11 +222,15 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
     });
   }
   const auto t0 = Clock::now();
+  const auto cpu0 = cpu_seconds_by_thread();
   std::this_thread::sleep_for(std::chrono::duration<double>(s.seconds));
   stop = true;
   for (auto& t : clients) t.join();
-  if (pump.joinable()) pump.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto cpu = cpu_seconds_by_thread();
+  for (const auto& [name, seconds] : cpu0) cpu[name] -= seconds;
+  const double publisher_cpu = cpu["kv-events"], pump_cpu = cpu["event-pump"];
+  if (pump.joinable()) pump.join();
 
   RunResult out;
   std::vector<double> puts, gets;
@@ -192,6 +252,8 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
            p->queue().accepted(static_cast<KvMedium>(m), KvEvent::Kind::kRemoved);
     }
     out.events_per_s = static_cast<double>(n) / elapsed;
+    out.publisher_cpu = publisher_cpu / elapsed;
+    out.pump_cpu = pump_cpu / elapsed;
     out.held_back = p->metrics().events_held_back.value();
     out.dropped_queue_full = p->queue().dropped_full();
     out.ring_bytes = static_cast<uint64_t>(p->metrics().ring_bytes.value());
@@ -208,6 +270,7 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
   zmq_ctx_term(ctx);
   stack->close();
   if (!ssd_dir.empty()) std::filesystem::remove_all(ssd_dir);
+  pin_this_thread(0, s.cores);
   return out;
 }
 
@@ -224,7 +287,7 @@ int main(int argc, char** argv) {
       "kv_events_bench: kvtierd's PUT/GET with and without KV events and a subscriber that never "
       "reads"};
   Settings s;
-  int reps = 3;
+  int reps = 5;
   size_t docs_per_client = 2048;
   std::string layout_name = "tiny";
   std::string door = "binary";
@@ -249,9 +312,18 @@ int main(int argc, char** argv) {
          "--extra-events-per-s", s.extra_events_per_s,
          "Events/s told to the publisher besides the data path's (medium REMOTE), with events on")
       ->capture_default_str();
+  s.cores = static_cast<int>(std::thread::hardware_concurrency());
+  s.server_cores = s.cores / 2;
+  app.add_option("--server-cores", s.server_cores,
+                 "The server's side runs on cores [0, K), the clients on [K, all); 0: unpinned")
+      ->capture_default_str();
   app.add_option("--json", json_path)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   init_logging("error");
+  if (s.server_cores < 0 || s.server_cores >= s.cores) {
+    std::fprintf(stderr, "kv_events_bench: --server-cores must be in [0, %d)\n", s.cores);
+    return 2;
+  }
 
   s.layout = layout_name == "small"
                  ? std::make_shared<const KvLayout>(
@@ -263,13 +335,23 @@ int main(int argc, char** argv) {
   for (int c = 0; c < s.clients; ++c)
     docs.push_back(documents(s.layout, docs_per_client, static_cast<uint32_t>(c + 1)));
 
-  Report report(
-      "kv_events_bench: " + door + " door, " + layout_name + " blocks, " +
-          std::to_string(s.clients) + " clients, RAM " + std::to_string(ram_blocks) + " blocks, " +
-          fixed(s.seconds, 0) + " s a run",
-      {"round", "events", "PUT/s", "PUT p50 us", "PUT p99 us", "GET/s", "GET p50 us", "GET p99 us",
-       "events/s", "held back", "dropped (queue full)", "ring MiB", "RSS MiB"});
+  Report report("kv_events_bench: " + door + " door, " + layout_name + " blocks, " +
+                    std::to_string(s.clients) + " clients, RAM " + std::to_string(ram_blocks) +
+                    " blocks, " + fixed(s.seconds, 0) + " s a run",
+                {"round", "events", "PUT/s", "PUT p50 us", "PUT p99 us", "GET/s", "GET p50 us",
+                 "GET p99 us", "events/s", "publisher CPU", "pump CPU", "held back",
+                 "dropped (queue full)", "ring MiB", "RSS MiB"});
   report.set_meta("machine", machine_description());
+  report.add_note(s.server_cores > 0
+                      ? "server's side pinned to cores 0-" + std::to_string(s.server_cores - 1) +
+                            ", clients and the subscriber to " + std::to_string(s.server_cores) +
+                            "-" + std::to_string(s.cores - 1)
+                      : "nothing pinned: clients and server share " + std::to_string(s.cores) +
+                            " cores");
+  report.add_note(
+      "publisher CPU, pump CPU: the kv-events thread's and the extra events' pump's CPU seconds "
+      "per "
+      "second of the run (1.0: one core)");
   report.add_note(
       "events/s counts every event published: the data path's and --extra-events-per-s " +
       fixed(s.extra_events_per_s, 0));
@@ -278,6 +360,7 @@ int main(int argc, char** argv) {
     report.add_row({std::to_string(round), events ? "on" : "off", fixed(r.put_rate, 0),
                     fixed(r.put_p50), fixed(r.put_p99), fixed(r.get_rate, 0), fixed(r.get_p50),
                     fixed(r.get_p99), events ? fixed(r.events_per_s, 0) : "-",
+                    events ? fixed(r.publisher_cpu, 3) : "-", events ? fixed(r.pump_cpu, 3) : "-",
                     events ? std::to_string(r.held_back) : "-",
                     events ? std::to_string(r.dropped_queue_full) : "-",
                     events ? fixed(static_cast<double>(r.ring_bytes) / (1 << 20)) : "-",

@@ -19,7 +19,7 @@ void pack_hash(Packer& p, const BlockHash& h) {
   p.pack_bin_body(reinterpret_cast<const char*>(h.bytes.data()), BlockHash::kSize);
 }
 
-void pack_event(Packer& p, const KvEvent& e) {
+void pack_event(Packer& p, const KvEventBuffer& buffer, const KvEvent& e) {
   switch (e.kind) {
     case KvEvent::Kind::kStored:
       p.pack_array(8);
@@ -30,15 +30,15 @@ void pack_event(Packer& p, const KvEvent& e) {
         pack_hash(p, e.parent);
       else
         p.pack_nil();
-      p.pack_array(static_cast<uint32_t>(e.token_ids.size()));
-      for (uint32_t t : e.token_ids) p.pack_uint32(t);
+      p.pack_array(e.tokens_count);
+      for (uint32_t t : buffer.tokens(e)) p.pack_uint32(t);
       p.pack_uint32(e.block_tokens);
       p.pack_nil();  // lora_id: vLLM's integer LoRA id, which kvtier has no notion of
       pack_str(p, medium_name(e.medium));
-      if (e.namespace_id.empty())
+      if (const std::string_view ns = buffer.namespace_of(e); ns.empty())
         p.pack_nil();
       else
-        pack_str(p, e.namespace_id);
+        pack_str(p, ns);
       return;
     case KvEvent::Kind::kRemoved:
       p.pack_array(3);
@@ -70,13 +70,45 @@ std::string_view medium_name(KvMedium m) {
   return "";
 }
 
-std::string encode_event_batch(double unix_seconds, const KvEvent* events, size_t count) {
+void KvEventBuffer::append(KvEvent e, std::span<const uint32_t> tokens, std::string_view ns) {
+  e.tokens_begin = static_cast<uint32_t>(tokens_.size());
+  e.tokens_count = static_cast<uint32_t>(tokens.size());
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  e.namespace_index = ns.empty() ? -1 : namespace_slot(ns);
+  events_.push_back(e);
+}
+
+int32_t KvEventBuffer::namespace_slot(std::string_view ns) {
+  constexpr size_t kLookBack = 8;
+  for (size_t i = namespaces_used_; i > 0 && namespaces_used_ - i < kLookBack; --i) {
+    if (namespaces_[i - 1] == ns) return static_cast<int32_t>(i - 1);
+  }
+  if (namespaces_used_ == namespaces_.size()) namespaces_.emplace_back();
+  namespaces_[namespaces_used_].assign(ns);  // a reused slot keeps its capacity
+  return static_cast<int32_t>(namespaces_used_++);
+}
+
+void KvEventBuffer::clear() {
+  events_.clear();
+  tokens_.clear();
+  namespaces_used_ = 0;
+}
+
+void KvEventBuffer::swap(KvEventBuffer& other) noexcept {
+  events_.swap(other.events_);
+  tokens_.swap(other.tokens_);
+  namespaces_.swap(other.namespaces_);
+  std::swap(namespaces_used_, other.namespaces_used_);
+}
+
+std::string encode_event_batch(double unix_seconds, const KvEventBuffer& events, size_t first,
+                               size_t count) {
   msgpack::sbuffer buf;
   Packer p(buf);
   p.pack_array(2);
   p.pack_double(unix_seconds);
   p.pack_array(static_cast<uint32_t>(count));
-  for (size_t i = 0; i < count; ++i) pack_event(p, events[i]);
+  for (size_t i = first; i < first + count; ++i) pack_event(p, events, events[i]);
   return std::string(buf.data(), buf.size());
 }
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,7 @@ enum class KvMedium : uint8_t { kGpu, kCpu, kSsd, kRemote };
 inline constexpr size_t kKvMediums = 4;
 std::string_view medium_name(KvMedium m);
 
+// One event. Its token ids and namespace live in the KvEventBuffer that holds it.
 struct KvEvent {
   enum class Kind : uint8_t { kStored, kRemoved, kAllCleared };
   Kind kind = Kind::kStored;
@@ -41,11 +43,44 @@ struct KvEvent {
   BlockHash hash;
   BlockHash parent;
   uint32_t block_tokens = 0;
-  std::vector<uint32_t> token_ids;
-  std::string namespace_id;
+  uint32_t tokens_begin = 0;  // into the buffer's token ids
+  uint32_t tokens_count = 0;
+  int32_t namespace_index = -1;  // into the buffer's namespaces; -1: none
 };
 
-// One EventBatch, msgpack-encoded.
-std::string encode_event_batch(double unix_seconds, const KvEvent* events, size_t count);
+// Events with their token ids and namespaces kept flat beside them, so that once its vectors have
+// grown a reused buffer appends without allocating: appends run under the tiers' locks, and a
+// per-event allocation there (freed later on the publisher's thread) is what this avoids.
+class KvEventBuffer {
+ public:
+  void append(KvEvent e, std::span<const uint32_t> tokens = {}, std::string_view ns = {});
+  // Empties it, keeping every vector's and namespace string's capacity.
+  void clear();
+  void swap(KvEventBuffer& other) noexcept;
+
+  size_t size() const { return events_.size(); }
+  bool empty() const { return events_.empty(); }
+  const KvEvent& operator[](size_t i) const { return events_[i]; }
+  std::span<const uint32_t> tokens(const KvEvent& e) const {
+    return {tokens_.data() + e.tokens_begin, e.tokens_count};
+  }
+  std::string_view namespace_of(const KvEvent& e) const {
+    return e.namespace_index < 0 ? std::string_view() : namespaces_[e.namespace_index];
+  }
+
+ private:
+  // Tries the namespaces used lately before taking a new slot: a burst of events mostly shares
+  // one or a few.
+  int32_t namespace_slot(std::string_view ns);
+
+  std::vector<KvEvent> events_;
+  std::vector<uint32_t> tokens_;
+  std::vector<std::string> namespaces_;  // the first namespaces_used_ are in use
+  size_t namespaces_used_ = 0;
+};
+
+// Events [first, first + count) of `events` as one EventBatch, msgpack-encoded.
+std::string encode_event_batch(double unix_seconds, const KvEventBuffer& events, size_t first,
+                               size_t count);
 
 }  // namespace kvtier

@@ -120,7 +120,7 @@ KvEventPublisher::~KvEventPublisher() { close(); }
 void KvEventPublisher::all_blocks_cleared() {
   KvEvent e;
   e.kind = KvEvent::Kind::kAllCleared;
-  queue_->push(std::move(e));
+  queue_->push(e);
 }
 
 bool KvEventPublisher::flush(std::chrono::milliseconds timeout) {
@@ -164,7 +164,7 @@ void KvEventPublisher::run() {
 
 bool KvEventPublisher::publish_queued() {
   uint64_t through = 0;
-  std::vector<KvEvent>& events = taken_;
+  KvEventBuffer& events = taken_;
   queue_->take(events, through);
   if (const uint64_t dropped = queue_->dropped_full(); dropped > queue_drops_logged_) {
     queue_full_log_.warn(
@@ -173,14 +173,14 @@ bool KvEventPublisher::publish_queued() {
     queue_drops_logged_ = dropped;
   }
   for (size_t i = 0; i < events.size(); i += options_.max_batch_events) {
-    send_batch(events.data() + i, std::min(options_.max_batch_events, events.size() - i));
+    send_batch(events, i, std::min(options_.max_batch_events, events.size() - i));
   }
   queue_->handled(through);
   return !events.empty();
 }
 
-void KvEventPublisher::send_batch(const KvEvent* events, size_t n) {
-  std::string payload = encode_event_batch(unix_seconds(), events, n);
+void KvEventPublisher::send_batch(const KvEventBuffer& events, size_t first, size_t n) {
+  std::string payload = encode_event_batch(unix_seconds(), events, first, n);
   const uint64_t seq = next_seq_++;
   const std::string seq_bytes = big_endian(seq);
   if (send_message(pub_, {options_.topic, seq_bytes, payload})) {

@@ -93,7 +93,7 @@ class KvEventPublisher {
   void run();
   // Sends the queued events as batches; false when there were none.
   bool publish_queued();
-  void send_batch(const KvEvent* events, size_t n);
+  void send_batch(const KvEventBuffer& events, size_t first, size_t n);
   void serve_replay();
   void drain_subscriptions();
 
@@ -106,7 +106,7 @@ class KvEventPublisher {
   std::string replay_endpoint_;
   // Publisher thread only.
   uint64_t next_seq_ = 0;
-  std::vector<KvEvent> taken_;  // the last events taken from the queue (its buffer goes back)
+  KvEventBuffer taken_;  // the last events taken from the queue (its buffers go back)
   std::deque<std::pair<uint64_t, std::string>> ring_;
   uint64_t ring_bytes_ = 0;
   uint64_t queue_drops_logged_ = 0;

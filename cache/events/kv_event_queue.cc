@@ -18,16 +18,14 @@ class MediumSink final : public BlockEventSink {
       e.parent = *b.parent;
     }
     e.block_tokens = b.block_tokens;
-    e.token_ids.assign(b.token_ids.begin(), b.token_ids.end());
-    e.namespace_id = b.namespace_id;
-    queue_->push(std::move(e), wait_);
+    queue_->push(e, b.token_ids, b.namespace_id, wait_);
   }
   void removed(const BlockHash& hash) override {
     KvEvent e;
     e.kind = KvEvent::Kind::kRemoved;
     e.medium = medium_;
     e.hash = hash;
-    queue_->push(std::move(e), wait_);
+    queue_->push(e, {}, {}, wait_);
   }
 
  private:
@@ -38,7 +36,8 @@ class MediumSink final : public BlockEventSink {
 
 }  // namespace
 
-void KvEventQueue::push(KvEvent event, bool wait_for_room) {
+void KvEventQueue::push(const KvEvent& event, std::span<const uint32_t> tokens, std::string_view ns,
+                        bool wait_for_room) {
   const auto m = static_cast<size_t>(event.medium);
   const auto k = static_cast<size_t>(event.kind);
   std::unique_lock lock(mu_);
@@ -51,13 +50,13 @@ void KvEventQueue::push(KvEvent event, bool wait_for_room) {
   } else if (events_.size() >= capacity_) {
     dropped_full_.inc();
   } else {
-    events_.push_back(std::move(event));
+    events_.append(event, tokens, ns);
     ++accepted_;
     accepted_by_[m][k].inc();
   }
 }
 
-void KvEventQueue::take(std::vector<KvEvent>& out, uint64_t& through) {
+void KvEventQueue::take(KvEventBuffer& out, uint64_t& through) {
   out.clear();
   {
     std::lock_guard lock(mu_);

@@ -25,11 +25,12 @@ class KvEventQueue : public std::enable_shared_from_this<KvEventQueue> {
 
   // Queued unless full or closed; counted either way. `wait_for_room`: waits while the queue is
   // full instead (for announcements made before the data path runs, never on it).
-  void push(KvEvent event, bool wait_for_room = false);
+  void push(const KvEvent& event, std::span<const uint32_t> tokens = {}, std::string_view ns = {},
+            bool wait_for_room = false);
   // Everything queued, oldest first, into `out` (cleared first); `through` is how many events were
-  // ever accepted up to them. The queue keeps `out`'s old buffer: pass the same vector each time,
-  // so in a steady state no push reallocates (pushes run under the tiers' locks).
-  void take(std::vector<KvEvent>& out, uint64_t& through);
+  // ever accepted up to them. The queue keeps `out`'s old buffers: pass the same buffer each time,
+  // so in a steady state no push allocates (pushes run under the tiers' locks).
+  void take(KvEventBuffer& out, uint64_t& through);
   // Marks events up to `through` (from take) as handled: published or dropped downstream.
   void handled(uint64_t through);
   // Waits until every event accepted before the call is handled (or `timeout` passes).
@@ -52,7 +53,7 @@ class KvEventQueue : public std::enable_shared_from_this<KvEventQueue> {
   mutable std::mutex mu_;  // guards events_, accepted_, handled_, closed_
   std::condition_variable handled_cv_;
   std::condition_variable room_cv_;
-  std::vector<KvEvent> events_;
+  KvEventBuffer events_;
   uint64_t accepted_ = 0;
   uint64_t handled_ = 0;
   bool closed_ = false;

@@ -19,10 +19,16 @@
 namespace kvtier::testing {
 namespace {
 
+// An event taken out of its buffer, with its own copies of the token ids and namespace.
+struct OwnedEvent : KvEvent {
+  std::vector<uint32_t> token_ids;
+  std::string namespace_id;
+};
+
 // What a router would hold after the events, per medium.
-std::map<KvMedium, std::set<BlockHash>> replay(const std::vector<KvEvent>& events) {
+std::map<KvMedium, std::set<BlockHash>> replay(const std::vector<OwnedEvent>& events) {
   std::map<KvMedium, std::set<BlockHash>> held;
-  for (const KvEvent& e : events) {
+  for (const OwnedEvent& e : events) {
     if (e.kind == KvEvent::Kind::kStored) held[e.medium].insert(e.hash);
     if (e.kind == KvEvent::Kind::kRemoved) held[e.medium].erase(e.hash);
     if (e.kind == KvEvent::Kind::kAllCleared) held.clear();
@@ -30,10 +36,18 @@ std::map<KvMedium, std::set<BlockHash>> replay(const std::vector<KvEvent>& event
   return held;
 }
 
-std::vector<KvEvent> take_all(KvEventQueue& q) {
+std::vector<OwnedEvent> take_all(KvEventQueue& q) {
   uint64_t through = 0;
-  std::vector<KvEvent> out;
-  q.take(out, through);
+  KvEventBuffer taken;
+  q.take(taken, through);
+  std::vector<OwnedEvent> out;
+  for (size_t i = 0; i < taken.size(); ++i) {
+    OwnedEvent e{taken[i], {}, {}};
+    const auto tokens = taken.tokens(taken[i]);
+    e.token_ids.assign(tokens.begin(), tokens.end());
+    e.namespace_id = taken.namespace_of(taken[i]);
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -114,16 +128,16 @@ TEST(KvEventsTest, TheSsdAnnouncesWhatItKeptAcrossARestart) {
         reopened.ssd->announce_held(*queue->sink(KvMedium::kSsd, /*wait_for_room=*/true));
     done = true;
   });
-  std::vector<KvEvent> seen;
+  std::vector<OwnedEvent> seen;
   for (bool last = false; !last;) {
     last = done.load();
-    for (KvEvent& e : take_all(*queue)) seen.push_back(std::move(e));
+    for (OwnedEvent& e : take_all(*queue)) seen.push_back(std::move(e));
     std::this_thread::yield();
   }
   announcer.join();
   ASSERT_TRUE(announced_status.ok()) << announced_status.to_string();
   std::set<BlockHash> announced;
-  for (const KvEvent& e : seen) {
+  for (const OwnedEvent& e : seen) {
     EXPECT_EQ(e.kind, KvEvent::Kind::kStored);
     EXPECT_TRUE(e.token_ids.empty()) << "an index knows no tokens";
     EXPECT_EQ(e.block_tokens, 16u);
@@ -133,6 +147,30 @@ TEST(KvEventsTest, TheSsdAnnouncesWhatItKeptAcrossARestart) {
   for (const BlockKey& k : keys) written.insert(k.hash);
   EXPECT_EQ(announced, written);
   EXPECT_EQ(queue->dropped_full(), 0u);
+}
+
+TEST(KvEventsTest, ABufferKeepsEachEventsTokensAndNamespaceThroughReuse) {
+  // More namespaces than the buffer looks back over, interleaved, and a second fill after clear()
+  // that reuses the slots the first left behind.
+  KvEventBuffer b;
+  for (int fill = 0; fill < 2; ++fill) {
+    b.clear();
+    for (uint32_t i = 0; i < 40; ++i) {
+      KvEvent e;
+      e.hash.bytes[0] = static_cast<uint8_t>(i);
+      const std::vector<uint32_t> tokens(i % 5, 1000 * fill + i);
+      b.append(e, tokens, i % 3 == 0 ? "" : "tenant-" + std::to_string((i * 7 + fill) % 12));
+    }
+    ASSERT_EQ(b.size(), 40u);
+    for (uint32_t i = 0; i < 40; ++i) {
+      EXPECT_EQ(b[i].hash.bytes[0], i);
+      const auto tokens = b.tokens(b[i]);
+      EXPECT_EQ(std::vector<uint32_t>(tokens.begin(), tokens.end()),
+                std::vector<uint32_t>(i % 5, 1000 * fill + i));
+      EXPECT_EQ(b.namespace_of(b[i]),
+                i % 3 == 0 ? "" : "tenant-" + std::to_string((i * 7 + fill) % 12));
+    }
+  }
 }
 
 TEST(KvEventsTest, AFullQueueDropsAndCountsInsteadOfWaiting) {
@@ -185,8 +223,8 @@ uint64_t sequence(const std::string& frame) {
   return v;
 }
 
-KvEvent stored_event(uint8_t n, KvMedium medium) {
-  KvEvent e;
+OwnedEvent stored_event(uint8_t n, KvMedium medium) {
+  OwnedEvent e;
   e.medium = medium;
   e.hash.bytes[0] = n;
   e.has_parent = n > 0;
@@ -230,7 +268,7 @@ TEST(KvEventPublisherTest, BatchesAreVllmEventBatchesNumberedInOrder) {
   drain(sub.s);
 
   auto sink = pub->sink(KvMedium::kSsd);
-  const KvEvent e = stored_event(5, KvMedium::kSsd);
+  const OwnedEvent e = stored_event(5, KvMedium::kSsd);
   sink->stored(StoredBlock{e.hash, &e.parent, e.token_ids, e.block_tokens, e.namespace_id});
   sink->removed(e.hash);
   ASSERT_TRUE(pub->flush());
@@ -306,7 +344,7 @@ TEST(KvEventPublisherTest, ReplaySendsTheRingFromTheAskedSequenceThenTheEndMarke
   ASSERT_TRUE(pub);
   auto sink = pub->sink(KvMedium::kCpu);
   for (uint8_t n = 0; n < 6; ++n) {
-    const KvEvent e = stored_event(n, KvMedium::kCpu);
+    const OwnedEvent e = stored_event(n, KvMedium::kCpu);
     sink->stored(StoredBlock{e.hash, nullptr, e.token_ids, e.block_tokens, e.namespace_id});
   }
   ASSERT_TRUE(pub->flush());
@@ -346,7 +384,7 @@ TEST(KvEventPublisherTest, ASubscriberThatStopsReadingGetsBatchesHeldBackCounted
   await_subscription(*pub, sub.s);
   // From here on it never reads. ~120 bytes an event: 200 batches of ~240 KB.
   auto sink = pub->sink(KvMedium::kCpu);
-  const KvEvent e = stored_event(1, KvMedium::kCpu);
+  const OwnedEvent e = stored_event(1, KvMedium::kCpu);
   uint64_t batches = 0;
   for (int round = 0; round < 200 && pub->metrics().batches_held_back.value() == 0; ++round) {
     for (int i = 0; i < 2000; ++i)
