@@ -60,7 +60,9 @@ TEST(KvEventsTest, ReplayingATiersEventsGivesExactlyTheBlocksItHolds) {
   const PrefixHasher h = ssd_sized_hasher();
   std::vector<BlockHash> all;
   for (uint32_t p = 0; p < 5; ++p) {
-    const auto keys = h.keys(prompt(64, p + 1), {});
+    // keys() keeps views of the tokens: they must outlive the keys.
+    const std::vector<uint32_t> tokens = prompt(64, p + 1);
+    const auto keys = h.keys(tokens, {});
     for (size_t i = 0; i < keys.size(); ++i) {
       ASSERT_TRUE(stack.cache->insert(ssd_sized_block(h, keys, i)).ok());
       all.push_back(keys[i].hash);
@@ -93,7 +95,8 @@ TEST(KvEventsTest, AStoredEventCarriesTheBlocksIdentity) {
   auto queue = std::make_shared<KvEventQueue>(100);
   stack.ram->set_block_events(queue->sink(KvMedium::kCpu));
   const PrefixHasher h = ssd_sized_hasher();
-  const auto keys = h.keys(prompt(32, 7), {});
+  const std::vector<uint32_t> tokens = prompt(32, 7);  // keys() keeps views of them
+  const auto keys = h.keys(tokens, {});
   const BlockRef second = ssd_sized_block(h, keys, 1);
   ASSERT_TRUE(stack.cache->insert(second).ok());
   const auto events = take_all(*queue);
@@ -109,7 +112,8 @@ TEST(KvEventsTest, AStoredEventCarriesTheBlocksIdentity) {
 TEST(KvEventsTest, TheSsdAnnouncesWhatItKeptAcrossARestart) {
   TempDir dir;
   const PrefixHasher h = ssd_sized_hasher();
-  const auto keys = h.keys(prompt(80, 3), {});
+  const std::vector<uint32_t> tokens = prompt(80, 3);  // keys() keeps views of them
+  const auto keys = h.keys(tokens, {});
   {
     RamOverSsd stack(dir.path(), 64 * ssd_sized_layout()->dense_block_bytes());
     for (size_t i = 0; i < keys.size(); ++i)
@@ -322,7 +326,7 @@ std::vector<uint64_t> replayed(void* dealer, uint64_t start) {
   EXPECT_EQ(zmq_send(dealer, s.data(), 8, 0), 8);
   std::vector<uint64_t> seqs;
   for (;;) {
-    auto f = receive(dealer, 5000);
+    auto f = receive(dealer, 30000);  // megabytes of replay: slow under a sanitizer
     if (f.size() != 3) {
       ADD_FAILURE() << "a replay message of " << f.size() << " frames";
       return seqs;
@@ -394,7 +398,10 @@ TEST(KvEventPublisherTest, ASubscriberThatStopsReadingGetsBatchesHeldBackCounted
   }
   const KvEventPublisherMetrics& m = pub->metrics();
   EXPECT_GT(m.batches_held_back.value(), 0u) << "after " << batches << " batches";
-  EXPECT_EQ(m.events_held_back.value(), 2000 * m.batches_held_back.value());
+  // A batch holds what the queue had when the thread woke: at most 2000 events, fewer when a
+  // slow run (a sanitizer's) let it wake in the middle of a round.
+  EXPECT_GE(m.events_held_back.value(), m.batches_held_back.value());
+  EXPECT_LE(m.events_held_back.value(), 2000 * m.batches_held_back.value());
   EXPECT_EQ(pub->queue().dropped_full(), 0u) << "the data path never waited and lost nothing";
   // Every held-back batch is still there for a subscriber that asks.
   Socket dealer(z.ctx, ZMQ_DEALER);
