@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Draws hit_ratio_bench's results: token hit ratio per trace and policy, RAM and SSD hits
-stacked, with Belady's MIN as a line over each trace's bars.
+stacked, with Belady's MIN as a line over each trace's bars; below, each policy's SSD bytes
+written against its eviction policy admitting all, the part never read back hatched.
 
 usage: plot_hit_ratio.py DIR [OUT.png]     (reads DIR/hit_ratio_bench.json)
 """
@@ -29,7 +30,15 @@ def main():
         if config not in configs:
             configs.append(config)
         data[(trace, config)] = (float(row[c["RAM %"]]), float(row[c["SSD %"]]), float(row[c["Belady %"]]))
-    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(traces), 5.4))
+    writes = {}
+    if "writes vs all" in cols:
+        w, n = cols.index("writes vs all"), cols.index("written, never read %")
+        for row in report["rows"]:
+            if row[w]:
+                writes[(row[c["trace"]], row[c["eviction/admission"]])] = (float(row[w]), float(row[n]) / 100)
+    fig, axes = plt.subplots(2 if writes else 1, 1, figsize=(2.2 + 2.4 * len(traces), 9.0 if writes else 5.4),
+                             squeeze=False, gridspec_kw={"height_ratios": [3, 2]} if writes else None)
+    ax = axes[0][0]
     width = 0.8 / len(configs)
     colors = plt.get_cmap("tab10")
     for t, trace in enumerate(traces):
@@ -49,6 +58,21 @@ def main():
     ax.set_ylim(0, 100)
     ax.set_title(report["title"], fontsize=9)
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
+    if writes:
+        wx = axes[1][0]
+        for t, trace in enumerate(traces):
+            for k, config in enumerate(configs):
+                if (trace, config) not in writes:
+                    continue
+                ratio, never = writes[(trace, config)]
+                x = t + (k - (len(configs) - 1) / 2) * width
+                wx.bar(x, ratio * (1 - never), width * 0.95, color=colors(k))
+                wx.bar(x, ratio * never, width * 0.95, bottom=ratio * (1 - never), color=colors(k), alpha=0.35,
+                       hatch="//")
+        wx.axhline(0.35, color="black", linestyle="dotted", linewidth=1)
+        wx.set_xticks(range(len(traces)))
+        wx.set_xticklabels(traces)
+        wx.set_ylabel("SSD bytes written vs admitting all\nhatched: never read back")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print("wrote", out)

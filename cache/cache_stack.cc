@@ -10,7 +10,8 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
   if (!o.layout) return invalid_argument("cache stack: no layout");
   // Checked here, before anything is opened: the tiers take the names as given.
   KVTIER_RETURN_IF_ERROR(make_eviction_policy(o.ram.eviction).status());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<AdmissionPolicy> admission, make_admission_policy(o.ssd_admission));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<AdmissionPolicy> admission,
+                          make_admission_policy(o.ssd_admission, o.ssd_write_budget));
   std::unique_ptr<CacheStack> s(new CacheStack());
   s->layout_ = o.layout;
   std::vector<std::shared_ptr<Tier>> tiers;
@@ -48,7 +49,10 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
       return false;
     });
   }
-  if (s->ssd_ && admission->name() != "all") s->cache_->set_admission(ssd_index, std::move(admission));
+  if (s->ssd_ && admission->name() != "all") {
+    s->admission_ = admission.get();
+    s->cache_->set_admission(ssd_index, std::move(admission));
+  }
   if (o.kv_events) KVTIER_RETURN_IF_ERROR(s->start_kv_events(*o.kv_events));
   return s;
 }
@@ -74,6 +78,7 @@ Status CacheStack::start_kv_events(const KvEventsOptions& options) {
 
 void CacheStack::visit_metrics(MetricVisitor& v) const {
   cache_->visit_metrics(v);
+  if (admission_) admission_->visit_metrics(v);
   if (events_) events_->visit_metrics(v);
 }
 

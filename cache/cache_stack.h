@@ -30,6 +30,8 @@ struct CacheStackOptions {
   std::optional<SsdTierOptions> ssd;  // set = SSD tier below RAM
   std::optional<RemoteTierOptions> remote;  // set = a tier shared with other hosts, at the bottom
   std::string ssd_admission = "all";  // which blocks leaving RAM are written to the SSD (tiers/policy)
+  uint64_t ssd_write_budget =
+      0;  // bytes a day the SSD may be written (WriteBudgetAdmission); 0: none
   // set = every tier's blocks entering and leaving it published for routers (KvEventPublisher)
   std::optional<KvEventsOptions> kv_events;
 };
@@ -91,6 +93,7 @@ class CacheStack {
   std::shared_ptr<RemoteTier> remote_;
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<KvEventPublisher> events_;
+  const AdmissionPolicy* admission_ = nullptr;  // owned by cache_'s cascade; null: admit all
   uint64_t ssd_spill_queue_bytes_ = 0;
   std::chrono::milliseconds remote_drain_timeout_{10000};
   bool closed_ = false;

@@ -25,7 +25,7 @@ void EvictionCascade::on_evicted(size_t from, BlockRef block) {
   for (size_t t = from + 1; t < tiers_.size() && !kept; ++t) {
     if (tiers_[t]->remote() || !tiers_[t]->accepts(block->layout())) continue;
     lower_local = true;
-    if (t == admission_tier_ && !admission_->admit(block->hash())) {
+    if (t == admission_tier_ && !admission_->admit(block->hash(), block->size_bytes())) {
       last = failed_precondition("not admitted by " + std::string(admission_->name()));
       continue;
     }

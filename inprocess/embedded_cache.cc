@@ -58,6 +58,10 @@ Result<CacheStackOptions> stack_options(const EmbeddedCacheOptions& o,
   c.ram.capacity_bytes = o.ram_capacity;
   c.ram.eviction = o.eviction;
   c.ssd_admission = o.ssd_admission;
+  if (o.ssd_write_budget > 0 && o.ssd_dirs.empty()) {
+    return invalid_argument("ssd_write_budget: there is no SSD tier (ssd_dir) to budget");
+  }
+  c.ssd_write_budget = o.ssd_write_budget;
   if (o.kv_cache_quantization) {
     if (*o.kv_cache_quantization != 8 && *o.kv_cache_quantization != 4) {
       return invalid_argument("kv_cache_quantization must be 8 or 4 (bits), got " +

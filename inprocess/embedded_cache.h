@@ -39,6 +39,7 @@ struct EmbeddedCacheOptions {
   uint64_t ram_capacity = 1ull << 30;
   std::string eviction = "chain-lru";  // the RAM tier's policy: chain-lru, lru, s3fifo, s3fifo-chain
   std::string ssd_admission = "all";   // which blocks leaving RAM reach the SSD: all, seen-twice
+  uint64_t ssd_write_budget = 0;       // bytes a day the SSD tier may write (0: no budget)
   std::optional<int> kv_cache_quantization;  // 8 or 4: keep blocks quantized in RAM (group 64)
   std::vector<std::string> ssd_dirs;         // one per drive (the tier stripes over them); empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;

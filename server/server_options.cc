@@ -27,6 +27,7 @@ struct RawFlags {
   std::string ram_capacity = "4G";
   std::string eviction = "chain-lru";
   std::string ssd_admission = "all";
+  std::string ssd_write_budget;
   std::vector<std::string> ssd_cache_dirs;
   std::string ssd_capacity = "64G";
   std::string ssd_segment_size = "256M";
@@ -79,6 +80,10 @@ void add_flags(CLI::App& app, RawFlags& f) {
   app.add_option("--ssd-admission", f.ssd_admission,
                  "Which blocks leaving RAM are written to the SSD: all, or seen-twice (used at least twice)")
       ->capture_default_str();
+  app.add_option("--ssd-write-budget", f.ssd_write_budget,
+                 "Bytes a day the SSD tier may write (e.g. 3.5T/day: one drive-write a day of a "
+                 "3.5 TB drive); "
+                 "admission tightens as it runs out, refusals counted. Off by default");
   app.add_option("--ssd-cache-dir", f.ssd_cache_dirs,
                  "Directory of the SSD tier; turns the SSD tier on (without it there is none). "
                  "Give it once per drive (repeated, or comma-separated) to stripe the tier over them")
@@ -261,6 +266,22 @@ Result<ServerOptions> resolve(const RawFlags& f) {
     return invalid_argument("--ssd-admission: " + a.status().message());
   }
   o.ssd_admission = f.ssd_admission;
+  if (!f.ssd_write_budget.empty()) {
+    std::string budget = f.ssd_write_budget;
+    if (const size_t slash = budget.find('/'); slash != std::string::npos) {
+      if (budget.substr(slash) != "/day" && budget.substr(slash) != "/d") {
+        return invalid_argument("--ssd-write-budget: '" + f.ssd_write_budget +
+                                "': a size a day, such as 2T/day or 500G");
+      }
+      budget.resize(slash);
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.ssd_write_budget, size_flag("--ssd-write-budget", budget));
+    if (o.ssd_write_budget == 0)
+      return invalid_argument(
+          "--ssd-write-budget: a budget of 0 writes nothing; leave the SSD tier off instead");
+    if (f.ssd_cache_dirs.empty())
+      return invalid_argument("--ssd-write-budget: there is no SSD tier (--ssd-cache-dir)");
+  }
   o.ssd_cache_dirs = f.ssd_cache_dirs;
   const uint64_t ssd_dirs = o.ssd_cache_dirs.size();
   if (ssd_dirs > 0 && o.ssd_capacity < 2 * o.ssd_segment_size * ssd_dirs) {
@@ -403,6 +424,7 @@ CacheStackOptions cache_stack_options(const ServerOptions& o) {
   c.ram.capacity_bytes = o.ram_capacity;
   c.ram.eviction = o.eviction;
   c.ssd_admission = o.ssd_admission;
+  c.ssd_write_budget = o.ssd_write_budget;
   if (o.tenants) {
     for (const auto& [ns, q] : o.tenants->quotas()) {
       if (q.ram_bytes) c.ram.namespace_quotas[ns] = *q.ram_bytes;

@@ -26,6 +26,7 @@ struct ServerOptions {
   uint64_t ram_capacity = 4ull << 30;
   std::string eviction = "chain-lru";  // the RAM tier's policy (tiers/policy)
   std::string ssd_admission = "all";   // which blocks leaving RAM are written to the SSD
+  uint64_t ssd_write_budget = 0;       // bytes a day the SSD tier may write (0: no budget)
   std::vector<std::string> ssd_cache_dirs;  // one per drive; empty: no SSD tier
   uint64_t ssd_capacity = 64ull << 30;
   uint64_t ssd_segment_size = 256ull << 20;

@@ -9,28 +9,31 @@
 #include "tiers/ssd/ssd_state.h"
 
 namespace kvtier::bench {
-namespace {
 
-std::shared_ptr<const KvLayout> replay_layout() {
-  static const auto layout = std::make_shared<const KvLayout>(KvLayout::uniform("replay", 1, 1, 8, 16, DType::kBF16));
-  return layout;
+std::shared_ptr<const KvLayout> replay_layout(uint32_t block_tokens) {
+  // One layer, one head of 8: a block's bytes matter only for capacities, so they stay small.
+  return std::make_shared<const KvLayout>(
+      KvLayout::uniform("replay", 1, 1, 8, static_cast<int>(block_tokens), DType::kBF16));
 }
 
-}  // namespace
-
-uint64_t replay_ram_bytes_per_block() {
+uint64_t replay_ram_bytes_per_block(uint32_t block_tokens) {
+  const auto layout = replay_layout(block_tokens);
   BlockIdentity id;
-  id.token_ids.resize(replay_layout()->block_size);
-  return Block::dense(replay_layout(), id).size_bytes();
+  id.token_ids.resize(layout->block_size);
+  return Block::dense(layout, id).size_bytes();
 }
 
-uint64_t replay_ssd_bytes_per_block() { return kRecordAlign; }  // a record's frame and document fit in one
+uint64_t replay_ssd_bytes_per_block(uint32_t block_tokens) {
+  // A record: its frame and document (the block's bytes, its token ids, its identity), padded.
+  return record_padded(replay_ram_bytes_per_block(block_tokens) + 4 * uint64_t{block_tokens} + 512);
+}
 
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {
-  const auto layout = replay_layout();
+  const auto layout = replay_layout(o.block_tokens);
+  const uint64_t record = replay_ssd_bytes_per_block(o.block_tokens);
   CacheStackOptions so;
   so.layout = layout;
-  so.ram.capacity_bytes = o.ram_blocks * replay_ram_bytes_per_block();
+  so.ram.capacity_bytes = o.ram_blocks * replay_ram_bytes_per_block(o.block_tokens);
   so.ram.eviction = o.eviction;
   so.ssd_admission = o.admission;
   if (o.ssd_blocks > 0) {
@@ -38,8 +41,9 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {
     s.dir = (std::filesystem::path(o.scratch_dir) / "ssd").string();
     s.reset = true;
     // Eight segments or so: reclaim (whole oldest segments) then costs at most an eighth.
-    s.segment_size = std::max<uint64_t>(1 << 20, o.ssd_blocks * kRecordAlign / 8 / kRecordAlign * kRecordAlign);
-    s.capacity_bytes = std::max<uint64_t>(2 * s.segment_size, o.ssd_blocks * kRecordAlign);
+    s.segment_size =
+        std::max<uint64_t>(1 << 20, o.ssd_blocks * record / 8 / kRecordAlign * kRecordAlign);
+    s.capacity_bytes = std::max<uint64_t>(2 * s.segment_size, o.ssd_blocks * record);
     so.ssd = s;
   }
   KVTIER_ASSIGN_OR_RETURN(auto stack, CacheStack::open(so));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/traces/trace.h"
+#include "serialize/kv_layout.h"
 
 namespace kvtier::bench {
 
@@ -18,6 +19,7 @@ struct ReplayOptions {
   size_t ram_blocks = 1024;
   size_t ssd_blocks = 0;  // 0: no SSD tier
   std::string scratch_dir;  // for the SSD tier
+  uint32_t block_tokens = 16;  // the trace's (Trace::block_tokens)
 };
 
 struct ReplayResult {
@@ -36,8 +38,10 @@ struct ReplayResult {
 
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& options);
 
-// The layout replays use, and what one of its blocks costs in each tier (for capacities).
-uint64_t replay_ram_bytes_per_block();
-uint64_t replay_ssd_bytes_per_block();
+// The layout replays use at a block size, and what one of its blocks costs in each tier (for
+// capacities).
+std::shared_ptr<const KvLayout> replay_layout(uint32_t block_tokens = 16);
+uint64_t replay_ram_bytes_per_block(uint32_t block_tokens = 16);
+uint64_t replay_ssd_bytes_per_block(uint32_t block_tokens = 16);
 
 }  // namespace kvtier::bench

@@ -1,5 +1,6 @@
 #include "bench/traces/trace.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -30,6 +31,17 @@ std::vector<uint32_t> TraceRequest::expand() const {
     for (uint32_t i = 0; i < len; ++i) out.push_back(static_cast<uint32_t>(mix(id * 0x9e3779b97f4a7c15ull + i) % 128000));
   }
   return out;
+}
+
+Trace Trace::head(double fraction) const {
+  if (fraction >= 1.0) return *this;
+  const size_t n =
+      std::max<size_t>(1, static_cast<size_t>(static_cast<double>(requests.size()) * fraction));
+  Trace t{name + "-first" + std::to_string(static_cast<int>(fraction * 100 + 0.5)) + "%",
+          {},
+          block_tokens};
+  t.requests.assign(requests.begin(), requests.begin() + std::min(n, requests.size()));
+  return t;
 }
 
 Status write_trace_jsonl(const Trace& trace, const std::string& path) {

@@ -28,6 +28,12 @@ struct TraceRequest {
 struct Trace {
   std::string name;
   std::vector<TraceRequest> requests;  // in arrival order
+  // The block size to replay it at: the finest grain its prefixes are known at (a trace of
+  // hashed 512-token blocks says nothing finer).
+  uint32_t block_tokens = 16;
+
+  // Its first `fraction` of requests (at least one), named so.
+  Trace head(double fraction) const;
 };
 
 Status write_trace_jsonl(const Trace& trace, const std::string& path);

@@ -148,6 +148,8 @@ class Cache:
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
     eviction: the RAM tier's policy — chain-lru (LRU, leaves and orphans of chains first), lru,
         s3fifo, s3fifo-chain. ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
+        ssd_write_budget: bytes a day the SSD tier may write ("3.5T": one drive-write a day of a 3.5 TB
+        drive); admission tightens as it runs out (kvtierd's --ssd-write-budget).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
     hybrid_layout: a hybrid model (Gated DeltaNet layers beside attention) as a dict or JSON file:
         {"block_size": 16, "dtype": "BF16", "attention": {"num_kv_heads": 2, "head_dim": 64},
@@ -179,6 +181,7 @@ class Cache:
         kv_cache_quantization: Optional[int] = None,
         eviction: str = "chain-lru",
         ssd_admission: str = "all",
+        ssd_write_budget: Optional[Size] = None,
         compression: str = "none",
         ssd_reset: bool = False,
         persist_on_close: bool = True,
@@ -210,6 +213,8 @@ class Cache:
             options["ssd_dir"] = [os.fspath(d) for d in dirs]
         if gpu_memory is not None:
             options["gpu_memory"] = parse_size(gpu_memory)
+        if ssd_write_budget is not None:
+            options["ssd_write_budget"] = parse_size(ssd_write_budget)
         if remote is not None:
             options["remote"] = str(remote)
         if kv_events is not None:

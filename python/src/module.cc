@@ -347,6 +347,7 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
                                 "close_timeout",
                                 "eviction",
                                 "ssd_admission",
+                                "ssd_write_budget",
                                 "hybrid_layout",
                                 "kv_events",
                                 "kv_events_replay"};
@@ -377,6 +378,7 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   if (auto v = get("kv_events_replay"); !v.is_none()) o.kv_events_replay = v.cast<std::string>();
   if (auto v = get("eviction"); !v.is_none()) o.eviction = v.cast<std::string>();
   if (auto v = get("ssd_admission"); !v.is_none()) o.ssd_admission = v.cast<std::string>();
+  if (auto v = get("ssd_write_budget"); !v.is_none()) o.ssd_write_budget = v.cast<uint64_t>();
   if (auto v = get("persist_on_close"); !v.is_none()) o.persist_on_close = v.cast<bool>();
   if (auto v = get("close_timeout"); !v.is_none()) {
     o.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(v.cast<double>() * 1000));

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "bench/traces/belady.h"
+#include "bench/traces/mooncake_trace.h"
 #include "bench/traces/replay.h"
 #include "bench/traces/trace_generator.h"
 #include "tests/support/temp_dir.h"
@@ -50,6 +51,82 @@ TEST(TracesTest, AreDeterministicAndRoundTripAsJsonLines) {
       EXPECT_EQ(back->requests[i].expand(), a->requests[i].expand());
     }
   }
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(TracesTest, MooncakeTracesReadAsEqualPrefixesWhereTheirHashIdsAgree) {
+  TempDir dir;
+  const std::string path = (dir / "mc.jsonl").string();
+  // The README's two requests share their first 12 blocks; a third shares only the first one,
+  // and ends in a short block.
+  std::string a =
+      R"({"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46)";
+  for (int id = 47; id <= 57; ++id) a += ", " + std::to_string(id);
+  std::string b = a;
+  a += ", 2353, 2354]}\n";
+  b.replace(b.find("27482"), 5, "30535");
+  b.replace(b.find("6955"), 4, "6472");
+  b += ", 2366]}\n";
+  write_file(path, a + "\n" + b +
+                       R"({"timestamp": 31000, "input_length": 600, "hash_ids": [46, 9]})"
+                       "\n");
+  auto t = read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->block_tokens, kMooncakeBlockTokens);
+  ASSERT_EQ(t->requests.size(), 3u);
+  EXPECT_DOUBLE_EQ(t->requests[1].ts, 30.535);
+  EXPECT_EQ(t->requests[0].tokens(), 6955u);
+  EXPECT_EQ(t->requests[1].tokens(), 6472u);
+  EXPECT_EQ(t->requests[2].tokens(), 600u);
+  EXPECT_EQ(t->requests[0].segments.back().second, 6955u - 13 * 512);
+  // Hashed at 512-token blocks as a replay does: 12 shared blocks, then different ones.
+  const auto layout = KvLayout::uniform("replay", 1, 1, 8, 512, DType::kBF16);
+  const PrefixHasher h(HashAlgorithm::kXxh3, Namespace{"replay", layout.fingerprint(), ""}, 512);
+  const auto ha = h.hash_prefix(t->requests[0].expand(), {});
+  const auto hb = h.hash_prefix(t->requests[1].expand(), {});
+  const auto hc = h.hash_prefix(t->requests[2].expand(), {});
+  ASSERT_EQ(ha.size(), 13u);  // 6955 tokens: 13 whole blocks, the rest too short to cache
+  ASSERT_EQ(hb.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(ha[i], hb[i]) << i;
+  ASSERT_EQ(hc.size(), 1u);
+  EXPECT_EQ(hc[0], ha[0]);
+
+  EXPECT_EQ(t->head(0.5).requests.size(), 1u);
+  EXPECT_EQ(t->head(1.0).requests.size(), 3u);
+}
+
+TEST(TracesTest, AMalformedMooncakeLineIsAClearErrorNamingItsLine) {
+  TempDir dir;
+  const std::string path = (dir / "bad.jsonl").string();
+  const std::string good = R"({"timestamp": 0, "input_length": 600, "hash_ids": [1, 2]})"
+                           "\n";
+  for (const std::string bad : {R"({"timestamp": 5, "input_length": 1200, "hash_ids": [1, 2]})",
+                                R"({"timestamp": 5, "input_length": 400, "hash_ids": [1, 2]})",
+                                R"({"timestamp": 5, "input_length": 600, "hash_ids": [1, -2]})",
+                                R"({"timestamp": 5, "hash_ids": [1, 2]})", "not json"}) {
+    write_file(path, good + bad + "\n");
+    auto t = read_mooncake_trace(path);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().to_string();
+  }
+  EXPECT_FALSE(read_trace_file((dir / "missing.jsonl").string()).ok());
+}
+
+TEST(HitRatioTest, AMooncakeTraceReplaysAtItsBlockSize) {
+  TempDir dir;
+  const std::string path = (dir / "mc.jsonl").string();
+  write_file(path, R"({"timestamp": 0, "input_length": 1500, "hash_ids": [1, 2, 3]})"
+                   "\n"
+                   R"({"timestamp": 1, "input_length": 1300, "hash_ids": [1, 2, 4]})"
+                   "\n");
+  auto t = read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  TempDir scratch;
+  auto r = replay(*t, {"lru", "all", 16, 0, scratch.str(), t->block_tokens});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->prompt_tokens, 2800u);
+  EXPECT_EQ(r->hit_tokens_ram, 1024u) << "the second request's first two blocks";
 }
 
 // Two prompts sharing a first block, alternating: A = [x, a], B = [x, b], capacity 2 blocks.

@@ -147,3 +147,12 @@ def test_a_corrupt_ssd_record_is_a_miss_never_wrong_bytes(tmp_path, gen):
         c.save_blocks(tokens, range(4), k, v)
         assert c.load_blocks(tokens, range(4), dst_k, dst_v) == 64
         assert all(same_bits(a, b) for a, b in zip(k + v, dst_k + dst_v))
+
+
+def test_an_ssd_write_budget_is_shown_and_needs_an_ssd(tmp_path):
+    with kvtier.Cache("tiny", ssd_dir=tmp_path / "ssd", ssd_capacity="64M", ssd_segment_size="4M",
+                      ssd_write_budget="2G") as cache:
+        assert "kvtier_ssd_write_budget_bytes_per_day 2147483648" in cache.metrics_text()
+        assert "kvtier_ssd_admission_refused_total{reason=\"write_budget\"} 0" in cache.metrics_text()
+    with pytest.raises(ValueError, match="ssd_write_budget: there is no SSD tier"):
+        kvtier.Cache("tiny", ssd_write_budget="2G")

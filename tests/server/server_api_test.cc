@@ -443,11 +443,15 @@ namespace {
 
 // docs/metrics.md lists every family a kvtierd with every local tier and both doors exports.
 TEST_F(ServerApiTest, DocsListEveryMetricFamily) {
-  auto server = start({"--layout", "tiny", "--ssd-cache-dir", ssd(), "--gpu-memory", "1M"});
+  auto server = start({"--layout", "tiny", "--ssd-cache-dir", ssd(), "--gpu-memory", "1M",
+                       "--ssd-write-budget", "1T/day"});
   KvtierClient c("127.0.0.1", server->port());
   const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", testing::prompt(4, 32));
   put_all(c, blocks, true);
   auto text = c.metrics();
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("kvtier_ssd_write_budget_bytes_per_day 1099511627776"), std::string::npos)
+      << "the budget is on and shown";
   ASSERT_TRUE(text.ok());
   std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/docs/metrics.md");
   const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

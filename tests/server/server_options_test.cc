@@ -52,6 +52,17 @@ TEST(ServerOptionsTest, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
   EXPECT_EQ(p.cl.options->hash, HashAlgorithm::kXxh3);
 }
 
+TEST(ServerOptionsTest, AnSsdWriteBudgetIsBytesADay) {
+  for (const std::string& budget : {"2T/day", "2T/d", "2T"}) {
+    auto p = parse({"--ssd-cache-dir", "/tmp/x", "--ssd-write-budget", budget});
+    ASSERT_TRUE(p.cl.options) << p.err;
+    EXPECT_EQ(cache_stack_options(*p.cl.options).ssd_write_budget, 2ull << 40) << budget;
+  }
+  auto none = parse({"--ssd-cache-dir", "/tmp/x"});
+  ASSERT_TRUE(none.cl.options) << none.err;
+  EXPECT_EQ(cache_stack_options(*none.cl.options).ssd_write_budget, 0u);
+}
+
 TEST(ServerOptionsTest, SeveralSsdCacheDirsStripeTheTierAndSplitItsCapacity) {
   for (const auto& args : {std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv", "--ssd-cache-dir", "/nvme1/kv"},
                            std::vector<std::string>{"--ssd-cache-dir", "/nvme0/kv,/nvme1/kv"}}) {
@@ -119,6 +130,10 @@ TEST(ServerOptionsTest, BadValuesNameTheirFlag) {
       {{"--binary-port", "x"}, "--binary-port"},
       {{"--max-connections-per-client", "0"}, "--max-connections-per-client"},
       {{"--log-format", "xml"}, "--log-format"},
+      {{"--ssd-write-budget", "2T/week", "--ssd-cache-dir", "d"}, "--ssd-write-budget"},
+      {{"--ssd-write-budget", "lots", "--ssd-cache-dir", "d"}, "--ssd-write-budget"},
+      {{"--ssd-write-budget", "0", "--ssd-cache-dir", "d"}, "--ssd-write-budget"},
+      {{"--ssd-write-budget", "2T/day"}, "--ssd-write-budget"},  // no SSD tier to budget
   };
   for (const auto& [args, flag] : cases) {
     auto p = parse(args);

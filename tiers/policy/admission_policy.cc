@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tiers/policy/write_budget_admission.h"
+
 namespace kvtier {
 
 SeenTwiceAdmission::SeenTwiceAdmission() : counters_(static_cast<size_t>(kRows) << kWidthBits, 0) {}
@@ -35,12 +37,22 @@ int SeenTwiceAdmission::estimate(const BlockHash& hash) {
   return e;
 }
 
-bool SeenTwiceAdmission::admit(const BlockHash& hash) { return estimate(hash) >= 2; }
+bool SeenTwiceAdmission::admit(const BlockHash& hash, uint64_t) { return estimate(hash) >= 2; }
 
-Result<std::unique_ptr<AdmissionPolicy>> make_admission_policy(std::string_view name) {
-  if (name == "all") return std::unique_ptr<AdmissionPolicy>(std::make_unique<AdmitAll>());
-  if (name == "seen-twice") return std::unique_ptr<AdmissionPolicy>(std::make_unique<SeenTwiceAdmission>());
-  return invalid_argument("unknown SSD admission '" + std::string(name) + "' (known: all, seen-twice)");
+Result<std::unique_ptr<AdmissionPolicy>> make_admission_policy(
+    std::string_view name, uint64_t write_budget_bytes_per_day) {
+  std::unique_ptr<AdmissionPolicy> rule;
+  if (name == "all") {
+    rule = std::make_unique<AdmitAll>();
+  } else if (name == "seen-twice") {
+    rule = std::make_unique<SeenTwiceAdmission>();
+  } else {
+    return invalid_argument("unknown SSD admission '" + std::string(name) +
+                            "' (known: all, seen-twice)");
+  }
+  if (write_budget_bytes_per_day == 0) return rule;
+  return std::unique_ptr<AdmissionPolicy>(
+      std::make_unique<WriteBudgetAdmission>(std::move(rule), write_budget_bytes_per_day));
 }
 
 }  // namespace kvtier

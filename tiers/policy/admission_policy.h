@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/metrics/metrics.h"
 #include "base/status.h"
 #include "serialize/block_hash.h"
 
@@ -26,14 +27,16 @@ class AdmissionPolicy {
   virtual std::string_view name() const = 0;
   // A use of the block: it was published, or fetched.
   virtual void used(const BlockHash& hash) = 0;
-  virtual bool admit(const BlockHash& hash) = 0;
+  // Whether the block, of `bytes`, leaving RAM is written to the SSD.
+  virtual bool admit(const BlockHash& hash, uint64_t bytes) = 0;
+  virtual void visit_metrics(MetricVisitor&) const {}
 };
 
 class AdmitAll final : public AdmissionPolicy {
  public:
   std::string_view name() const override { return "all"; }
   void used(const BlockHash&) override {}
-  bool admit(const BlockHash&) override { return true; }
+  bool admit(const BlockHash&, uint64_t) override { return true; }
 };
 
 class SeenTwiceAdmission final : public AdmissionPolicy {
@@ -41,7 +44,7 @@ class SeenTwiceAdmission final : public AdmissionPolicy {
   SeenTwiceAdmission();
   std::string_view name() const override { return "seen-twice"; }
   void used(const BlockHash& hash) override;
-  bool admit(const BlockHash& hash) override;
+  bool admit(const BlockHash& hash, uint64_t bytes) override;
   // The sketch's estimate of the block's uses (never below the truth, since the last halving).
   int estimate(const BlockHash& hash);
 
@@ -56,7 +59,9 @@ class SeenTwiceAdmission final : public AdmissionPolicy {
   uint64_t uses_ = 0;
 };
 
-// "all" or "seen-twice".
-Result<std::unique_ptr<AdmissionPolicy>> make_admission_policy(std::string_view name);
+// "all" or "seen-twice"; with a write budget (bytes a day, 0: none), guarded by a
+// WriteBudgetAdmission.
+Result<std::unique_ptr<AdmissionPolicy>> make_admission_policy(
+    std::string_view name, uint64_t write_budget_bytes_per_day = 0);
 
 }  // namespace kvtier

@@ -25,6 +25,16 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
             write_batches.value());
   v.histogram("kvtier_ssd_write_batch_seconds", "Write batch latency, submit to index commit", {},
               write_batch_seconds.snapshot());
+  v.counter("kvtier_ssd_written_never_read_bytes",
+            "Record bytes written that left the SSD (reclaimed or deleted) without being read "
+            "once; an estimate "
+            "from a 1-in-64 sample of blocks",
+            {}, left_never_read_bytes.value());
+  v.counter("kvtier_ssd_written_read_bytes",
+            "Record bytes written that were read at least once before they left the SSD; an "
+            "estimate from the "
+            "same sample",
+            {}, left_read_bytes.value());
   v.counter("kvtier_ssd_reads_total", "Blocks asked of the SSD tier", {}, reads.value());
   v.counter("kvtier_ssd_read_hits_total", "Blocks returned intact", {}, read_hits.value());
   v.counter("kvtier_ssd_read_misses_total", "Blocks not held (or not intact)", {}, read_misses.value());

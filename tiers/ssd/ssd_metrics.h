@@ -46,6 +46,10 @@ struct SsdTierMetrics {
   Counter reinsert_failed;
   Counter erased;
   Counter erase_failed;  // the index would not record an erase (a full disk): the DELETE failed
+  // Of the blocks that left (reclaimed, deleted), the bytes read at least once since they were
+  // written and those never read: estimates from a 1-in-64 sample (WriteOutcomeSample).
+  Counter left_read_bytes;
+  Counter left_never_read_bytes;
   // Recovery at open.
   Counter recovery_dropped_entries;
   Counter recovery_removed_orphan_files;

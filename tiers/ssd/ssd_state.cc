@@ -14,6 +14,36 @@ bool ReadTracker::take(const BlockHash& h) {
   return read_.erase(h) > 0;
 }
 
+void WriteOutcomeSample::written(const BlockHash& h, uint64_t bytes) {
+  if (!sampled(h)) return;
+  std::lock_guard lock(mu_);
+  if (tracked_.size() < kMaxTracked) tracked_[h] = Outcome{bytes, false};
+}
+
+void WriteOutcomeSample::read(std::span<const BlockHash> hashes) {
+  bool any = false;
+  for (const BlockHash& h : hashes) any = any || sampled(h);
+  if (!any) return;  // most reads: no lock
+  std::lock_guard lock(mu_);
+  for (const BlockHash& h : hashes) {
+    if (!sampled(h)) continue;
+    if (auto it = tracked_.find(h); it != tracked_.end()) it->second.read = true;
+  }
+}
+
+void WriteOutcomeSample::left(const BlockHash& h) {
+  if (!sampled(h)) return;
+  Outcome o;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tracked_.find(h);
+    if (it == tracked_.end()) return;
+    o = it->second;
+    tracked_.erase(it);
+  }
+  (o.read ? metrics_.left_read_bytes : metrics_.left_never_read_bytes).inc(o.bytes * kOneIn);
+}
+
 std::string SsdState::segment_path(uint64_t id) const {
   return segments_dir() + "/" + SegmentFile::file_name(id);
 }
@@ -35,6 +65,7 @@ Status SsdState::remove_entry_if_locked(const BlockHash& hash, const IndexEntry&
   Status st = index->commit(batch);
   if (st.ok()) {
     namespaces->add(seen.namespace_id, -static_cast<int64_t>(padded));
+    outcomes.left(hash);
     if (events) events->removed(hash);
   }
   refresh_space_gauges();

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/log.h"
@@ -43,6 +44,33 @@ class ReadTracker {
   std::unordered_set<BlockHash> read_;
 };
 
+// Whether a sample of the blocks written (1 in 64, chosen by hash) was read before it left the
+// SSD, so an operator can see how much of what the tier writes is written for nothing — the
+// number an admission rule and a write budget are tuned by. Bounded: past kMaxTracked sampled
+// blocks held at once, new ones go untracked until some leave (the estimate then covers fewer).
+class WriteOutcomeSample {
+ public:
+  static constexpr uint64_t kOneIn = 64;
+  static constexpr size_t kMaxTracked = 1 << 16;
+  static bool sampled(const BlockHash& h) { return h.bytes[7] % kOneIn == 0; }
+
+  explicit WriteOutcomeSample(SsdTierMetrics& metrics) : metrics_(metrics) {}
+  // A block new to the index, of `bytes` on disk.
+  void written(const BlockHash& h, uint64_t bytes);
+  void read(std::span<const BlockHash> hashes);
+  // Its entry left the index: counted as read or never read, scaled up by the sampling rate.
+  void left(const BlockHash& h);
+
+ private:
+  struct Outcome {
+    uint64_t bytes = 0;
+    bool read = false;
+  };
+  SsdTierMetrics& metrics_;
+  std::mutex mu_;
+  std::unordered_map<BlockHash, Outcome> tracked_;
+};
+
 // Hashes erased while a block moved out of a reclaimed segment may be on its way back into the
 // index: the writer must not bring them back. Forgotten whenever no move is in flight.
 class ErasedDuringReinsert {
@@ -72,6 +100,7 @@ struct SsdState {
   SegmentTable segments;
   SsdTierMetrics metrics;
   ReadTracker reads;
+  WriteOutcomeSample outcomes{metrics};
   // Bytes of records (queued or indexed) of each namespace with an SSD quota. Set at open; shared
   // by every directory of a striped tier, since a quota is the namespace's across all of them.
   std::shared_ptr<NamespaceUsage> namespaces;

@@ -9,6 +9,7 @@
 #include "tests/support/test_blocks.h"
 #include "tiers/policy/admission_policy.h"
 #include "tiers/policy/eviction_policy.h"
+#include "tiers/policy/write_budget_admission.h"
 #include "tiers/ram_tier.h"
 
 namespace kvtier {
@@ -123,12 +124,79 @@ TEST(SeenTwiceAdmissionTest, AdmitsABlockUsedTwiceAndItsParentsWheneverItsChildr
   SeenTwiceAdmission a;
   const BlockHash parent = h(1), child = h(2), once = h(3);
   a.used(once);
-  EXPECT_FALSE(a.admit(once)) << "computed once, never read";
+  EXPECT_FALSE(a.admit(once, 4096)) << "computed once, never read";
   for (const BlockHash& b : {parent, child}) a.used(b);  // published as a prompt
   for (const BlockHash& b : {parent, child}) a.used(b);  // fetched as a prefix
-  EXPECT_TRUE(a.admit(child));
-  EXPECT_TRUE(a.admit(parent));
+  EXPECT_TRUE(a.admit(child, 4096));
+  EXPECT_TRUE(a.admit(parent, 4096));
   EXPECT_GE(a.estimate(parent), a.estimate(child));
+}
+
+// Collects the gauges and counters a policy shows, by name and first label value.
+struct SeenMetrics final : MetricVisitor {
+  std::map<std::string, double> values;
+  void counter(std::string_view name, std::string_view, const MetricLabels& l,
+               uint64_t v) override {
+    values[std::string(name) + (l.pairs.empty() ? "" : "/" + l.pairs[0].second)] =
+        static_cast<double>(v);
+  }
+  void gauge(std::string_view name, std::string_view, const MetricLabels&, double v) override {
+    values[std::string(name)] = v;
+  }
+  void histogram(std::string_view, std::string_view, const MetricLabels&,
+                 const Histogram::Snapshot&) override {}
+};
+
+TEST(WriteBudgetAdmissionTest, AdmissionTightensAsTheBudgetRunsOutAndTheRefusalsAreCounted) {
+  double now = 1000;
+  // 1000 bytes a second: a bucket of an hour holds 3.6 MB.
+  WriteBudgetAdmission a(std::make_unique<AdmitAll>(), 86'400'000, [&] { return now; });
+  EXPECT_EQ(a.name(), "all+write-budget");
+  constexpr uint64_t kMB = 1'000'000;
+  const BlockHash once = h(1), twice = h(2), thrice = h(3), often = h(4);
+  a.used(once);
+  for (int i = 0; i < 2; ++i) a.used(twice);
+  for (int i = 0; i < 3; ++i) a.used(thrice);
+  for (int i = 0; i < 9; ++i) a.used(often);
+  EXPECT_DOUBLE_EQ(a.bucket_bytes(), 3.6 * kMB) << "a start with a full bucket";
+  EXPECT_TRUE(a.admit(once, kMB)) << "more than half full: the rule alone";
+  EXPECT_TRUE(a.admit(once, kMB));  // 2.6 MB left before it: still more than half
+  EXPECT_EQ(a.uses_required(), 2);  // 1.6 MB: under half
+  EXPECT_FALSE(a.admit(once, kMB));
+  EXPECT_TRUE(a.admit(twice, kMB));
+  EXPECT_EQ(a.uses_required(), 3);  // 0.6 MB: under a quarter
+  EXPECT_FALSE(a.admit(twice, kMB));
+  EXPECT_TRUE(a.admit(thrice, kMB));  // into debt: -0.4 MB
+  EXPECT_EQ(a.uses_required(), 0);
+  EXPECT_FALSE(a.admit(often, kMB)) << "an empty bucket admits nothing";
+  EXPECT_EQ(a.refused_for_budget(), 3u);
+  now += 1200;  // +1.2 MB: 0.8 MB, still under a quarter
+  EXPECT_EQ(a.uses_required(), 3);
+  now += 1e6;  // a long quiet spell refills no more than an hour
+  EXPECT_DOUBLE_EQ(a.bucket_bytes(), 3.6 * kMB);
+  EXPECT_EQ(a.uses_required(), 1);
+
+  SeenMetrics m;
+  a.visit_metrics(m);
+  EXPECT_EQ(m.values["kvtier_ssd_admission_refused_total/write_budget"], 3);
+  EXPECT_DOUBLE_EQ(m.values["kvtier_ssd_write_budget_bytes_per_day"], 86'400'000);
+  EXPECT_DOUBLE_EQ(m.values["kvtier_ssd_write_budget_available_bytes"], 3.6 * kMB);
+  EXPECT_EQ(m.values["kvtier_ssd_write_budget_admitted_bytes_total"], 4 * kMB);
+}
+
+TEST(WriteBudgetAdmissionTest, TheRuleUnderItStillDecidesAndItsRefusalsAreNotTheBudgets) {
+  auto rule = make_admission_policy("seen-twice", 86'400'000);
+  ASSERT_TRUE(rule.ok());
+  EXPECT_EQ((*rule)->name(), "seen-twice+write-budget");
+  const BlockHash once = h(7);
+  (*rule)->used(once);
+  EXPECT_FALSE((*rule)->admit(once, 1000)) << "seen-twice refuses a block used once";
+  SeenMetrics m;
+  (*rule)->visit_metrics(m);
+  EXPECT_EQ(m.values["kvtier_ssd_admission_refused_total/write_budget"], 0);
+  auto plain = make_admission_policy("all", 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->name(), "all") << "no budget, no guard";
 }
 
 class RamTierPolicyTest : public ::testing::TestWithParam<const char*> {};

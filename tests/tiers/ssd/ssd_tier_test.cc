@@ -507,5 +507,46 @@ TEST_F(SsdTierTest, AFullDiskFailsWritesCleanlyAndKeepsServingReads) {
   EXPECT_EQ(m.corrupt_total(), 0u);
 }
 
+// kvtier_ssd_written_never_read_bytes: of a 1-in-64 sample of the blocks written, those that left
+// (reclaimed or erased) are counted by whether a read served them first, scaled up by 64.
+TEST_F(SsdTierTest, BlocksThatLeaveAreCountedAsReadOrWrittenForNothingFromASample) {
+  auto o = small_ssd_options(dir_.str());
+  o.capacity_bytes = 4 << 20;  // four 1 MiB segments: most of what is written is reclaimed
+  o.reinsert_read_blocks = false;
+  auto tier = open(o);
+  uint64_t expect_read = 0, expect_never_read = 0;
+  size_t sampled = 0;
+  std::vector<BlockRef> batch;
+  for (uint64_t s = 0; s < 1600; ++s) {
+    batch.push_back(seeded_block(by_dtype_[2], s));
+    ASSERT_TRUE(tier->insert(batch.back()).ok());
+    if (batch.size() < 40) continue;
+    tier->flush();
+    // Every third block of the batch is read while it is surely still there.
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const BlockRef& b = batch[i];
+      const bool read = i % 3 == 0 && tier->read(request_for(b)).ok();
+      if (!WriteOutcomeSample::sampled(b->hash())) continue;
+      ++sampled;
+      const uint64_t bytes = record_padded(entry_of(*tier, b).length) * WriteOutcomeSample::kOneIn;
+      (read ? expect_read : expect_never_read) += bytes;
+    }
+    batch.clear();
+  }
+  ASSERT_GT(tier->metrics().segments_reclaimed.value(), 0u);
+  // What reclaim left behind leaves by erase.
+  for (uint64_t s = 0; s < 1600; ++s) {
+    const BlockHash h = seeded_block(by_dtype_[2], s)->hash();
+    if (tier->contains(h)) {
+      ASSERT_TRUE(tier->erase(h));
+    }
+  }
+  ASSERT_GT(sampled, 8u) << "1600 blocks give about 25 sampled ones";
+  EXPECT_GT(expect_read, 0u);
+  EXPECT_GT(expect_never_read, 0u);
+  EXPECT_EQ(tier->metrics().left_read_bytes.value(), expect_read);
+  EXPECT_EQ(tier->metrics().left_never_read_bytes.value(), expect_never_read);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -228,6 +228,7 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
     auto lease_or = lease();
     Status ring_status = lease_or.ok() ? run_runs((*lease_or)->ring(), pending, runs, settle) : lease_or.status();
     state_.reads.mark_all(served);
+    state_.outcomes.read(served);
     for (Pending& p : pending) {
       // The ring failed, not the record: no quarantine.
       if (!p.settled) out[p.request] = ring_status.ok() ? internal_error("ssd tier: read not completed") : ring_status;

@@ -123,6 +123,8 @@ void account(SsdState& state, std::span<const DurableRecord> records, std::span<
 // come in order with the removals).
 void announce(SsdState& state, std::span<const DurableRecord> records,
               std::span<const size_t> entering) {
+  for (size_t i : entering)
+    state.outcomes.written(records[i].item->hash, record_padded(records[i].item->frame_size));
   if (!state.events) return;
   for (size_t i : entering) {
     const SpillItem& item = *records[i].item;

@@ -174,6 +174,7 @@ Status SegmentAllocator::reclaim(uint64_t segment) {
     // entries that point into it.
     KVTIER_RETURN_IF_ERROR(state_.index->commit(batch, /*sync=*/true));
     state_.segments.remove(segment);
+    for (const BlockHash& h : removed) state_.outcomes.left(h);
     if (state_.events) {
       for (const BlockHash& h : removed) state_.events->removed(h);
     }
