@@ -38,6 +38,7 @@ struct AccessNote {
   };
   std::vector<TierRun> tiers;  // the matched prefix, as runs of blocks in one tier
   std::string hash;            // hex, for the routes addressed by a block's hash
+  uint64_t streamed_bytes = 0;  // a streamed (chunked) reply's body, counted as it is written
   // Appends block `index` (in prefix order) found in `tier`.
   void add_block(const std::string& tier, size_t index);
 };

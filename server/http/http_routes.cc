@@ -222,7 +222,11 @@ void HttpRoutes::log_access(const httplib::Request& req, const httplib::Response
   l.status = res.status;
   l.bytes_in = req.has_header("Content-Length") ? req.get_header_value<uint64_t>("Content-Length")
                                                 : req.body.size();
-  l.bytes_out = res.body.empty() ? res.content_length_ : res.body.size();
+  // A streamed reply has no length up front: its provider counted what it wrote (the server logs
+  // after the body is out).
+  l.bytes_out = !res.body.empty()                   ? res.body.size()
+                : c && c->access.streamed_bytes > 0 ? c->access.streamed_bytes
+                                                    : res.content_length_;
   l.latency_seconds =
       c && c->started != std::chrono::steady_clock::time_point{} ? seconds_since(c->started) : 0;
   l.note = c ? &c->access : nullptr;
@@ -417,6 +421,7 @@ void HttpRoutes::batch_get(const std::string& req_body, httplib::Response& res) 
     const size_t n = std::min(slice, stream->hashes.size() - stream->next);
     auto docs = service_.batch_get(std::span(stream->hashes).subspan(stream->next, n), stream->ns);
     stream->next += n;
+    RequestContext* c = current_request();  // this thread writes the reply
     for (const auto& d : docs) {
       const uint64_t size = d ? d->size() : 0;
       std::string head(8, '\0');
@@ -426,6 +431,7 @@ void HttpRoutes::batch_get(const std::string& req_body, httplib::Response& res) 
       if (d && !sink.write(reinterpret_cast<const char*>(d->block->data().data()), d->block->data().size())) {
         return false;
       }
+      if (c) c->access.streamed_bytes += 8 + size;
     }
     return true;
   });

@@ -247,6 +247,7 @@ def test_access_log_lines_parse_and_add_up_to_the_metrics(tmp_path, gen):
             client.lookup(NAMESPACE, tokens + tokens_for(2, 16))
         client.prefetch(NAMESPACE, prompts[0])
         client.delete_block(hashes[1], namespace=NAMESPACE)
+        docs = client.batch_get(hashes[2:6] + ["00" * 32], namespace=NAMESPACE)
         metrics = client.stats()["metrics"]
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     lookups = [l for l in lines if l["route"] == "lookup"]
@@ -261,5 +262,9 @@ def test_access_log_lines_parse_and_add_up_to_the_metrics(tmp_path, gen):
     assert [p["hash"] for p in puts] == hashes
     delete = [l for l in lines if l["route"] == "delete_block"]
     assert [d["status"] for d in delete] == [204] and delete[0]["hash"] == hashes[1]
+    # A streamed reply's bytes are what its body held: a length and a document per hash.
+    batch = [l for l in lines if l["route"] == "batch_get"]
+    assert len(batch) == 1 and docs[-1] is None
+    assert batch[0]["bytes_out"] == sum(8 + (len(d) if d else 0) for d in docs) > 4 * 16384
     assert all(l["latency_ms"] >= 0 and l["sample_rate"] == 1.0 and l["request_id"] for l in lines)
     assert len({l["request_id"] for l in lines}) == len(lines)
