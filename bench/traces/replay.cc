@@ -6,6 +6,8 @@
 
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
+#include "serialize/format/block_codec.h"
+#include "serialize/format/frame.h"
 #include "tiers/ssd/ssd_state.h"
 
 namespace kvtier::bench {
@@ -24,8 +26,19 @@ uint64_t replay_ram_bytes_per_block(uint32_t block_tokens) {
 }
 
 uint64_t replay_ssd_bytes_per_block(uint32_t block_tokens) {
-  // A record: its frame and document (the block's bytes, its token ids, its identity), padded.
-  return record_padded(replay_ram_bytes_per_block(block_tokens) + 4 * uint64_t{block_tokens} + 512);
+  // A record as the SSD tier writes one: a chained block's document, framed, padded.
+  const auto layout = replay_layout(block_tokens);
+  const PrefixHasher hasher(HashAlgorithm::kXxh3, Namespace{"replay", layout->fingerprint(), ""},
+                            layout->block_size);
+  const std::vector<uint32_t> tokens(2 * size_t{block_tokens}, 7);
+  const auto keys = hasher.keys(tokens, {});
+  Bytes document;
+  if (!BlockCodec::encode_document(Block::dense(layout, hasher.identity(keys, 1, {})), document)
+           .ok()) {
+    return record_padded(kFrameHeaderSize +
+                         replay_ram_bytes_per_block(block_tokens));  // not reached
+  }
+  return record_padded(max_frame_size(document.size(), FrameCodec::kNone));
 }
 
 Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {

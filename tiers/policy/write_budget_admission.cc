@@ -20,13 +20,17 @@ WriteBudgetAdmission::WriteBudgetAdmission(std::unique_ptr<AdmissionPolicy> inne
       bytes_per_second_(static_cast<double>(bytes_per_day) / 86400.0),
       capacity_(bytes_per_second_ * kBucketSeconds),
       clock_(clock ? std::move(clock) : Clock(steady_seconds)),
+      own_uses_(dynamic_cast<SeenTwiceAdmission*>(inner_.get())
+                    ? nullptr
+                    : std::make_unique<SeenTwiceAdmission>()),
+      uses_(own_uses_ ? own_uses_.get() : static_cast<SeenTwiceAdmission*>(inner_.get())),
       // A start with a full hour: a restart is not a reason to refuse the first writes.
       bucket_(capacity_),
       last_(clock_()) {}
 
 void WriteBudgetAdmission::used(const BlockHash& hash) {
   inner_->used(hash);
-  uses_.used(hash);
+  if (own_uses_) own_uses_->used(hash);
 }
 
 void WriteBudgetAdmission::refill_locked() const {
@@ -56,7 +60,7 @@ double WriteBudgetAdmission::bucket_bytes() const {
 bool WriteBudgetAdmission::admit(const BlockHash& hash, uint64_t bytes) {
   if (!inner_->admit(hash, bytes)) return false;  // the rule's refusal, counted by the cache
   // Estimated outside the lock: the sketch has its own.
-  const int uses = uses_.estimate(hash);
+  const int uses = uses_->estimate(hash);
   {
     std::lock_guard lock(mu_);
     refill_locked();

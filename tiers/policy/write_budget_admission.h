@@ -46,7 +46,10 @@ class WriteBudgetAdmission final : public AdmissionPolicy {
   const double bytes_per_second_;
   const double capacity_;
   const Clock clock_;
-  SeenTwiceAdmission uses_;  // its sketch counts uses; its rule is not consulted
+  // Counts uses: the rule's own sketch when the rule is seen-twice (one sketch, one lock per use
+  // on the data path), else one of its own whose rule is not consulted.
+  std::unique_ptr<SeenTwiceAdmission> own_uses_;
+  SeenTwiceAdmission* uses_;
   mutable std::mutex mu_;    // guards bucket_, last_
   mutable double bucket_;
   mutable double last_;

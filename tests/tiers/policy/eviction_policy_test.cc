@@ -191,6 +191,8 @@ TEST(WriteBudgetAdmissionTest, TheRuleUnderItStillDecidesAndItsRefusalsAreNotThe
   const BlockHash once = h(7);
   (*rule)->used(once);
   EXPECT_FALSE((*rule)->admit(once, 1000)) << "seen-twice refuses a block used once";
+  (*rule)->used(once);
+  EXPECT_TRUE((*rule)->admit(once, 1000)) << "the rule's own sketch counts the second use";
   SeenMetrics m;
   (*rule)->visit_metrics(m);
   EXPECT_EQ(m.values["kvtier_ssd_admission_refused_total/write_budget"], 0);
