@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "bench/harness/bench_report.h"
+#include "cache/plan/hit_planner.h"
 #include "engine/vulkan/vulkan_context.h"
-#include "generate/hit_planner.h"
 
 namespace kvtier::bench {
 

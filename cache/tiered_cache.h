@@ -20,7 +20,7 @@
 #include "base/log.h"
 #include "cache/cache_metrics.h"
 #include "cache/eviction_cascade.h"
-#include "cache/hit_cost_model.h"
+#include "cache/plan/hit_cost_model.h"
 #include "cache/prefix_hasher.h"
 #include "cache/prefix_match.h"
 #include "tiers/policy/admission_policy.h"
@@ -181,7 +181,7 @@ class TieredCache {
   // `found` as the doors answer it: tier names, and per tier below the top one that holds blocks
   // of it the predicted seconds to bring them up (nullopt while the tier's rate is not known
   // yet) — what an engine we do not run needs to choose between loading and computing, as
-  // generate/hit_planner.h does for ours.
+  // cache/plan/hit_planner.h does for ours.
   PrefixMatch describe(const LookupResult& found, uint64_t block_bytes) const;
   // Cache metrics, then every tier's.
   void visit_metrics(MetricVisitor& visitor) const;

@@ -158,6 +158,40 @@ kvtier_status kvtier_load_prefix(kvtier_cache* cache, const kvtier_prompt* promp
                                  size_t max_blocks, int64_t timeout_ms, void* dst, size_t dst_len, size_t* loaded,
                                  int* deadline_passed);
 
+/* Hit plans for the engine (the Python module's Cache.plan): how many blocks of the prompt's cached
+ * prefix to compute while the rest loads. The engine computes blocks [0, compute_blocks) while
+ * kvtier_load_prefix(first_block = compute_blocks, timeout_ms = the plan's) brings the rest of
+ * [compute_blocks, cached_blocks) — on another thread: the call returns when the blocks are in —
+ * then computes from first_block + *loaded on. The prefix stops short of the prompt's last token.
+ * Seconds are predictions, negative where not known yet; timeout_ms is -1 where nothing loads or no
+ * estimate exists (then wait however long it takes). KVTIER_PLAN_COST plans a pure load until the
+ * engine has told three prefill times (kvtier_observe_prefill) and a load from each tier has been
+ * timed (kvtier_load_prefix times its pure loads itself). */
+typedef enum kvtier_plan_policy {
+  KVTIER_PLAN_COST = 0,
+  KVTIER_PLAN_LOAD = 1,
+  KVTIER_PLAN_COMPUTE = 2
+} kvtier_plan_policy;
+typedef struct kvtier_prefill_plan {
+  size_t cached_blocks;
+  size_t compute_blocks;
+  int64_t timeout_ms;
+  double predicted_seconds;
+  double load_only_seconds;
+  double compute_only_seconds;
+  int probe; /* 1: a plan that loads (or splits) against its own estimates, to time them again */
+  double overlap_alone_seconds; /* the planner's own, read back by kvtier_observe_split */
+} kvtier_prefill_plan;
+kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
+                          kvtier_plan_policy policy, kvtier_prefill_plan* plan);
+/* The engine computed `tokens` prompt rows after `context` cached ones in `seconds` (> 0). */
+kvtier_status kvtier_observe_prefill(kvtier_cache* cache, uint64_t tokens, uint64_t context,
+                                     double seconds);
+/* A split plan's front and load were both done `seconds` after the load began (ignored for a plan
+ * that did not split). */
+kvtier_status kvtier_observe_split(kvtier_cache* cache, const kvtier_prefill_plan* plan,
+                                   double seconds);
+
 /* Hybrid caches. Bytes of one state snapshot: per GDN layer, in the pattern's order, its f32
  * recurrent state [heads, d_k, d_v] then its conv window [conv_channels, conv_width - 1],
  * row-major. 0 for a plain cache. */

@@ -3,6 +3,7 @@
 #include "capi/kvtier.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -322,6 +323,62 @@ kvtier_status kvtier_load_prefix(kvtier_cache* cache, const kvtier_prompt* promp
     *loaded = r->loaded_blocks;
     if (deadline_passed) *deadline_passed = r->deadline_passed ? 1 : 0;
     return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
+                          kvtier_plan_policy policy, kvtier_prefill_plan* plan) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && plan, "cache or plan is NULL");
+    if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
+    kvtier::HitPolicy p;
+    switch (policy) {
+      case KVTIER_PLAN_COST:
+        p = kvtier::HitPolicy::kCost;
+        break;
+      case KVTIER_PLAN_LOAD:
+        p = kvtier::HitPolicy::kLoad;
+        break;
+      case KVTIER_PLAN_COMPUTE:
+        p = kvtier::HitPolicy::kCompute;
+        break;
+      default:
+        return fail(KVTIER_INVALID_ARGUMENT, "policy is not KVTIER_PLAN_COST, _LOAD or _COMPUTE");
+    }
+    const PromptArgs args = prompt_args(*prompt);
+    auto r = cache->c->plan_prefill(args.prompt(), p);
+    if (!r.ok()) return report(r.status());
+    const kvtier::HitPlan& h = r->hit;
+    *plan = kvtier_prefill_plan{};
+    plan->cached_blocks = h.cached_blocks;
+    plan->compute_blocks = h.compute_blocks;
+    plan->timeout_ms = r->deadline ? static_cast<int64_t>(std::ceil(*r->deadline * 1e3)) : -1;
+    plan->predicted_seconds = h.predicted.value_or(-1);
+    plan->load_only_seconds = h.load_only.value_or(-1);
+    plan->compute_only_seconds = h.compute_only.value_or(-1);
+    plan->probe = h.probe || h.split_probe ? 1 : 0;
+    plan->overlap_alone_seconds = h.overlap_alone.value_or(-1);
+    return report(kvtier::ok_status());
+  });
+}
+
+kvtier_status kvtier_observe_prefill(kvtier_cache* cache, uint64_t tokens, uint64_t context,
+                                     double seconds) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache, "cache is NULL");
+    return report(cache->c->observe_prefill(tokens, context, seconds));
+  });
+}
+
+kvtier_status kvtier_observe_split(kvtier_cache* cache, const kvtier_prefill_plan* plan,
+                                   double seconds) {
+  return guarded([&] {
+    KVTIER_REQUIRE(cache && plan, "cache or plan is NULL");
+    kvtier::HitPlan h;
+    h.cached_blocks = plan->cached_blocks;
+    h.compute_blocks = plan->compute_blocks;
+    if (plan->overlap_alone_seconds > 0) h.overlap_alone = plan->overlap_alone_seconds;
+    return report(cache->c->observe_split(h, seconds));
   });
 }
 

@@ -109,35 +109,24 @@ Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, in
 void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_tiers) {
   if (hit_.policy != HitPolicy::kCost) return;
   HitCostModel& costs = cache_.costs();
+  record_plan(costs, plan, block_tiers);
   if (plan.split_probe) {
-    costs.note_split_probe();
-    split_probe_log_.info("hit plan: computing {} of {} cached blocks while the rest load, to time the overlap again: the "
-                   "overlap factor {:.2f} had ruled such splits out",
-                   plan.compute_blocks - plan.gpu_blocks, plan.cached_blocks - plan.gpu_blocks,
-                   costs.overlap_factor());
-  } else if (plan.split_passed_over) {
-    costs.note_unsplit();
+    split_probe_log_.info(
+        "hit plan: computing {} of {} cached blocks while the rest load, to time the overlap "
+        "again: the "
+        "overlap factor {:.2f} had ruled such splits out",
+        plan.compute_blocks - plan.gpu_blocks, plan.cached_blocks - plan.gpu_blocks,
+        costs.overlap_factor());
   }
   if (plan.probe) {
-    costs.note_probe(plan.probe_tier);
-    {
-      const auto& tiers = cache_.tiers();
-      probe_log_.info("hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
-                      "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks, or its last "
-                      "restore came in far under its estimate",
-                      plan.cached_blocks - plan.gpu_blocks,
-                      plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
-                      plan.load_only.value_or(0) * 1e3, plan.compute_only.value_or(0) * 1e3);
-    }
-    return;
-  }
-  std::array<bool, kMaxTiers> unloaded{};
-  for (size_t i = plan.gpu_blocks; i < plan.compute_blocks && i < block_tiers.size(); ++i) {
-    const int t = block_tiers[i];
-    if (t > 0 && static_cast<size_t>(t) < kMaxTiers) unloaded[t] = true;
-  }
-  for (size_t t = 1; t < kMaxTiers; ++t) {
-    if (unloaded[t]) costs.note_unloaded(t);
+    const auto& tiers = cache_.tiers();
+    probe_log_.info(
+        "hit plan: loading {} cached blocks to time the {} tier again, although computing them was "
+        "predicted to win ({:.3f} ms against {:.3f}): plans kept computing its blocks, or its last "
+        "restore came in far under its estimate",
+        plan.cached_blocks - plan.gpu_blocks,
+        plan.probe_tier < tiers.size() ? tiers[plan.probe_tier]->name() : std::string_view("?"),
+        plan.load_only.value_or(0) * 1e3, plan.compute_only.value_or(0) * 1e3);
   }
 }
 

@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "generate/hit_planner.h"
+#include "cache/plan/hit_planner.h"
 #include "cache/prefix_hasher.h"
 #include "cache/tiered_cache.h"
 #include "engine/model/llama_model.h"

@@ -3,6 +3,8 @@
 #include "inprocess/cuda/cuda_host_pinning.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <future>
@@ -10,12 +12,13 @@
 #include <spdlog/spdlog.h>
 
 #include "base/byte_size.h"
+#include "base/elapsed.h"
 #include "base/log.h"
 #include "base/metrics/metrics_exporters.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
-#include "inprocess/block_tensors.h"
 #include "engine/vulkan/vulkan_context.h"
+#include "inprocess/block_tensors.h"
 
 namespace kvtier {
 
@@ -260,8 +263,12 @@ Result<LoadReport> EmbeddedCache::Impl::load_blocks(std::span<const uint32_t> to
       return reject(st);
     }
   }
-  return load_range(keys, end, options,
-                    [&](const BlockRef& b, size_t i) { return scatter_block(*b, paged, block_ids[i]); });
+  const auto started = std::chrono::steady_clock::now();
+  auto report = load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
+    return scatter_block(*b, paged, block_ids[i]);
+  });
+  if (report.ok()) time_load(*report, seconds_since(started));
+  return report;
 }
 
 Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> keys, size_t end,
@@ -310,11 +317,18 @@ Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> key
         return st;
       }
       ++report.loaded_blocks;
+      report.source_tier = std::max(report.source_tier, e.source_tier);
     }
     if (!whole) break;  // the prefix ends here
   }
   count_load(report.loaded_blocks);
   return report;
+}
+
+void EmbeddedCache::Impl::time_load(const LoadReport& r, double seconds) {
+  if (r.first_block != 0 || r.deadline_passed || r.loaded_blocks == 0 || r.source_tier < 0) return;
+  planner.observe_load(static_cast<size_t>(r.source_tier),
+                       r.loaded_blocks * layout().dense_block_bytes(), seconds);
 }
 
 void EmbeddedCache::Impl::count_load(size_t loaded) {
@@ -405,6 +419,53 @@ Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
   return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
 }
 
+Result<EnginePlan> EmbeddedCache::plan_prefill(const Prompt& prompt, HitPolicy policy) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  if (Status st = check_extra_keys(prompt.extra_keys); !st.ok()) return impl_->reject(st);
+  const uint32_t bs = static_cast<uint32_t>(layout().block_size);
+  std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
+  // The last token is always computed: its logits start the generation.
+  keys.resize(std::min(keys.size(), prompt.tokens.empty() ? 0 : (prompt.tokens.size() - 1) / bs));
+  const LookupResult found = impl_->cache().lookup(keys);
+  std::vector<int> tiers;
+  tiers.reserve(found.blocks.size());
+  for (const auto& h : found.blocks) tiers.push_back(h.tier);
+  const uint64_t uncached = prompt.tokens.size() - tiers.size() * bs;
+  return impl_->planner.plan(tiers, layout().dense_block_bytes(), bs, uncached,
+                             impl_->cache().costs(), policy);
+}
+
+Status EmbeddedCache::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  if (tokens == 0 || !(seconds > 0) || !std::isfinite(seconds)) {
+    return impl_->reject(
+        invalid_argument("a prefill sample needs tokens > 0 and seconds > 0, got " +
+                         std::to_string(tokens) + " tokens in " + std::to_string(seconds) + " s"));
+  }
+  impl_->planner.observe_prefill(tokens, context, seconds);
+  return ok_status();
+}
+
+Status EmbeddedCache::observe_load(const LoadReport& report, double seconds) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    return impl_->reject(
+        invalid_argument("a load's time must be > 0 seconds, got " + std::to_string(seconds)));
+  }
+  impl_->time_load(report, seconds);
+  return ok_status();
+}
+
+Status EmbeddedCache::observe_split(const HitPlan& plan, double seconds) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    return impl_->reject(
+        invalid_argument("a split's time must be > 0 seconds, got " + std::to_string(seconds)));
+  }
+  impl_->planner.observe_split(plan, seconds);
+  return ok_status();
+}
+
 Result<StoreResult> EmbeddedCache::store(const Prompt& prompt,
                                          const std::optional<BlockHash>& parent,
                                          std::span<const LayerKv> layers) {
@@ -458,11 +519,14 @@ Result<LoadReport> EmbeddedCache::load_prefix_bytes(const Prompt& prompt,
   const std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
   const size_t end = options.first_block +
                      std::min(max_blocks, keys.size() - std::min(keys.size(), options.first_block));
-  return impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
+  const auto started = std::chrono::steady_clock::now();
+  auto report = impl_->load_range(keys, end, options, [&](const BlockRef& b, size_t i) {
     const std::vector<LayerKv> views =
         dense_block_views(layout(), dst.data() + (i - options.first_block) * bb, /*read_only=*/false);
     return scatter_block(*b, views, 0);
   });
+  if (report.ok()) impl_->time_load(*report, seconds_since(started));
+  return report;
 }
 
 Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(const Prompt& prompt, size_t max_blocks) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cache/plan/engine_planner.h"
 #include "cache/prefix_match.h"
 #include "inprocess/tensor_view.h"
 #include "serialize/block_hash.h"
@@ -84,6 +85,9 @@ struct LoadReport {
   size_t first_block = 0;
   size_t loaded_blocks = 0;
   bool deadline_passed = false;  // the cached run went on, but its next slice was not in time
+  // The slowest tier (kvtier's, 0 = its top) a loaded block came from; -1 when none loaded. What
+  // a timed load teaches the planner about (EmbeddedCache::observe_load).
+  int source_tier = -1;
 };
 
 struct SaveReport {
@@ -163,6 +167,22 @@ class EmbeddedCache {
   Result<std::vector<BlockHash>> block_hashes(const Prompt& prompt) const;
   // The longest cached prefix of `tokens`, block by block.
   Result<PrefixMatch> lookup(const Prompt& prompt);
+
+  // Hit plans for an engine kvtier does not run (cache/plan/engine_planner.h): how many blocks of
+  // the cached prefix of `tokens` to compute while the rest loads (load_blocks with first_block =
+  // plan.hit.compute_blocks and deadline = plan.deadline). The prefix stops short of the prompt's
+  // last token, which the engine computes whatever the plan. kCost plans a pure load until it
+  // knows the engine's prefill (three observe_prefill samples) and a load's time per tier.
+  Result<EnginePlan> plan_prefill(const Prompt& prompt, HitPolicy policy = HitPolicy::kCost);
+  // The engine computed `tokens` rows after `context` cached ones in `seconds`.
+  Status observe_prefill(uint64_t tokens, uint64_t context, double seconds);
+  // A load's bytes were in the engine's memory `seconds` after its call. Host loads are timed by
+  // load_blocks itself; a CUDA load returns before its copies retire, so its door reports it.
+  // Only a whole pure load teaches (first_block 0, no deadline passed, something loaded): a split's
+  // load shares the machine with the front.
+  Status observe_load(const LoadReport& report, double seconds);
+  // A split plan's front and load, side by side, were both done `seconds` after the load began.
+  Status observe_split(const HitPlan& plan, double seconds);
 
   // Stores one block: `tokens` (exactly block_size) whose parent is `parent` (nullopt for a
   // prompt's first block), from per-layer [block_size, kv_heads, head_dim] tensors or quantized

@@ -47,6 +47,7 @@ struct EmbeddedCache::Impl {
   std::unique_ptr<HybridPrefixCache> hybrid;  // a hybrid cache; goes before the stack it listens to
   EmbeddedCacheMetrics metrics;
   LogThrottle reject_log;
+  EnginePlanner planner;
 
   TieredCache& cache() { return stack->cache(); }
   // The keys of `tokens`' full blocks a load may bring: all of them, or for a hybrid cache those
@@ -79,6 +80,8 @@ struct EmbeddedCache::Impl {
   bool holds(const BlockHash& hash, std::span<const uint32_t> tokens);
   // Counts a load of `loaded` blocks.
   void count_load(size_t loaded);
+  // Teaches the planner a whole pure load that took `seconds` (see EmbeddedCache::observe_load).
+  void time_load(const LoadReport& report, double seconds);
   // This door's counters, the cache's, every tier's, and the hybrid snapshots'.
   void visit_metrics(MetricVisitor& visitor);
   // Block ids must address blocks of the paged arrays.

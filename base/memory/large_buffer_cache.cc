@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -169,12 +170,27 @@ Arena& arena() {
   return *a;
 }
 
+std::atomic<LargeBufferChunkListener> g_chunk_listener{nullptr};
+
 }  // namespace
+
+void set_large_buffer_chunk_listener(LargeBufferChunkListener listener) {
+  g_chunk_listener.store(listener);
+}
+
+std::vector<LargeBufferChunk> large_buffer_chunks() {
+  std::lock_guard lock(arena().mu);
+  std::vector<LargeBufferChunk> out;
+  out.reserve(arena().chunks.size());
+  for (const auto& [base, c] : arena().chunks) out.push_back({c->base, c->bytes});
+  return out;
+}
 
 void* large_buffer_acquire(size_t bytes, bool* fresh) {
   const size_t size = size_class(bytes);
   Arena& a = arena();
   uint8_t* p = nullptr;
+  LargeBufferChunk created;
   {
     std::lock_guard lock(a.mu);
     Chunk* c = nullptr;
@@ -185,6 +201,7 @@ void* large_buffer_acquire(size_t bytes, bool* fresh) {
     } else {
       c = a.new_chunk(size);
       if (c == nullptr) return nullptr;
+      created = {c->base, c->bytes};
     }
     const uint32_t s = c->free.back();
     c->free.pop_back();
@@ -204,6 +221,9 @@ void* large_buffer_acquire(size_t bytes, bool* fresh) {
   // Fault the pages in now, in one call, rather than one fault per page in the first copy.
   if (*fresh) ::madvise(p, size, MADV_POPULATE_WRITE);
 #endif
+  if (created.base != nullptr) {
+    if (LargeBufferChunkListener listener = g_chunk_listener.load()) listener(created);
+  }
   return p;
 }
 

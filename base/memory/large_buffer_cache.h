@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace kvtier {
 
@@ -39,6 +40,14 @@ LargeBufferChunk large_buffer_chunk(const void* p);
 // memory a device imported must outlive the import. `base` is a chunk's base.
 void large_buffer_hold_chunk(const void* base);
 void large_buffer_unhold_chunk(const void* base);
+// Called with each chunk as it is mapped, on the allocating thread after the arena's lock is let
+// go, while set (nullptr: none). It must be quick and must not allocate large buffers: a CUDA door
+// hands the chunk to its own thread to page-lock (inprocess/cuda/cuda_host_pinning.h), so no copy
+// on an engine's thread ever waits for the registration.
+using LargeBufferChunkListener = void (*)(LargeBufferChunk chunk);
+void set_large_buffer_chunk_listener(LargeBufferChunkListener listener);
+// Every chunk mapped now.
+std::vector<LargeBufferChunk> large_buffer_chunks();
 
 // Page-aligned buffers under kLargeBufferThreshold (the O_DIRECT records of the smallest blocks,
 // quantized ones of a small model). glibc's aligned allocation splits and re-merges heap chunks on

@@ -22,6 +22,12 @@ DeviceTransfers::~DeviceTransfers() {
   CudaHostPinning::instance().leave();
 }
 
+Result<ScopedDeviceContext> DeviceTransfers::enter(int device) const {
+  KVTIER_ASSIGN_OR_RETURN(ScopedDeviceContext ctx, ScopedDeviceContext::enter(*driver_, device));
+  CudaHostPinning::instance().start(*driver_, device);
+  return ctx;
+}
+
 Status DeviceTransfers::upload(CUstream stream, std::span<const uint8_t> src, CUdeviceptr dst) {
   if (!CudaHostPinning::instance().pin(*driver_, src.data(), src.size())) metrics_.unpinned_copies.inc();
   KVTIER_RETURN_IF_ERROR(driver_->check(driver_->cuMemcpyHtoDAsync(dst, src.data(), src.size(), stream),

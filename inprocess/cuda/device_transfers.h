@@ -36,8 +36,9 @@ class DeviceTransfers {
   DeviceTransfers& operator=(const DeviceTransfers&) = delete;
 
   const CudaDriver& driver() const { return *driver_; }
-  // The device's context, current on this thread for the scope; every call below needs it.
-  Result<ScopedDeviceContext> enter(int device) const { return ScopedDeviceContext::enter(*driver_, device); }
+  // The device's context, current on this thread for the scope; every call below needs it. The
+  // first also starts page-locking host chunks ahead of their copies (CudaHostPinning::start).
+  Result<ScopedDeviceContext> enter(int device) const;
 
   // Enqueues a copy of `src` to device address `dst` on `stream`. `src` must stay valid until
   // retire_after() has been called for this stream and its event has passed.

@@ -83,6 +83,43 @@ class Lookup:
 
 
 @dataclass(frozen=True)
+class PrefillPlan:
+    """How to bring a prompt's cached prefix into the engine (``Cache.plan``): compute blocks
+    ``[0, compute_blocks)`` while ``[compute_blocks, cached_blocks)`` load, then compute the rest.
+
+    ``compute_blocks == 0``: a pure load; ``== cached_blocks``: recompute everything. Seconds are
+    predictions from what this cache has measured and the engine has told it (None until known).
+    ``deadline``: seconds from the load's start to wait for it at most (pass it to load_blocks);
+    what has not arrived by then is computed. ``probe``: a plan that loads (or splits) against its
+    own estimates, to time them again; the engine follows it like any other."""
+
+    cached_blocks: int
+    compute_blocks: int
+    block_size: int
+    deadline: Optional[float]
+    predicted: Optional[float]
+    load_only: Optional[float]
+    compute_only: Optional[float]
+    load_seconds: Optional[float]
+    probe: bool
+    _c: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def loads(self) -> bool:
+        """Some of the prefix is to be loaded."""
+        return self.compute_blocks < self.cached_blocks
+
+    @property
+    def compute_tokens(self) -> int:
+        """Tokens the engine computes before the loaded part: ``compute_blocks * block_size``."""
+        return self.compute_blocks * self.block_size
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.cached_blocks * self.block_size
+
+
+@dataclass(frozen=True)
 class SaveReport:
     stored: int  # new blocks
     already_cached: int  # skipped without a copy
@@ -280,6 +317,31 @@ class Cache:
         """The longest cached prefix of ``tokens``: a miss is ``matched_tokens == 0``."""
         matched, blocks, estimates = self._c.lookup(tokens, list(extra_keys))
         return Lookup(matched, [CachedBlock(h, t) for h, t in blocks], dict(estimates))
+
+    def plan(self, tokens: Tokens, *, extra_keys: Sequence[str] = (), policy: str = "cost") -> PrefillPlan:
+        """How much of the cached prefix of ``tokens`` to compute while the rest loads.
+
+        The prefix stops short of the last token (the engine computes that one whatever the plan).
+        policy: "cost" (the split predicted fastest; a pure load until the engine's prefill is
+        known from three observe_prefill samples and a load from each tier was timed), "load"
+        or "compute". The engine then loads with ``first_block=plan.compute_blocks`` and
+        ``deadline=plan.deadline`` while it computes the front (see docs/python.md)."""
+        p = self._c.plan_prefill(tokens, list(extra_keys), policy)
+        return PrefillPlan(p.cached_blocks, p.compute_blocks, self.block_size, p.deadline, p.predicted, p.load_only,
+                           p.compute_only, p.load_seconds, p.probe, p)
+
+    def observe_prefill(self, tokens: int, seconds: float, *, context: int = 0) -> None:
+        """The engine computed ``tokens`` prompt rows after ``context`` cached ones in ``seconds``
+        (its own clock: CUDA events, or a synchronized wall time). Plans are made from these."""
+        self._c.observe_prefill(int(tokens), int(context), float(seconds))
+
+    def observe_split(self, plan: PrefillPlan, seconds: float) -> None:
+        """A split plan's front and load, side by side, were both done ``seconds`` after the load
+        began: how much they slow each other down, which later plans weigh. Ignored for a plan that
+        did not split."""
+        if plan._c is None:
+            raise ValueError("observe_split takes a plan this cache made")
+        self._c.observe_split(plan._c, float(seconds))
 
     def store(
         self,

@@ -17,7 +17,9 @@ plan (checks, merged views, views of the ring) is kept per set of engine tensors
 torch is imported only when a CUDA tensor arrives."""
 from __future__ import annotations
 
+import queue
 import threading
+import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -147,10 +149,40 @@ class CudaMover:
         self.slot_blocks = max(1, SLOT_BYTES // offset)
         self._devices: Dict[int, _Device] = {}
         self._plans: Dict[Any, _Plan] = {}
-        self._lock = threading.Lock()  # guards _devices and _plans
+        self._lock = threading.Lock()  # guards _devices, _plans and _timer
+        # Pure loads waiting for their copies to retire, to tell the planner what they took (a load
+        # returns once enqueued, so only a thread that waits on its event sees it end).
+        self._timed: "queue.Queue[Optional[Tuple[Any, float, Tuple[int, int, bool, int]]]]" = queue.Queue()
+        self._timer: Optional[threading.Thread] = None
+
+    def _time_loads(self) -> None:
+        while True:
+            item = self._timed.get()
+            if item is None:
+                return
+            done, started, report = item
+            done.synchronize()  # a blocking event: this thread sleeps, it does not spin
+            try:
+                self._c.observe_load(*report, max(1e-9, time.perf_counter() - started))
+            except ValueError:  # the cache was closed meanwhile
+                return
+
+    def _time_load(self, stream: Any, started: float, report: Tuple[int, int, bool, int]) -> None:
+        done = self._torch.cuda.Event(blocking=True)
+        done.record(stream)
+        with self._lock:
+            if self._timer is None:
+                self._timer = threading.Thread(target=self._time_loads, name="kvtier-load-timer", daemon=True)
+                self._timer.start()
+        self._timed.put((done, started, report))
 
     def close(self) -> None:
         """Waits for this cache's streams and gives the rings back to torch's allocator."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            self._timed.put(None)
+            timer.join()
         with self._lock:
             for d in self._devices.values():
                 with d.lock:
@@ -390,6 +422,7 @@ class CudaMover:
              wait: bool) -> Tuple[int, int, bool, Any]:
         """engine: (k_cache, v_cache, kv_layout, page_size) as load_blocks takes them."""
         torch = self._torch
+        started = time.perf_counter()
         ids = [int(i) for i in block_ids]
         end = min(len(ids), len(tokens) // self._bs)
         used = ids[first_block:end] if first_block < end else []
@@ -422,7 +455,7 @@ class CudaMover:
                 d.free[slot] = done
 
             try:
-                first, blocks, late = self._c.load_device_blocks(
+                first, blocks, late, tier = self._c.load_device_blocks(
                     tokens, extra, first_block, deadline, max(0, end - first_block), plan.device,
                     d.copy.cuda_stream, d.slots, self.slot_blocks, filled)
             except BaseException:
@@ -434,6 +467,8 @@ class CudaMover:
             event = torch.cuda.Event()
             d.side.wait_stream(d.copy)  # a load of nothing still orders after the caller's work
             event.record(d.side)
+            if first == 0 and blocks > 0 and not late:  # a pure load: the planner learns from it
+                self._time_load(d.side, started, (first, blocks, late, tier))
         if wait:
             caller.wait_event(event)
         return first, blocks, late, event

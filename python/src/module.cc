@@ -64,6 +64,10 @@ std::optional<BlockHash> parse_parent(const py::object& parent) {
 }
 
 // Runs `f` without the GIL; raises its error with the GIL back.
+inline void value_or_raise(const Status& st) {
+  if (!st.ok()) raise(st);
+}
+
 template <typename F>
 auto call(F&& f) {
   auto r = [&] {
@@ -255,7 +259,27 @@ class PyCache {
     }();
     hook.rethrow();
     const LoadReport report = value_or_raise(std::move(r));
-    return py::make_tuple(report.first_block, report.loaded_blocks, report.deadline_passed);
+    return py::make_tuple(report.first_block, report.loaded_blocks, report.deadline_passed,
+                          report.source_tier);
+  }
+
+  EnginePlan plan_prefill(py::handle tokens, const std::vector<std::string>& extra,
+                          const std::string& policy) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    const HitPolicy p = value_or_raise(parse_hit_policy(policy));
+    return call([&] { return cache_->plan_prefill({t, extra}, p); });
+  }
+  void observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
+    call([&] { return cache_->observe_prefill(tokens, context, seconds); });
+  }
+  // A CUDA load's report (load_device_blocks' tuple) and when its copies retired.
+  void observe_load(size_t first_block, size_t loaded_blocks, bool deadline_passed, int source_tier,
+                    double seconds) {
+    const LoadReport r{first_block, loaded_blocks, deadline_passed, source_tier};
+    call([&] { return cache_->observe_load(r, seconds); });
+  }
+  void observe_split(const EnginePlan& plan, double seconds) {
+    call([&] { return cache_->observe_split(plan.hit, seconds); });
   }
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
@@ -412,6 +436,19 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("info", &Fetched::info)
       .def("tensor", &Fetched::tensor)
       .def("release_pins", &Fetched::release_pins);
+  // Seconds as floats, None where the planner has no estimate yet.
+  py::class_<EnginePlan>(m, "EnginePlan")
+      .def_property_readonly("cached_blocks",
+                             [](const EnginePlan& p) { return p.hit.cached_blocks; })
+      .def_property_readonly("compute_blocks",
+                             [](const EnginePlan& p) { return p.hit.compute_blocks; })
+      .def_property_readonly("predicted", [](const EnginePlan& p) { return p.hit.predicted; })
+      .def_property_readonly("load_only", [](const EnginePlan& p) { return p.hit.load_only; })
+      .def_property_readonly("compute_only", [](const EnginePlan& p) { return p.hit.compute_only; })
+      .def_property_readonly("load_seconds", [](const EnginePlan& p) { return p.hit.load_seconds; })
+      .def_property_readonly("deadline", [](const EnginePlan& p) { return p.deadline; })
+      .def_property_readonly("probe",
+                             [](const EnginePlan& p) { return p.hit.probe || p.hit.split_probe; });
   py::class_<PyCache>(m, "Cache")
       .def(py::init([](const py::dict& options) { return new PyCache(options_from(options)); }))
       .def_property_readonly("layout_json", &PyCache::layout_json)
@@ -432,6 +469,10 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("save_device_blocks", &PyCache::save_device_blocks)
       .def("store_device_block", &PyCache::store_device_block)
       .def("load_device_blocks", &PyCache::load_device_blocks)
+      .def("plan_prefill", &PyCache::plan_prefill)
+      .def("observe_prefill", &PyCache::observe_prefill)
+      .def("observe_load", &PyCache::observe_load)
+      .def("observe_split", &PyCache::observe_split)
       .def("stats_json", &PyCache::stats_json)
       .def("metrics_text", &PyCache::metrics_text)
       .def("close", &PyCache::close);

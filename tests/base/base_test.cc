@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -162,6 +164,36 @@ TEST(LargeBufferChunksTest, BuffersLieInChunksAndHeldChunksOutliveTheLimit) {
 // Trimming empty chunks of a size class, in whatever order they lie, leaves the class usable: the
 // trim once left a null "last freed" entry for a class and the next acquire of it crashed (seen on
 // the H100 host when a 32 KiB-block cache was trimmed before a 256 KiB-block one filled).
+// A CUDA door page-locks chunks as they are mapped (inprocess/cuda/cuda_host_pinning.h): the
+// listener hears of each new chunk once, after the fact, and the list of chunks names it.
+std::vector<LargeBufferChunk> g_heard;
+void hear_chunk(LargeBufferChunk c) { g_heard.push_back(c); }
+
+TEST(LargeBufferChunksTest, AListenerHearsOfEachNewChunkOnce) {
+  const size_t size = (5u << 20) + (64u << 10);  // a class no other test uses: 12 slots a chunk
+  g_heard.clear();
+  set_large_buffer_chunk_listener(&hear_chunk);
+  bool fresh = false;
+  void* a = large_buffer_acquire(size, &fresh);
+  void* b = large_buffer_acquire(size, &fresh);  // the same chunk: not heard again
+  set_large_buffer_chunk_listener(nullptr);
+  void* c = large_buffer_acquire(64u << 20, &fresh);  // a new chunk, with no listener: not heard
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  const LargeBufferChunk chunk = large_buffer_chunk(a);
+  ASSERT_EQ(g_heard.size(), 1u);
+  EXPECT_EQ(g_heard[0].base, chunk.base);
+  EXPECT_EQ(g_heard[0].bytes, chunk.bytes);
+  const std::vector<LargeBufferChunk> all = large_buffer_chunks();
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const LargeBufferChunk& x) {
+    return x.base == chunk.base && x.bytes == chunk.bytes;
+  }));
+  large_buffer_release(a, size);
+  large_buffer_release(b, size);
+  large_buffer_release(c, 64u << 20);
+}
+
 TEST(LargeBufferChunksTest, ASizeClassWhoseChunksWereAllTrimmedIsAcquiredAgain) {
   const size_t size = 40u << 20;  // one slot per chunk: three buffers, three chunks
   bool fresh = false;

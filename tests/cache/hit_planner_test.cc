@@ -1,7 +1,7 @@
 // The hit planner and the cost model it reads: fits that recover the costs they are fed, and
 // splits that follow the costs — load when loading is cheap, compute when computing is, both at
 // once in between, and never recompute what already lies on the GPU.
-#include "generate/hit_planner.h"
+#include "cache/plan/hit_planner.h"
 
 #include <gtest/gtest.h>
 
@@ -39,14 +39,16 @@ TEST(HitCostModelTest, RecentSamplesOutweighOldOnes) {
   HitCostModel m;
   m.observe_restore(2, 1ull << 20, 0.001);  // warm-up
   for (int i = 0; i < 10; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.001));
-  for (int i = 0; i < 200; ++i) m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.004));  // the disk got busy
+  for (int i = 0; i < 200; ++i)
+    m.observe_restore(2, (1ull + i % 4) << 20, ((1 + i % 4) * 0.004));  // the disk got busy
   EXPECT_NEAR(*m.restore_seconds(2, 10ull << 20), 0.04, 0.001);
 }
 
 TEST(HitCostModelTest, RecoversAPrefillCostWithItsAttentionTerm) {
   HitCostModel m;
   auto cost = [](double t, double ctx) { return 0.0005 + 2e-6 * t + 1e-10 * t * (ctx + t / 2); };
-  for (auto [t, ctx] : {std::pair{16, 0}, {512, 0}, {2048, 0}, {512, 4096}, {2048, 8192}, {64, 30000}}) {
+  for (auto [t, ctx] :
+       {std::pair{16, 0}, {512, 0}, {2048, 0}, {512, 4096}, {2048, 8192}, {64, 30000}}) {
     m.observe_prefill(t, ctx, cost(t, ctx));
   }
   EXPECT_NEAR(*m.prefill_seconds(4096, 16384), cost(4096, 16384), 1e-9);
@@ -57,7 +59,8 @@ TEST(HitCostModelTest, RecoversAPrefillCostWithItsAttentionTerm) {
 TEST(HitCostModelTest, AOneOffSlowSampleIsDroppedAndCountedTwoInARowAreTaken) {
   HitCostModel m;
   auto cost = [](double t, double ctx) { return 0.0003 + 1e-6 * t + 1e-10 * t * (ctx + t / 2); };
-  for (auto [t, ctx] : {std::pair{64, 0}, {4096, 0}, {4096, 4096}, {8192, 0}}) m.observe_prefill(t, ctx, cost(t, ctx));
+  for (auto [t, ctx] : {std::pair{64, 0}, {4096, 0}, {4096, 4096}, {8192, 0}})
+    m.observe_prefill(t, ctx, cost(t, ctx));
   const double before = *m.prefill_seconds(16, 8176);
   m.observe_prefill(8192, 0, 15 * cost(8192, 0));  // the first forward of this length
   m.observe_prefill(8192, 0, cost(8192, 0));
@@ -149,12 +152,13 @@ TEST(HitPlannerTest, ATierNotTimedYetTakesTheNextSlowerTiersPace) {
   std::vector<int> tiers(63, 2);
   tiers.push_back(1);
   HitCostModel m;
-  m.set_restore(2, 0, 0.5e9);    // 64 MiB from the SSD: 134 ms
-  m.set_prefill(0, 1e-6, 0);     // 1024 tokens: 1 ms
+  m.set_restore(2, 0, 0.5e9);  // 64 MiB from the SSD: 134 ms
+  m.set_prefill(0, 1e-6, 0);   // 1024 tokens: 1 ms
   const HitPlan p = plan_hit(input(tiers), m, HitPolicy::kCost);
   ASSERT_TRUE(p.load_only && p.compute_only);
   EXPECT_EQ(p.compute_blocks, 64u);
-  EXPECT_NEAR(*p.load_only, 0.001 * 16 / 1024 + 64 * (1 << 20) / 0.5e9, 1e-6) << "RAM's block at the SSD's pace";
+  EXPECT_NEAR(*p.load_only, 0.001 * 16 / 1024 + 64 * (1 << 20) / 0.5e9, 1e-6)
+      << "RAM's block at the SSD's pace";
 }
 
 // A load predicted to win by less than min_gain is not worth its risk; by more it is taken.
@@ -162,10 +166,11 @@ TEST(HitPlannerTest, ALoadThatWinsByLessThanTheMarginIsComputed) {
   const std::vector<int> ram(64, 1);  // 64 MiB; RAM loads do not overlap compute: no splits
   for (auto [ram_gbps, computes] : {std::pair{0.0671e9 / 0.95, true}, {0.0671e9 / 0.8, false}}) {
     HitCostModel m;
-    m.set_restore(1, 0, ram_gbps);  // 64 MiB in ~0.95 or ~0.8 of a second
+    m.set_restore(1, 0, ram_gbps);    // 64 MiB in ~0.95 or ~0.8 of a second
     m.set_prefill(0, 1.0 / 1024, 0);  // 1024 tokens: 1 s
     const HitPlan p = plan_hit(input(ram, 0), m, HitPolicy::kCost);
-    EXPECT_EQ(p.compute_blocks, computes ? 64u : 0u) << "load " << *p.load_only << " s, compute " << *p.compute_only;
+    EXPECT_EQ(p.compute_blocks, computes ? 64u : 0u)
+        << "load " << *p.load_only << " s, compute " << *p.compute_only;
   }
 }
 
@@ -177,7 +182,8 @@ TEST(HitPlannerTest, SplitsThatRanSlowerThanPredictedStopBeingChosen) {
   const HitPlan before = plan_hit(input(ssd), c.model, HitPolicy::kCost);
   ASSERT_TRUE(before.compute_blocks > 0 && before.compute_blocks < 64 && before.overlap_alone);
   EXPECT_DOUBLE_EQ(c.model.overlap_factor(), 1.0);
-  for (int i = 0; i < 5; ++i) c.model.observe_overlap(*before.overlap_alone, 2.5 * *before.overlap_alone);
+  for (int i = 0; i < 5; ++i)
+    c.model.observe_overlap(*before.overlap_alone, 2.5 * *before.overlap_alone);
   EXPECT_GT(c.model.overlap_factor(), 2.0);
   const HitPlan after = plan_hit(input(ssd), c.model, HitPolicy::kCost);
   EXPECT_EQ(after.compute_blocks, 64u) << "load 67 ms does not beat compute 68 by 10 %: compute";
@@ -232,7 +238,8 @@ TEST(HitCostModelTest, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
   EXPECT_FALSE(plan_hit(in, c.model, HitPolicy::kCost).probe);
   c.model.observe_restore(2, 4ull << 20, 0.002);  // 2 ms for what was believed to take 4 s
   EXPECT_TRUE(plan_hit(in, c.model, HitPolicy::kCost).probe) << "far below: probe again at once";
-  EXPECT_GT(*c.model.restore_seconds(2, 4ull << 20), 1.0) << "one fast restore is not yet a faster machine";
+  EXPECT_GT(*c.model.restore_seconds(2, 4ull << 20), 1.0)
+      << "one fast restore is not yet a faster machine";
   c.model.observe_restore(2, 4ull << 20, 0.002);
   EXPECT_NEAR(*c.model.restore_seconds(2, 4ull << 20), 0.002, 1e-9);
   const HitPlan after = plan_hit(in, c.model, HitPolicy::kCost);
@@ -257,7 +264,8 @@ TEST(HitPlannerTest, ASplitPassedOverForTheOverlapFactorIsTriedNowAndThen) {
   in.probe_after = 3;
   auto slowed = [&](Costs& c) {
     const HitPlan first = plan_hit(in, c.model, HitPolicy::kCost);
-    for (int i = 0; i < 5; ++i) c.model.observe_overlap(*first.overlap_alone, 2.5 * *first.overlap_alone);
+    for (int i = 0; i < 5; ++i)
+      c.model.observe_overlap(*first.overlap_alone, 2.5 * *first.overlap_alone);
   };
   auto pass_over_twice = [&](Costs& c, int plans) {
     for (int i = 0; i < plans; ++i) {

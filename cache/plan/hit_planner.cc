@@ -1,4 +1,4 @@
-#include "generate/hit_planner.h"
+#include "cache/plan/hit_planner.h"
 
 #include <algorithm>
 #include <array>
@@ -15,18 +15,45 @@ Result<HitPolicy> parse_hit_policy(std::string_view name) {
 
 const char* hit_policy_name(HitPolicy policy) {
   switch (policy) {
-    case HitPolicy::kCost: return "cost";
-    case HitPolicy::kLoad: return "load";
-    case HitPolicy::kCompute: return "compute";
+    case HitPolicy::kCost:
+      return "cost";
+    case HitPolicy::kLoad:
+      return "load";
+    case HitPolicy::kCompute:
+      return "compute";
   }
   return "?";
 }
 
 HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy policy) {
-  const HitCostModel::Snapshot costs = model.snapshot();
+  return plan_hit(in, model.snapshot(), policy);
+}
+
+void record_plan(HitCostModel& costs, const HitPlan& plan, std::span<const int> block_tiers) {
+  if (plan.split_probe) {
+    costs.note_split_probe();
+  } else if (plan.split_passed_over) {
+    costs.note_unsplit();
+  }
+  if (plan.probe) {
+    costs.note_probe(plan.probe_tier);
+    return;
+  }
+  std::array<bool, kMaxTiers> unloaded{};
+  for (size_t i = plan.gpu_blocks; i < plan.compute_blocks && i < block_tiers.size(); ++i) {
+    const int t = block_tiers[i];
+    if (t > 0 && static_cast<size_t>(t) < kMaxTiers) unloaded[t] = true;
+  }
+  for (size_t t = 1; t < kMaxTiers; ++t) {
+    if (unloaded[t]) costs.note_unloaded(t);
+  }
+}
+
+HitPlan plan_hit(const HitPlanInput& in, const HitCostModel::Snapshot& costs, HitPolicy policy) {
   HitPlan plan;
   plan.cached_blocks = in.block_tiers.size();
-  while (plan.gpu_blocks < plan.cached_blocks && in.block_tiers[plan.gpu_blocks] == 0) ++plan.gpu_blocks;
+  while (plan.gpu_blocks < plan.cached_blocks && in.block_tiers[plan.gpu_blocks] == 0)
+    ++plan.gpu_blocks;
   const size_t g = plan.gpu_blocks, n = plan.cached_blocks;
   const uint64_t bs = in.block_size;
   // Bytes of blocks [s, n) in each tier, for every s: each split's load in O(tiers).
@@ -88,14 +115,17 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
         s = k;
       }
     }
-    if (s < n && best > (1.0 - in.min_gain) * *plan.compute_only) s = n;  // too close to call: compute
+    if (s < n && best > (1.0 - in.min_gain) * *plan.compute_only)
+      s = n;  // too close to call: compute
     // A tier whose blocks keep being computed on its own estimate is loaded once to time it
     // again (the slowest such tier named): otherwise an estimate gone high is never corrected.
     if (in.probe_after > 0) {
       for (size_t i = g; i < s; ++i) {
         const int t = in.block_tiers[i];
         if (t <= 0 || static_cast<size_t>(t) >= kMaxTiers || !costs.restore[t]) continue;
-        if (costs.probe_now[t] || costs.unloaded[t] + 1 >= in.probe_after * std::max<uint64_t>(1, costs.probe_backoff[t])) {
+        if (costs.probe_now[t] ||
+            costs.unloaded[t] + 1 >=
+                in.probe_after * std::max<uint64_t>(1, costs.probe_backoff[t])) {
           plan.probe = true;
           plan.probe_tier = std::max(plan.probe_tier, static_cast<size_t>(t));
         }
@@ -116,7 +146,8 @@ HitPlan plan_hit(const HitPlanInput& in, const HitCostModel& model, HitPolicy po
         }
       }
       if (k1 < n && t1 < (1.0 - in.min_gain) * chosen) {
-        if (costs.split_probe_now || costs.unsplit + 1 >= in.probe_after * std::max<uint64_t>(1, costs.split_backoff)) {
+        if (costs.split_probe_now ||
+            costs.unsplit + 1 >= in.probe_after * std::max<uint64_t>(1, costs.split_backoff)) {
           plan.split_probe = true;
           s = k1;
         } else {

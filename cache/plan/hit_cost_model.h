@@ -127,8 +127,8 @@ class HitCostModel {
   void set_prefill(double fixed_seconds, double seconds_per_token, double seconds_per_token_pair);
 
   // kvtier_hit_cost_* gauges: each tier's fitted rate and fixed cost, the prefill's coefficients;
-  // kvtier_hit_cost_outliers_dropped_total per kind (prefill, restore); kvtier_hit_cost_probes_total
-  // per tier; kvtier_hit_cost_split_probes_total.
+  // kvtier_hit_cost_outliers_dropped_total per kind (prefill, restore);
+  // kvtier_hit_cost_probes_total per tier; kvtier_hit_cost_split_probes_total.
   void visit_metrics(MetricVisitor& visitor, const std::vector<std::string>& tier_names) const;
 
   static constexpr double kOutlierFactor = 3.0;
@@ -149,9 +149,9 @@ class HitCostModel {
   void add_guarded(DecayingLeastSquares<N>& fit, Held<N>& held, std::optional<double> estimate,
                    const std::array<double, N>& x, double y, uint64_t& dropped, const char* what);
 
-  mutable std::mutex mu_;  // guards the fits
+  mutable std::mutex mu_;                                   // guards the fits
   std::array<DecayingLeastSquares<2>, kMaxTiers> restore_;  // seconds ~ a + b * bytes
-  std::array<bool, kMaxTiers> restore_warm_{};                // the tier's first restore was seen
+  std::array<bool, kMaxTiers> restore_warm_{};              // the tier's first restore was seen
   std::array<Held<2>, kMaxTiers> restore_held_{};
   // A restore far below its estimate, kept to start a new fit if the next one is far below too.
   std::array<Held<2>, kMaxTiers> restore_low_{};
@@ -159,7 +159,7 @@ class HitCostModel {
   std::array<bool, kMaxTiers> probe_now_{};
   std::array<uint64_t, kMaxTiers> probes_{};
   std::array<uint64_t, kMaxTiers> probe_backoff_{};  // 1 each (the constructor)
-  std::array<bool, kMaxTiers> probing_{};  // a probe's restore has not come in yet
+  std::array<bool, kMaxTiers> probing_{};            // a probe's restore has not come in yet
   uint64_t unsplit_ = 0, split_backoff_ = 1, split_probes_ = 0;
   bool split_probe_now_ = false, split_probing_ = false;
   LogThrottle probe_log_;

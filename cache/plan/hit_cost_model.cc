@@ -1,4 +1,4 @@
-#include "cache/hit_cost_model.h"
+#include "cache/plan/hit_cost_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -79,8 +79,8 @@ template class DecayingLeastSquares<2>;
 template class DecayingLeastSquares<3>;
 
 HitCostModel::HitCostModel()
-    : restore_{DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay),
-               DecayingLeastSquares<2>(kDecay)},
+    : restore_{DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay),
+               DecayingLeastSquares<2>(kDecay), DecayingLeastSquares<2>(kDecay)},
       prefill_(kDecay) {
   probe_backoff_.fill(1);
 }
@@ -107,8 +107,9 @@ double evaluate(const std::array<double, N>& c, const std::array<double, N>& x) 
 }  // namespace
 
 template <size_t N>
-void HitCostModel::add_guarded(DecayingLeastSquares<N>& fit, Held<N>& held, std::optional<double> estimate,
-                               const std::array<double, N>& x, double y, uint64_t& dropped, const char* what) {
+void HitCostModel::add_guarded(DecayingLeastSquares<N>& fit, Held<N>& held,
+                               std::optional<double> estimate, const std::array<double, N>& x,
+                               double y, uint64_t& dropped, const char* what) {
   const bool high = estimate && *estimate > 0 && y > kOutlierFactor * *estimate;
   if (high && !held.any) {
     held = {true, x, y, *estimate};
@@ -162,7 +163,8 @@ void HitCostModel::observe_restore(size_t tier, uint64_t bytes, double seconds) 
     return;
   }
   prev = {low, x, seconds, estimate.value_or(0)};
-  add_guarded(restore_[tier], restore_held_[tier], estimate, x, seconds, restore_dropped_, "restore");
+  add_guarded(restore_[tier], restore_held_[tier], estimate, x, seconds, restore_dropped_,
+              "restore");
 }
 
 void HitCostModel::note_unloaded(size_t tier) {
@@ -263,7 +265,8 @@ std::optional<double> HitCostModel::Snapshot::restore_seconds(size_t tier, uint6
   return std::max(0.0, c[0]) + std::max(0.0, c[1]) * static_cast<double>(bytes) / kMiB;
 }
 
-std::optional<double> HitCostModel::Snapshot::prefill_seconds(uint64_t tokens, uint64_t context) const {
+std::optional<double> HitCostModel::Snapshot::prefill_seconds(uint64_t tokens,
+                                                              uint64_t context) const {
   if (tokens == 0) return 0.0;
   if (!prefill) return std::nullopt;
   return evaluate(*prefill, prefill_inputs(tokens, context));
@@ -287,25 +290,32 @@ void HitCostModel::set_restore(size_t tier, double fixed_seconds, double bytes_p
   }
 }
 
-void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token, double seconds_per_token_pair) {
+void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token,
+                               double seconds_per_token_pair) {
   std::lock_guard lock(mu_);
   prefill_ = DecayingLeastSquares<3>(kDecay);
   for (auto [t, ctx] : {std::pair<uint64_t, uint64_t>{16, 0}, {1024, 0}, {1024, 8192}}) {
-    const double pairs = static_cast<double>(t) * (static_cast<double>(ctx) + static_cast<double>(t) / 2);
-    prefill_.add(prefill_inputs(t, ctx),
-                 fixed_seconds + seconds_per_token * static_cast<double>(t) + seconds_per_token_pair * pairs);
+    const double pairs =
+        static_cast<double>(t) * (static_cast<double>(ctx) + static_cast<double>(t) / 2);
+    prefill_.add(prefill_inputs(t, ctx), fixed_seconds +
+                                             seconds_per_token * static_cast<double>(t) +
+                                             seconds_per_token_pair * pairs);
   }
 }
 
-void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string>& tier_names) const {
+void HitCostModel::visit_metrics(MetricVisitor& v,
+                                 const std::vector<std::string>& tier_names) const {
   std::lock_guard lock(mu_);
-  for (const auto& [kind, n] : {std::pair<const char*, uint64_t>{"prefill", prefill_dropped_}, {"restore", restore_dropped_}}) {
+  for (const auto& [kind, n] : {std::pair<const char*, uint64_t>{"prefill", prefill_dropped_},
+                                {"restore", restore_dropped_}}) {
     v.counter("kvtier_hit_cost_outliers_dropped_total",
-              "Cost samples dropped as one-offs: over 3x the estimate, and the next sample was not", {{"kind", kind}}, n);
+              "Cost samples dropped as one-offs: over 3x the estimate, and the next sample was not",
+              {{"kind", kind}}, n);
   }
   for (size_t t = 1; t < tier_names.size() && t < kMaxTiers; ++t) {
     v.counter("kvtier_hit_cost_probes_total",
-              "Hit plans that loaded a tier's blocks only to time them: computing had won on its estimate for many plans, "
+              "Hit plans that loaded a tier's blocks only to time them: computing had won on its "
+              "estimate for many plans, "
               "or its last restore came in far below it",
               {{"tier", tier_names[t]}}, probes_[t]);
   }
@@ -316,18 +326,20 @@ void HitCostModel::visit_metrics(MetricVisitor& v, const std::vector<std::string
     v.gauge("kvtier_hit_cost_restore_bytes_per_second",
             "Fitted restore rate of a tier into the top tier, from recent fetches", tier,
             (*c)[1] > 0 ? kMiB / (*c)[1] : 0.0);
-    v.gauge("kvtier_hit_cost_restore_fixed_seconds", "Fitted fixed cost of one fetch from a tier", tier,
-            std::max(0.0, (*c)[0]));
+    v.gauge("kvtier_hit_cost_restore_fixed_seconds", "Fitted fixed cost of one fetch from a tier",
+            tier, std::max(0.0, (*c)[0]));
   }
   v.counter("kvtier_hit_cost_split_probes_total",
-            "Split plans tried only to time the overlap: the overlap factor had ruled out a split that would win at 1",
+            "Split plans tried only to time the overlap: the overlap factor had ruled out a split "
+            "that would win at 1",
             {}, split_probes_);
   v.gauge("kvtier_hit_cost_overlap_factor",
-          "Recent split plans' time over their prediction (front and load each alone); scales the next plans'", {},
-          overlap_);
+          "Recent split plans' time over their prediction (front and load each alone); scales the "
+          "next plans'",
+          {}, overlap_);
   if (const auto c = prefill_.fit()) {
-    v.gauge("kvtier_hit_cost_prefill_seconds_per_token", "Fitted prefill cost per computed token", {},
-            std::max(0.0, (*c)[1]) / kKiloTokens);
+    v.gauge("kvtier_hit_cost_prefill_seconds_per_token", "Fitted prefill cost per computed token",
+            {}, std::max(0.0, (*c)[1]) / kKiloTokens);
     v.gauge("kvtier_hit_cost_prefill_seconds_per_token_pair",
             "Fitted prefill cost per (token, earlier token) pair: the attention's share", {},
             std::max(0.0, (*c)[2]) / kMegaPairs);

@@ -7,15 +7,15 @@
 // restored KV are the same bits (the parity contract), so the plan changes only the time.
 #pragma once
 
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
 
 #include "base/status.h"
-#include "cache/hit_cost_model.h"
+#include "cache/plan/hit_cost_model.h"
 
 namespace kvtier {
 
@@ -30,8 +30,8 @@ const char* hit_policy_name(HitPolicy policy);
 struct HitPlanInput {
   std::span<const int> block_tiers;  // the cached prefix: each block's tier (0 = the GPU tier)
   uint64_t block_bytes = 0;
-  uint32_t block_size = 16;          // tokens per block
-  uint64_t uncached_tokens = 0;      // computed after the prefix whatever the plan
+  uint32_t block_size = 16;      // tokens per block
+  uint64_t uncached_tokens = 0;  // computed after the prefix whatever the plan
   // Tiers whose loads proceed while the GPU computes: those that wait on a disk or the network.
   // A load from memory is counted after the front, not beside it: it is mostly CPU work and its
   // upload, and although uploads now run on a lane of their own, a RAM load overlapping a
@@ -84,5 +84,12 @@ struct HitPlan {
 // computes every cached block is one prefill of them and the uncached rest together (no second
 // launch). O(blocks).
 HitPlan plan_hit(const HitPlanInput& input, const HitCostModel& costs, HitPolicy policy);
+// The same from estimates taken (and perhaps combined) by the caller: an engine we do not run plans
+// with its own prefill and load rates beside kvtier's restores (inprocess/prefill_planner.h).
+HitPlan plan_hit(const HitPlanInput& input, const HitCostModel::Snapshot& costs, HitPolicy policy);
+// Tells `costs` what a kCost plan decided, so the probes it schedules come round: a probe or a
+// split probe taken, a split passed over, each tier whose blocks it computes (HitCostModel's
+// note_* calls). `block_tiers` is the plan's input.
+void record_plan(HitCostModel& costs, const HitPlan& plan, std::span<const int> block_tiers);
 
 }  // namespace kvtier
