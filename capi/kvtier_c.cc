@@ -331,16 +331,16 @@ kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
   return guarded([&] {
     KVTIER_REQUIRE(cache && plan, "cache or plan is NULL");
     if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);
-    kvtier::HitPolicy p;
+    kvtier::PlanPolicy p;
     switch (policy) {
       case KVTIER_PLAN_COST:
-        p = kvtier::HitPolicy::kCost;
+        p = kvtier::PlanPolicy::kCost;
         break;
       case KVTIER_PLAN_LOAD:
-        p = kvtier::HitPolicy::kLoad;
+        p = kvtier::PlanPolicy::kLoad;
         break;
       case KVTIER_PLAN_COMPUTE:
-        p = kvtier::HitPolicy::kCompute;
+        p = kvtier::PlanPolicy::kCompute;
         break;
       default:
         return fail(KVTIER_INVALID_ARGUMENT, "policy is not KVTIER_PLAN_COST, _LOAD or _COMPUTE");
@@ -348,15 +348,15 @@ kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
     const PromptArgs args = prompt_args(*prompt);
     auto r = cache->c->plan_prefill(args.prompt(), p);
     if (!r.ok()) return report(r.status());
-    const kvtier::HitPlan& h = r->hit;
+    const kvtier::PrefillPlan& h = *r;
     *plan = kvtier_prefill_plan{};
     plan->cached_blocks = h.cached_blocks;
     plan->compute_blocks = h.compute_blocks;
-    plan->timeout_ms = r->deadline ? static_cast<int64_t>(std::ceil(*r->deadline * 1e3)) : -1;
+    plan->timeout_ms = h.deadline ? static_cast<int64_t>(std::ceil(*h.deadline * 1e3)) : -1;
     plan->predicted_seconds = h.predicted.value_or(-1);
     plan->load_only_seconds = h.load_only.value_or(-1);
     plan->compute_only_seconds = h.compute_only.value_or(-1);
-    plan->probe = h.probe || h.split_probe ? 1 : 0;
+    plan->probe = h.probe ? 1 : 0;
     plan->overlap_alone_seconds = h.overlap_alone.value_or(-1);
     return report(kvtier::ok_status());
   });
@@ -374,7 +374,7 @@ kvtier_status kvtier_observe_split(kvtier_cache* cache, const kvtier_prefill_pla
                                    double seconds) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && plan, "cache or plan is NULL");
-    kvtier::HitPlan h;
+    kvtier::PrefillPlan h;
     h.cached_blocks = plan->cached_blocks;
     h.compute_blocks = plan->compute_blocks;
     if (plan->overlap_alone_seconds > 0) h.overlap_alone = plan->overlap_alone_seconds;

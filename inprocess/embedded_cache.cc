@@ -419,7 +419,14 @@ Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
   return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
 }
 
-Result<EnginePlan> EmbeddedCache::plan_prefill(const Prompt& prompt, HitPolicy policy) {
+Result<PlanPolicy> parse_plan_policy(std::string_view name) {
+  if (name == "cost") return PlanPolicy::kCost;
+  if (name == "load") return PlanPolicy::kLoad;
+  if (name == "compute") return PlanPolicy::kCompute;
+  return invalid_argument("plan policy '" + std::string(name) + "' is not cost, load or compute");
+}
+
+Result<PrefillPlan> EmbeddedCache::plan_prefill(const Prompt& prompt, PlanPolicy policy) {
   KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   if (Status st = check_extra_keys(prompt.extra_keys); !st.ok()) return impl_->reject(st);
   const uint32_t bs = static_cast<uint32_t>(layout().block_size);
@@ -431,8 +438,22 @@ Result<EnginePlan> EmbeddedCache::plan_prefill(const Prompt& prompt, HitPolicy p
   tiers.reserve(found.blocks.size());
   for (const auto& h : found.blocks) tiers.push_back(h.tier);
   const uint64_t uncached = prompt.tokens.size() - tiers.size() * bs;
-  return impl_->planner.plan(tiers, layout().dense_block_bytes(), bs, uncached,
-                             impl_->cache().costs(), policy);
+  const HitPolicy p = policy == PlanPolicy::kLoad      ? HitPolicy::kLoad
+                      : policy == PlanPolicy::kCompute ? HitPolicy::kCompute
+                                                       : HitPolicy::kCost;
+  const EnginePlan e = impl_->planner.plan(tiers, layout().dense_block_bytes(), bs, uncached,
+                                           impl_->cache().costs(), p);
+  PrefillPlan out;
+  out.cached_blocks = e.hit.cached_blocks;
+  out.compute_blocks = e.hit.compute_blocks;
+  out.predicted = e.hit.predicted;
+  out.load_only = e.hit.load_only;
+  out.compute_only = e.hit.compute_only;
+  out.load_seconds = e.hit.load_seconds;
+  out.deadline = e.deadline;
+  out.probe = e.hit.probe || e.hit.split_probe;
+  out.overlap_alone = e.hit.overlap_alone;
+  return out;
 }
 
 Status EmbeddedCache::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
@@ -456,13 +477,17 @@ Status EmbeddedCache::observe_load(const LoadReport& report, double seconds) {
   return ok_status();
 }
 
-Status EmbeddedCache::observe_split(const HitPlan& plan, double seconds) {
+Status EmbeddedCache::observe_split(const PrefillPlan& plan, double seconds) {
   KVTIER_ASSIGN_OR_RETURN(auto call, enter());
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     return impl_->reject(
         invalid_argument("a split's time must be > 0 seconds, got " + std::to_string(seconds)));
   }
-  impl_->planner.observe_split(plan, seconds);
+  HitPlan h;
+  h.cached_blocks = plan.cached_blocks;
+  h.compute_blocks = plan.compute_blocks;
+  h.overlap_alone = plan.overlap_alone;
+  impl_->planner.observe_split(h, seconds);
   return ok_status();
 }
 

@@ -8,17 +8,17 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
-#include "cache/plan/engine_planner.h"
 #include "cache/prefix_match.h"
 #include "inprocess/tensor_view.h"
 #include "serialize/block_hash.h"
@@ -88,6 +88,22 @@ struct LoadReport {
   // The slowest tier (kvtier's, 0 = its top) a loaded block came from; -1 when none loaded. What
   // a timed load teaches the planner about (EmbeddedCache::observe_load).
   int source_tier = -1;
+};
+
+// How plan_prefill chooses: the split predicted fastest, or one end forced.
+enum class PlanPolicy { kCost, kLoad, kCompute };
+Result<PlanPolicy> parse_plan_policy(std::string_view name);  // "cost", "load", "compute"
+
+// What plan_prefill says (cache/plan/engine_planner.h): compute blocks [0, compute_blocks) while
+// [compute_blocks, cached_blocks) load, then the rest of the prompt. Seconds are predictions,
+// nullopt where the planner does not know yet; `deadline` is seconds from the load's start to
+// wait for it at most (nullopt: nothing loads, or no estimate).
+struct PrefillPlan {
+  size_t cached_blocks = 0;
+  size_t compute_blocks = 0;
+  std::optional<double> predicted, load_only, compute_only, load_seconds, deadline;
+  bool probe = false;  // loads (or splits) against its own estimates, to time them again
+  std::optional<double> overlap_alone;  // the planner's own, read back by observe_split
 };
 
 struct SaveReport {
@@ -173,7 +189,7 @@ class EmbeddedCache {
   // plan.hit.compute_blocks and deadline = plan.deadline). The prefix stops short of the prompt's
   // last token, which the engine computes whatever the plan. kCost plans a pure load until it
   // knows the engine's prefill (three observe_prefill samples) and a load's time per tier.
-  Result<EnginePlan> plan_prefill(const Prompt& prompt, HitPolicy policy = HitPolicy::kCost);
+  Result<PrefillPlan> plan_prefill(const Prompt& prompt, PlanPolicy policy = PlanPolicy::kCost);
   // The engine computed `tokens` rows after `context` cached ones in `seconds`.
   Status observe_prefill(uint64_t tokens, uint64_t context, double seconds);
   // A load's bytes were in the engine's memory `seconds` after its call. Host loads are timed by
@@ -182,7 +198,7 @@ class EmbeddedCache {
   // load shares the machine with the front.
   Status observe_load(const LoadReport& report, double seconds);
   // A split plan's front and load, side by side, were both done `seconds` after the load began.
-  Status observe_split(const HitPlan& plan, double seconds);
+  Status observe_split(const PrefillPlan& plan, double seconds);
 
   // Stores one block: `tokens` (exactly block_size) whose parent is `parent` (nullopt for a
   // prompt's first block), from per-layer [block_size, kv_heads, head_dim] tensors or quantized

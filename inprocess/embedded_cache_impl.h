@@ -13,10 +13,11 @@
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
 #include "cache/hybrid_prefix_cache.h"
+#include "cache/plan/engine_planner.h"
 #include "cache/prefix_hasher.h"
+#include "engine/vulkan/vulkan_context.h"
 #include "inprocess/cuda/device_transfers.h"
 #include "inprocess/embedded_cache.h"
-#include "engine/vulkan/vulkan_context.h"
 
 namespace kvtier {
 

@@ -263,10 +263,10 @@ class PyCache {
                           report.source_tier);
   }
 
-  EnginePlan plan_prefill(py::handle tokens, const std::vector<std::string>& extra,
-                          const std::string& policy) {
+  PrefillPlan plan_prefill(py::handle tokens, const std::vector<std::string>& extra,
+                           const std::string& policy) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
-    const HitPolicy p = value_or_raise(parse_hit_policy(policy));
+    const PlanPolicy p = value_or_raise(parse_plan_policy(policy));
     return call([&] { return cache_->plan_prefill({t, extra}, p); });
   }
   void observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
@@ -278,8 +278,8 @@ class PyCache {
     const LoadReport r{first_block, loaded_blocks, deadline_passed, source_tier};
     call([&] { return cache_->observe_load(r, seconds); });
   }
-  void observe_split(const EnginePlan& plan, double seconds) {
-    call([&] { return cache_->observe_split(plan.hit, seconds); });
+  void observe_split(const PrefillPlan& plan, double seconds) {
+    call([&] { return cache_->observe_split(plan, seconds); });
   }
 
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
@@ -437,18 +437,15 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("tensor", &Fetched::tensor)
       .def("release_pins", &Fetched::release_pins);
   // Seconds as floats, None where the planner has no estimate yet.
-  py::class_<EnginePlan>(m, "EnginePlan")
-      .def_property_readonly("cached_blocks",
-                             [](const EnginePlan& p) { return p.hit.cached_blocks; })
-      .def_property_readonly("compute_blocks",
-                             [](const EnginePlan& p) { return p.hit.compute_blocks; })
-      .def_property_readonly("predicted", [](const EnginePlan& p) { return p.hit.predicted; })
-      .def_property_readonly("load_only", [](const EnginePlan& p) { return p.hit.load_only; })
-      .def_property_readonly("compute_only", [](const EnginePlan& p) { return p.hit.compute_only; })
-      .def_property_readonly("load_seconds", [](const EnginePlan& p) { return p.hit.load_seconds; })
-      .def_property_readonly("deadline", [](const EnginePlan& p) { return p.deadline; })
-      .def_property_readonly("probe",
-                             [](const EnginePlan& p) { return p.hit.probe || p.hit.split_probe; });
+  py::class_<PrefillPlan>(m, "EnginePlan")
+      .def_readonly("cached_blocks", &PrefillPlan::cached_blocks)
+      .def_readonly("compute_blocks", &PrefillPlan::compute_blocks)
+      .def_readonly("predicted", &PrefillPlan::predicted)
+      .def_readonly("load_only", &PrefillPlan::load_only)
+      .def_readonly("compute_only", &PrefillPlan::compute_only)
+      .def_readonly("load_seconds", &PrefillPlan::load_seconds)
+      .def_readonly("deadline", &PrefillPlan::deadline)
+      .def_readonly("probe", &PrefillPlan::probe);
   py::class_<PyCache>(m, "Cache")
       .def(py::init([](const py::dict& options) { return new PyCache(options_from(options)); }))
       .def_property_readonly("layout_json", &PyCache::layout_json)

@@ -95,3 +95,17 @@ def test_wrong_calls_raise_value_error(tmp_path):
             c.observe_split(foreign, 0.1)
         with pytest.raises(ValueError, match="split's time"):
             c.observe_split(c.plan(tokens_for(1, 40)), 0.0)
+
+
+def test_the_engine_bench_says_why_it_skips_without_cuda():
+    # bench/torch_engine_bench.py measures the loop above on a GPU; here it must say it cannot.
+    import os
+    import subprocess
+    import sys
+    from conftest import SOURCE_DIR
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device: the bench would run for minutes")
+    run = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "bench", "torch_engine_bench.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "skipped" in run.stdout and "CUDA" in run.stdout, run.stdout
