@@ -13,15 +13,18 @@ two striped. Each hit follows the loop docs/python.md documents: cache.plan(toke
 [s, cached) on a loader thread (wait=False) while the engine computes [0, s) on its stream, then
 the stream waits on the load's event and computes the rest.
 
-Rows per (model, prompt, where): uncached (the engine alone), load-only (s = 0), plan (the cost
-plan, after the engine told kvtier its prefill times and kvtier timed its loads), and a sweep of
-fixed splits (the best shown). Columns: TTFT ms (median of --reps; wall time from the plan to
-the logits on the host), the engine's stall (ms its stream waited on kvtier's event: CUDA events),
-the load's GB/s (blocks loaded / time from the call to its last copy), and, once per row, whether
-32 greedy tokens after the restore equal the uncached run's, with the largest logit difference.
-References in the same run: torch's pinned host-to-device copy (GB/s). A second experiment times
-the engine's stream while kvtier saves and loads on another thread: gaps between the engine's
-kernels over 0.1 ms, with kvtier busy and without (the page-locking stall issue 53 names).
+The engine tells kvtier every prefill it runs alone (observe_prefill), and runs the rows after a
+restored prefix as a CUDA graph captured once per shape, as serving engines run short forwards.
+
+Rows per (model, prompt, where): uncached (the engine alone, interleaved with the hits on the same
+prompt), load-only (s = 0), plan (the cost plan), and a sweep of fixed splits (the best shown).
+Columns: TTFT ms (medians; wall time from the plan to the logits on the host), the engine's stall
+(ms its stream waited on kvtier's event: CUDA events), the load's GB/s (from the load call to its
+last copy), and, once per row, whether 32 greedy tokens after the restore equal the uncached
+run's, with the largest logit difference up to the first token that differs. References in the
+same run: the uncached prefill, and torch's pinned host-to-device copy (GB/s). A second experiment
+times the engine's stream while kvtier saves and loads on another thread: gaps between the
+engine's kernels over 0.1 ms, with kvtier busy and without (the page-locking stall issue 53 names).
 
     PYTHONPATH=KIT/python python3 bench/torch_engine_bench.py --models 1b 8b --tokens 2048 8192 32768 \
         --ssd-dir /tmp/kvtier-bench-ssd --out bench-results
@@ -54,6 +57,8 @@ MODELS = {
 }
 BS = 16
 TRACE = bool(os.environ.get("KVTIER_BENCH_TRACE"))
+GRAPHS = True      # --eager-suffix turns it off
+GRAPH_ROWS = 64    # rows after a restored prefix run as a CUDA graph up to this many
 
 
 class Engine:
@@ -82,6 +87,7 @@ class Engine:
         ang = torch.arange(max_tokens, device="cuda", dtype=torch.float64)[:, None] * inv[None, :]
         self.cos, self.sin = ang.cos().to(dt), ang.sin().to(dt)
         self.num_blocks = (max_tokens + BS - 1) // BS
+        self._graphs = {}
         self.kv = [torch.zeros(2, self.num_blocks, BS, c["kv_heads"], c["head_dim"], dtype=dt, device="cuda")
                    for _ in range(c["layers"])]
 
@@ -145,6 +151,29 @@ class Engine:
         last = F.rms_norm(x[-1:], (x.shape[-1],), self.final, 1e-5)
         return (last.float() @ self.emb_f32.T)[0]  # f32 logits: bf16's are a unit apart near 200
 
+    def forward_graphed(self, tokens, start):
+        """forward() of a short run of rows as a CUDA graph, captured on its first call for this
+        (length, start): the rows after a restored prefix are a few dozen kernels per layer, which
+        eager PyTorch launches one by one (15-17 ms of host time for 16 rows of the 8B shape), as
+        a serving engine's CUDA graphs do not."""
+        key = (tokens.shape[0], start)
+        if key not in self._graphs:
+            static_in = tokens.clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # kernel selection and lazy loading happen outside the capture
+                    self.forward(static_in, start)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                static_out = self.forward(static_in, start)
+            self._graphs[key] = (graph, static_in, static_out)
+        graph, static_in, static_out = self._graphs[key]
+        static_in.copy_(tokens)
+        graph.replay()
+        return static_out.clone()
+
     def generate(self, logits, n, steps):
         """Greedy tokens after a prompt of n tokens whose last logits are `logits`."""
         out, history = [], []
@@ -182,10 +211,11 @@ LOAD_STREAM = None
 
 
 def load_until_done(cache, tokens, ids, eng, first_block, deadline, t0):
+    t_call = time.perf_counter()
     loaded = cache.load_blocks(tokens[:-1], ids, eng.k_views(), None, kv_layout="vllm", first_block=first_block,
                                deadline=deadline, stream=LOAD_STREAM, wait=False)
     loaded.event.synchronize()
-    return loaded, time.perf_counter() - t0
+    return loaded, time.perf_counter() - t_call
 
 
 def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
@@ -196,14 +226,19 @@ def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
     if split is None:
         plan = cache.plan(tokens, policy=policy)
         s, deadline, loads = plan.compute_blocks, plan.deadline, plan.loads
+        t_plan = time.perf_counter()
     else:
+        t_plan = t0
         plan, s, deadline, loads = None, split, None, True
-    tok = torch.tensor(tokens, device="cuda")
     if not loads:  # recompute everything: one prefill, as the uncached run
-        logits = eng.forward(tok, 0)
+        t_front = time.perf_counter()
+        logits = eng.forward(torch.tensor(tokens, device="cuda"), 0)
         torch.cuda.synchronize()
-        return time.perf_counter() - t0, 0.0, None, s, 0, logits if with_logits else None
+        end = time.perf_counter()
+        cache.observe_prefill(len(tokens), end - t_front)
+        return end - t0, 0.0, None, s, 0, logits if with_logits else None
     fut = LOADER.submit(load_until_done, cache, tokens, ids, eng, s, deadline, t0)
+    tok = torch.tensor(tokens, device="cuda")  # the load is on its way meanwhile
     t_submit = time.perf_counter()
     stream = torch.cuda.current_stream()
     front_end, waited = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -220,11 +255,15 @@ def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
             rate = loaded.blocks * cache.block_bytes / load_s / 1e9
     waited.record(stream)
     t_loaded = time.perf_counter()
-    logits = eng.forward(tok[resume:], resume)
+    rest = tok[resume:]
+    logits = eng.forward_graphed(rest, resume) if GRAPHS and rest.shape[0] <= GRAPH_ROWS else eng.forward(rest, resume)
     torch.cuda.synchronize()
-    ttft = time.perf_counter() - t0
+    end = time.perf_counter()
+    ttft = end - t0
+    # The engine tells kvtier every prefill it ran alone (the front ran beside the load: not alone).
+    cache.observe_prefill(rest.shape[0], end - t_loaded, context=resume)
     if TRACE:
-        print(f"    hit s={s}: submit {1e3 * (t_submit - t0):.2f} front enqueued {1e3 * (t_front - t0):.2f} "
+        print(f"    hit s={s}: plan {1e3 * (t_plan - t0):.2f} submit {1e3 * (t_submit - t0):.2f} front enqueued {1e3 * (t_front - t0):.2f} "
               f"load back {1e3 * (t_loaded - t0):.2f} end {1e3 * ttft:.2f} ms; loaded {loaded_blocks} from {resume}",
               flush=True)
     if plan is not None and 0 < s < plan.cached_blocks and fut is not None:
@@ -254,7 +293,7 @@ def calibrate(eng, cache, vocab, lengths):
         cache.observe_prefill(n, s)
 
 
-def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
+def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
     """Rows load-only, plan and the sweep for one storage arrangement; returns a dict."""
     import gc
     layout = kv_layout(c)
@@ -262,7 +301,7 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
     # The first load and the first plan of a tier are not timed: the first warms kvtier's estimate
     # up, the first plan may choose a split whose shapes the engine has not run yet (CUDA loads a
     # kernel on its first use, tens of ms on the host).
-    modes = ["load"] * (a.reps + 1) + ["cost"] * (a.reps + 1) + [f"split{f}" for f in a.sweep]
+    modes = ["load"] * (a.reps + 1) + ["cost"] * (a.plan_reps + 1) + [f"split{f}" for f in a.sweep]
     # SSD rows each read a prompt of their own; RAM rows one prompt, again and again.
     seeds = [1000 + i for i in range(len(modes))] if where != "ram" else [1000] * len(modes)
     prompts = len(set(seeds))
@@ -293,7 +332,7 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
             cache = kvtier.Cache(layout, **opts)
             calibrate(eng, cache, c["vocab"], a.calibrate)
         rows = {"load": [], "cost": [], "split": {}}
-        check = None
+        check, uncached = None, []
         for i, m in enumerate(modes):
             tokens = prompt(seeds[i], n, c["vocab"])
             if where != "ram":
@@ -302,8 +341,13 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
             split = int(float(m[5:]) * ((n - 1) // BS)) if m.startswith("split") else None
             if split:  # the front's shapes run once before they are timed
                 eng.forward(torch.tensor(tokens[:split * BS], device="cuda"), 0)
-            eng.clear()
             untimed = m in ("load", "cost") and (i == 0 or modes[i - 1] != m)
+            if m in ("load", "cost") and not untimed:  # the reference, round by round
+                eng.clear()
+                seconds = timed_prefill(eng, tokens)[1]
+                uncached.append(seconds * 1e3)
+                cache.observe_prefill(n, seconds)  # the engine tells kvtier every prefill
+            eng.clear()
             first_cost = m == "cost" and not untimed and not rows["cost"]
             r = hit(eng, cache, tokens, policy=None if split else m, split=split, with_logits=first_cost)
             if untimed:
@@ -330,8 +374,9 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
         gc.collect()
     med = lambda xs, j: statistics.median(x[j] for x in xs)
     best_split = min(rows["split"].items(), key=lambda kv: kv[1][0]) if rows["split"] else None
+    uncached_ms = statistics.median(uncached)
     out = {
-        "where": where, "uncached_ms": uncached_ms,
+        "where": where, "uncached_ms": uncached_ms, "uncached_samples_ms": uncached,
         "load_ms": med(rows["load"], 0) * 1e3, "load_stall_ms": med(rows["load"], 1),
         "load_gbs": med(rows["load"], 2),
         "plan_ms": med(rows["cost"], 0) * 1e3, "plan_stall_ms": med(rows["cost"], 1),
@@ -346,6 +391,10 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, uncached_ms, reference):
     out["plan_vs_best"] = out["plan_ms"] / best
     out["hit_speedup"] = uncached_ms / out["plan_ms"]
     return out
+
+
+def pinned(cache):
+    return sum(x["value"] for x in cache.stats().get("kvtier_embedded_cuda_pinned_bytes", []))
 
 
 def stall_experiment(kvtier, eng, c, a, dirs):
@@ -391,11 +440,12 @@ def stall_experiment(kvtier, eng, c, a, dirs):
         for phase in ("idle", "growing", "steady", "idle-after"):
             stop = [False]
             fut = None if phase.startswith("idle") else LOADER.submit(kvtier_work, stop)
+            pinned_before = pinned(cache)
             worst, over, count, per = engine_loop(a.stall_seconds)
             stop[0] = True
             rounds = fut.result() if fut else 0
             out[phase] = {"max_gap_ms": worst, "gaps_over_0_1ms": over, "kernels": count, "kernel_ms": per,
-                          "kvtier_rounds": rounds}
+                          "kvtier_rounds": rounds, "newly_pinned_bytes": pinned(cache) - pinned_before}
         stats = cache.stats()
         out["unpinned_copies"] = sum(x["value"] for x in stats.get("kvtier_embedded_cuda_unpinned_copies_total", []))
         out["pinned_bytes"] = sum(x["value"] for x in stats.get("kvtier_embedded_cuda_pinned_bytes", []))
@@ -411,6 +461,9 @@ def main():
     p.add_argument("--where", nargs="+", default=["ram", "ssd", "ssd2"], choices=["ram", "ssd", "ssd2"])
     p.add_argument("--ssd-dir", default="/tmp/kvtier-torch-bench", help="SSD directories go under it")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--plan-reps", type=int, default=None, help="timed plans per row (default: --reps)")
+    p.add_argument("--eager-suffix", action="store_true", help="the rows after a restored prefix run eagerly, "
+                   "not as a CUDA graph")
     p.add_argument("--sweep", nargs="*", type=float, default=[0.25, 0.5, 0.75])
     p.add_argument("--calibrate", nargs="+", type=int, default=[512, 2048, 8192])
     p.add_argument("--generate", type=int, default=32)
@@ -422,6 +475,9 @@ def main():
                         "thread gets the GIL back from the engine's thread")
     p.add_argument("--out", default=os.environ.get("KVTIER_BENCH_OUT", "bench-results"))
     a = p.parse_args()
+    a.plan_reps = a.reps if a.plan_reps is None else a.plan_reps
+    global GRAPHS
+    GRAPHS = not a.eager_suffix
     if torch is None or not torch.cuda.is_available():
         print("torch_engine_bench: skipped — it needs torch with CUDA and a GPU (this machine has "
               f"{'no torch' if torch is None else 'no CUDA device'})")
@@ -455,15 +511,9 @@ def main():
         c = MODELS[model]
         eng = Engine(c, max(a.tokens + a.calibrate) + a.generate + BS)
         for n in a.tokens:
-            un = []
-            for rep in range(a.reps + 1):
-                eng.clear()
-                _, s = timed_prefill(eng, prompt(1000, n, c["vocab"]))
-                if rep:
-                    un.append(s * 1e3)
-            uncached_ms = statistics.median(un)
             for where in a.where:
-                r = bench_where(kvtier, eng, c, n, where, dirs[where], a, uncached_ms, reference)
+                r = bench_where(kvtier, eng, c, n, where, dirs[where], a, reference)
+                uncached_ms = r["uncached_ms"]
                 r.update(model=model, tokens=n)
                 results["rows"].append(r)
                 best = r["best_split"]
