@@ -124,6 +124,37 @@ int main(void) {
     free(two);
   }
 
+  /* Hit plans: a pure load until the engine's prefill is known; the ends forced; a fast engine
+   * computes. The prefix stops short of the last token: 40 tokens, 2 cached blocks. */
+  {
+    kvtier_prefill_plan plan;
+    unsigned char* two = malloc(2 * bytes);
+    size_t loaded = 0;
+    const kvtier_prompt prompt = {tokens, 40, NULL, 0};
+    REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, &plan));
+    CHECK(plan.cached_blocks == 2 && plan.compute_blocks == 0);
+    CHECK(plan.compute_only_seconds < 0); /* not known yet */
+    REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COMPUTE, &plan));
+    CHECK(plan.compute_blocks == 2 && plan.timeout_ms == -1);
+    CHECK(kvtier_plan(c, &prompt, (kvtier_plan_policy)7, &plan) == KVTIER_INVALID_ARGUMENT);
+    CHECK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, NULL) == KVTIER_INVALID_ARGUMENT);
+    CHECK(kvtier_observe_prefill(c, 0, 0, 0.1) == KVTIER_INVALID_ARGUMENT);
+    CHECK(kvtier_observe_prefill(c, 16, 0, -1.0) == KVTIER_INVALID_ARGUMENT);
+    for (int i = 0; i < 4; ++i) { /* pure loads: kvtier times them (the first only warms up) */
+      REQUIRE_OK(kvtier_load_prefix(c, &prompt, 0, 2, -1, two, 2 * bytes, &loaded, NULL));
+      CHECK(loaded == 2);
+    }
+    REQUIRE_OK(kvtier_observe_prefill(c, 64, 0, 64e-12));
+    REQUIRE_OK(kvtier_observe_prefill(c, 256, 0, 256e-12));
+    REQUIRE_OK(kvtier_observe_prefill(c, 1024, 0, 1024e-12));
+    REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, &plan));
+    CHECK(plan.compute_blocks == 2); /* faster than a memory copy: computing wins */
+    CHECK(plan.compute_only_seconds >= 0 && plan.load_only_seconds > plan.compute_only_seconds);
+    REQUIRE_OK(kvtier_observe_split(c, &plan, 0.01)); /* not a split: ignored */
+    CHECK(kvtier_observe_split(c, &plan, 0.0) == KVTIER_INVALID_ARGUMENT);
+    free(two);
+  }
+
   /* A miss is not an error, and leaves the buffer alone. */
   memset(missing, 0xab, sizeof missing);
   memset(out, 0x5a, bytes);
