@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <functional>
 #include <future>
@@ -325,12 +324,6 @@ Result<LoadReport> EmbeddedCache::Impl::load_range(std::span<const BlockKey> key
   return report;
 }
 
-void EmbeddedCache::Impl::time_load(const LoadReport& r, double seconds) {
-  if (r.first_block != 0 || r.deadline_passed || r.loaded_blocks == 0 || r.source_tier < 0) return;
-  planner.observe_load(static_cast<size_t>(r.source_tier),
-                       r.loaded_blocks * layout().dense_block_bytes(), seconds);
-}
-
 void EmbeddedCache::Impl::count_load(size_t loaded) {
   metrics.loaded_blocks.inc(loaded);
   metrics.bytes_out.inc(loaded * layout().dense_block_bytes());
@@ -417,78 +410,6 @@ Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
     found = impl_->cache().lookup(*impl_->hasher, prompt.tokens, prompt.extra_keys);
   }
   return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
-}
-
-Result<PlanPolicy> parse_plan_policy(std::string_view name) {
-  if (name == "cost") return PlanPolicy::kCost;
-  if (name == "load") return PlanPolicy::kLoad;
-  if (name == "compute") return PlanPolicy::kCompute;
-  return invalid_argument("plan policy '" + std::string(name) + "' is not cost, load or compute");
-}
-
-Result<PrefillPlan> EmbeddedCache::plan_prefill(const Prompt& prompt, PlanPolicy policy) {
-  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
-  if (Status st = check_extra_keys(prompt.extra_keys); !st.ok()) return impl_->reject(st);
-  const uint32_t bs = static_cast<uint32_t>(layout().block_size);
-  std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
-  // The last token is always computed: its logits start the generation.
-  keys.resize(std::min(keys.size(), prompt.tokens.empty() ? 0 : (prompt.tokens.size() - 1) / bs));
-  const LookupResult found = impl_->cache().lookup(keys);
-  std::vector<int> tiers;
-  tiers.reserve(found.blocks.size());
-  for (const auto& h : found.blocks) tiers.push_back(h.tier);
-  const uint64_t uncached = prompt.tokens.size() - tiers.size() * bs;
-  const HitPolicy p = policy == PlanPolicy::kLoad      ? HitPolicy::kLoad
-                      : policy == PlanPolicy::kCompute ? HitPolicy::kCompute
-                                                       : HitPolicy::kCost;
-  const EnginePlan e = impl_->planner.plan(tiers, layout().dense_block_bytes(), bs, uncached,
-                                           impl_->cache().costs(), p);
-  PrefillPlan out;
-  out.cached_blocks = e.hit.cached_blocks;
-  out.compute_blocks = e.hit.compute_blocks;
-  out.predicted = e.hit.predicted;
-  out.load_only = e.hit.load_only;
-  out.compute_only = e.hit.compute_only;
-  out.load_seconds = e.hit.load_seconds;
-  out.deadline = e.deadline;
-  out.probe = e.hit.probe || e.hit.split_probe;
-  out.overlap_alone = e.hit.overlap_alone;
-  return out;
-}
-
-Status EmbeddedCache::observe_prefill(uint64_t tokens, uint64_t context, double seconds) {
-  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
-  if (tokens == 0 || !(seconds > 0) || !std::isfinite(seconds)) {
-    return impl_->reject(
-        invalid_argument("a prefill sample needs tokens > 0 and seconds > 0, got " +
-                         std::to_string(tokens) + " tokens in " + std::to_string(seconds) + " s"));
-  }
-  impl_->planner.observe_prefill(tokens, context, seconds);
-  return ok_status();
-}
-
-Status EmbeddedCache::observe_load(const LoadReport& report, double seconds) {
-  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
-  if (!(seconds > 0) || !std::isfinite(seconds)) {
-    return impl_->reject(
-        invalid_argument("a load's time must be > 0 seconds, got " + std::to_string(seconds)));
-  }
-  impl_->time_load(report, seconds);
-  return ok_status();
-}
-
-Status EmbeddedCache::observe_split(const PrefillPlan& plan, double seconds) {
-  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
-  if (!(seconds > 0) || !std::isfinite(seconds)) {
-    return impl_->reject(
-        invalid_argument("a split's time must be > 0 seconds, got " + std::to_string(seconds)));
-  }
-  HitPlan h;
-  h.cached_blocks = plan.cached_blocks;
-  h.compute_blocks = plan.compute_blocks;
-  h.overlap_alone = plan.overlap_alone;
-  impl_->planner.observe_split(h, seconds);
-  return ok_status();
 }
 
 Result<StoreResult> EmbeddedCache::store(const Prompt& prompt,
