@@ -147,7 +147,13 @@ int main(void) {
     REQUIRE_OK(kvtier_observe_prefill(c, 64, 0, 64e-12));
     REQUIRE_OK(kvtier_observe_prefill(c, 256, 0, 256e-12));
     REQUIRE_OK(kvtier_observe_prefill(c, 1024, 0, 1024e-12));
-    REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, &plan));
+    /* A load timed far under its estimate (loads of microseconds jitter) makes the next plan a
+     * probe, which loads; the one after it plans from the estimates. */
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, &plan));
+      if (!plan.probe) break;
+    }
+    CHECK(plan.probe == 0);
     CHECK(plan.compute_blocks == 2); /* faster than a memory copy: computing wins */
     CHECK(plan.compute_only_seconds >= 0 && plan.load_only_seconds > plan.compute_only_seconds);
     REQUIRE_OK(kvtier_observe_split(c, &plan, 0.01)); /* not a split: ignored */
