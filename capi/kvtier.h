@@ -182,8 +182,10 @@ typedef struct kvtier_prefill_plan {
   int probe; /* 1: a plan that loads (or splits) against its own estimates, to time them again */
   double overlap_alone_seconds; /* the planner's own, read back by kvtier_observe_split */
 } kvtier_prefill_plan;
-kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
-                          kvtier_plan_policy policy, kvtier_prefill_plan* plan);
+/* `policy` is a kvtier_plan_policy, passed as an int so that any other value is an error, not
+ * undefined behaviour on the library's side. */
+kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt, int policy,
+                          kvtier_prefill_plan* plan);
 /* The engine computed `tokens` prompt rows after `context` cached ones in `seconds` (> 0). */
 kvtier_status kvtier_observe_prefill(kvtier_cache* cache, uint64_t tokens, uint64_t context,
                                      double seconds);

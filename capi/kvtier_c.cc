@@ -326,8 +326,8 @@ kvtier_status kvtier_load_prefix(kvtier_cache* cache, const kvtier_prompt* promp
   });
 }
 
-kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt,
-                          kvtier_plan_policy policy, kvtier_prefill_plan* plan) {
+kvtier_status kvtier_plan(kvtier_cache* cache, const kvtier_prompt* prompt, int policy,
+                          kvtier_prefill_plan* plan) {
   return guarded([&] {
     KVTIER_REQUIRE(cache && plan, "cache or plan is NULL");
     if (const char* bad = prompt_error(prompt)) return fail(KVTIER_INVALID_ARGUMENT, bad);

@@ -136,7 +136,7 @@ int main(void) {
     CHECK(plan.compute_only_seconds < 0); /* not known yet */
     REQUIRE_OK(kvtier_plan(c, &prompt, KVTIER_PLAN_COMPUTE, &plan));
     CHECK(plan.compute_blocks == 2 && plan.timeout_ms == -1);
-    CHECK(kvtier_plan(c, &prompt, (kvtier_plan_policy)7, &plan) == KVTIER_INVALID_ARGUMENT);
+    CHECK(kvtier_plan(c, &prompt, 7, &plan) == KVTIER_INVALID_ARGUMENT);
     CHECK(kvtier_plan(c, &prompt, KVTIER_PLAN_COST, NULL) == KVTIER_INVALID_ARGUMENT);
     CHECK(kvtier_observe_prefill(c, 0, 0, 0.1) == KVTIER_INVALID_ARGUMENT);
     CHECK(kvtier_observe_prefill(c, 16, 0, -1.0) == KVTIER_INVALID_ARGUMENT);
