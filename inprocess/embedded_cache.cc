@@ -399,19 +399,6 @@ Result<std::vector<BlockHash>> EmbeddedCache::block_hashes(const Prompt& prompt)
   return impl_->hasher->hash_prefix(prompt.tokens, prompt.extra_keys);
 }
 
-Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
-  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
-  LookupResult found;
-  if (impl_->hybrid) {
-    const HybridLookup h = impl_->hybrid->lookup(impl_->hasher->keys(prompt.tokens, prompt.extra_keys));
-    found.matched_tokens = h.matched_tokens;
-    found.blocks = h.hits;
-  } else {
-    found = impl_->cache().lookup(*impl_->hasher, prompt.tokens, prompt.extra_keys);
-  }
-  return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
-}
-
 Result<StoreResult> EmbeddedCache::store(const Prompt& prompt,
                                          const std::optional<BlockHash>& parent,
                                          std::span<const LayerKv> layers) {

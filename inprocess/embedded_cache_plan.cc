@@ -1,6 +1,6 @@
-// EmbeddedCache's hit plans for the engine (cache/plan/engine_planner.h): what a plan is made of
-// — the cached prefix's tiers, the engine's prefill times, kvtier's own timings of whole loads —
-// and the calls that teach it.
+// EmbeddedCache's lookups and hit plans for the engine (cache/plan/engine_planner.h): what a plan
+// is made of — the cached prefix's tiers, the engine's prefill times, kvtier's own timings of whole
+// loads — and the calls that teach it.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,6 +11,20 @@
 
 namespace kvtier {
 
+Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+  LookupResult found;
+  if (impl_->hybrid) {
+    const HybridLookup h =
+        impl_->hybrid->lookup(impl_->hasher->keys(prompt.tokens, prompt.extra_keys));
+    found.matched_tokens = h.matched_tokens;
+    found.blocks = h.hits;
+  } else {
+    found = impl_->cache().lookup(*impl_->hasher, prompt.tokens, prompt.extra_keys);
+  }
+  return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
+}
+
 void EmbeddedCache::Impl::time_load(const LoadReport& r, double seconds) {
   if (r.first_block != 0 || r.deadline_passed || r.loaded_blocks == 0 || r.source_tier < 0) return;
   planner.observe_load(static_cast<size_t>(r.source_tier),
@@ -18,10 +32,10 @@ void EmbeddedCache::Impl::time_load(const LoadReport& r, double seconds) {
 }
 
 Result<PlanPolicy> parse_plan_policy(std::string_view name) {
-  if (name == "cost") return PlanPolicy::kCost;
-  if (name == "load") return PlanPolicy::kLoad;
-  if (name == "compute") return PlanPolicy::kCompute;
-  return invalid_argument("plan policy '" + std::string(name) + "' is not cost, load or compute");
+  KVTIER_ASSIGN_OR_RETURN(HitPolicy p, parse_hit_policy(name));
+  return p == HitPolicy::kLoad      ? PlanPolicy::kLoad
+         : p == HitPolicy::kCompute ? PlanPolicy::kCompute
+                                    : PlanPolicy::kCost;
 }
 
 Result<PrefillPlan> EmbeddedCache::plan_prefill(const Prompt& prompt, PlanPolicy policy) {
