@@ -14,13 +14,16 @@ two striped. Each hit follows the loop docs/python.md documents: cache.plan(toke
 the stream waits on the load's event and computes the rest.
 
 The engine tells kvtier every prefill it runs alone (observe_prefill), and runs the rows after a
-restored prefix as a CUDA graph captured once per shape, as serving engines run short forwards.
+restored prefix as CUDA graphs captured once per shape (one per layer), as serving engines run
+short forwards; each layer's graph waits on the GPU for that layer's KV only (the load's
+layer_events): a load from kvtier's memory comes a layer at a time, so the rows' first layers
+run while the last ones load (--whole-load waits for the whole load first, to compare).
 
 Rows per (model, prompt, where): uncached (the engine alone, interleaved with the hits on the same
 prompt), load-only (s = 0), plan (the cost plan), and a sweep of fixed splits (the best shown).
 Columns: TTFT ms (medians; wall time from the plan to the logits on the host), the engine's stall
-(ms its stream waited on kvtier's event: CUDA events), the load's GB/s (from the load call to its
-last copy), and, once per row, whether 32 greedy tokens after the restore equal the uncached
+(ms its stream took from the end of its front to its logits beyond what the rows alone take: the
+time it waited on kvtier; CUDA events), the load's GB/s (from the load call to its last copy), and, once per row, whether 32 greedy tokens after the restore equal the uncached
 run's, with the largest logit difference up to the first token that differs. References in the
 same run: the uncached prefill, and torch's pinned host-to-device copy (GB/s). A second experiment
 times the engine's stream while kvtier saves and loads on another thread: gaps between the
@@ -59,6 +62,7 @@ BS = 16
 TRACE = bool(os.environ.get("KVTIER_BENCH_TRACE"))
 GRAPHS = True      # --eager-suffix turns it off
 GRAPH_ROWS = 64    # rows after a restored prefix run as a CUDA graph up to this many
+LAYERWISE = True   # graphed rows wait for each layer's KV (layer_events); --whole-load turns it off
 
 
 class Engine:
@@ -88,6 +92,7 @@ class Engine:
         self.cos, self.sin = ang.cos().to(dt), ang.sin().to(dt)
         self.num_blocks = (max_tokens + BS - 1) // BS
         self._graphs = {}
+        self.rows_ms = {}  # (rows, start) -> ms the graphed rows take on the GPU alone
         self.kv = [torch.zeros(2, self.num_blocks, BS, c["kv_heads"], c["head_dim"], dtype=dt, device="cuda")
                    for _ in range(c["layers"])]
 
@@ -118,44 +123,60 @@ class Engine:
         return F.scaled_dot_product_attention(Q, K.repeat_interleave(rep, 1), V.repeat_interleave(rep, 1),
                                               attn_mask=mask)
 
-    def forward(self, tokens, start):
-        """Rows [start, start + len(tokens)) into the KV cache; the last row's logits (f32)."""
-        F = torch.nn.functional
-        c = self.c
+    def _begin(self, tokens, start):
+        """The rows' embeddings and their attention mask (None where causal alignment needs none)."""
         n, end = tokens.shape[0], start + tokens.shape[0]
-        H, KV, D = c["heads"], c["kv_heads"], c["head_dim"]
-        x = self.emb[tokens]
         mask = None
         if start > 0 and n > 1:
             mask = torch.ones(n, end, dtype=torch.bool, device="cuda").tril(diagonal=start)
-        for w, kv in zip(self.layers, self.kv):
-            hdn = F.rms_norm(x, (x.shape[-1],), w["n1"], 1e-5)
-            qkv = hdn @ w["wqkv"]
-            q = self._rope(qkv[:, :H * D].view(n, H, D), start)
-            k = self._rope(qkv[:, H * D:(H + KV) * D].view(n, KV, D), start)
-            flat = kv.view(2, self.num_blocks * BS, KV, D)
-            flat[0, start:end] = k
-            flat[1, start:end] = qkv[:, (H + KV) * D:].view(n, KV, D)
-            K, V = flat[0, :end].transpose(0, 1)[None], flat[1, :end].transpose(0, 1)[None]
-            Q = q.transpose(0, 1)[None]
-            if start == 0:
-                o = F.scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=True)
-            elif mask is None:  # one row sees every key
-                o = F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)
-            else:  # rows after cached ones: the causal mask aligned to the last key
-                o = self._suffix_attention(Q, K, V, mask)
-            x = x + o[0].transpose(0, 1).reshape(n, H * D) @ w["wo"]
-            hdn = F.rms_norm(x, (x.shape[-1],), w["n2"], 1e-5)
-            gu = hdn @ w["wgu"]
-            x = x + (F.silu(gu[:, :c["ffn"]]) * gu[:, c["ffn"]:]) @ w["wd"]
+        return self.emb[tokens], mask
+
+    def _layer(self, x, w, kv, start, mask):
+        F = torch.nn.functional
+        c = self.c
+        n, end = x.shape[0], start + x.shape[0]
+        H, KV, D = c["heads"], c["kv_heads"], c["head_dim"]
+        hdn = F.rms_norm(x, (x.shape[-1],), w["n1"], 1e-5)
+        qkv = hdn @ w["wqkv"]
+        q = self._rope(qkv[:, :H * D].view(n, H, D), start)
+        k = self._rope(qkv[:, H * D:(H + KV) * D].view(n, KV, D), start)
+        flat = kv.view(2, self.num_blocks * BS, KV, D)
+        flat[0, start:end] = k
+        flat[1, start:end] = qkv[:, (H + KV) * D:].view(n, KV, D)
+        K, V = flat[0, :end].transpose(0, 1)[None], flat[1, :end].transpose(0, 1)[None]
+        Q = q.transpose(0, 1)[None]
+        if start == 0:
+            o = F.scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=True)
+        elif mask is None:  # one row sees every key
+            o = F.scaled_dot_product_attention(Q, K, V, enable_gqa=True)
+        else:  # rows after cached ones: the causal mask aligned to the last key
+            o = self._suffix_attention(Q, K, V, mask)
+        x = x + o[0].transpose(0, 1).reshape(n, H * D) @ w["wo"]
+        hdn = F.rms_norm(x, (x.shape[-1],), w["n2"], 1e-5)
+        gu = hdn @ w["wgu"]
+        return x + (F.silu(gu[:, :c["ffn"]]) * gu[:, c["ffn"]:]) @ w["wd"]
+
+    def _end(self, x):
+        F = torch.nn.functional
         last = F.rms_norm(x[-1:], (x.shape[-1],), self.final, 1e-5)
         return (last.float() @ self.emb_f32.T)[0]  # f32 logits: bf16's are a unit apart near 200
 
-    def forward_graphed(self, tokens, start):
-        """forward() of a short run of rows as a CUDA graph, captured on its first call for this
+    def forward(self, tokens, start, waits=None):
+        """Rows [start, start + len(tokens)) into the KV cache; the last row's logits (f32). With
+        `waits`, layer l's work waits on the GPU for waits[l] (a load's layer_events)."""
+        x, mask = self._begin(tokens, start)
+        for i, (w, kv) in enumerate(zip(self.layers, self.kv)):
+            if waits is not None:
+                torch.cuda.current_stream().wait_event(waits[i])
+            x = self._layer(x, w, kv, start, mask)
+        return self._end(x)
+
+    def forward_graphed(self, tokens, start, waits=None):
+        """forward() of a short run of rows as CUDA graphs, captured on its first call for this
         (length, start): the rows after a restored prefix are a few dozen kernels per layer, which
         eager PyTorch launches one by one (15-17 ms of host time for 16 rows of the 8B shape), as
-        a serving engine's CUDA graphs do not."""
+        a serving engine's CUDA graphs do not. One graph per layer (and one for the embeddings,
+        one for the logits), so the stream can wait for each layer's KV between them."""
         key = (tokens.shape[0], start)
         if key not in self._graphs:
             static_in = tokens.clone()
@@ -165,13 +186,42 @@ class Engine:
                 for _ in range(2):  # kernel selection and lazy loading happen outside the capture
                     self.forward(static_in, start)
             torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                static_out = self.forward(static_in, start)
-            self._graphs[key] = (graph, static_in, static_out)
-        graph, static_in, static_out = self._graphs[key]
+            pool = torch.cuda.graph_pool_handle()
+            pieces, keep = [], []
+
+            def capture(fn):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                    out = fn()
+                pieces.append(graph)
+                keep.append(out)
+                return out
+
+            x, mask = capture(lambda: self._begin(static_in, start))
+            for w, kv in zip(self.layers, self.kv):
+                x = capture(lambda x=x, w=w, kv=kv: self._layer(x, w, kv, start, mask))
+            static_out = capture(lambda: self._end(x))
+            self._graphs[key] = (pieces, static_in, static_out, keep)
+            # What the rows cost the GPU alone: a stall is the time a hit's rows took beyond it.
+            times = []
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for g in pieces:
+                    g.replay()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            self.rows_ms[key] = statistics.median(times)
+        pieces, static_in, static_out, _ = self._graphs[key]
         static_in.copy_(tokens)
-        graph.replay()
+        stream = torch.cuda.current_stream()
+        pieces[0].replay()
+        for i, g in enumerate(pieces[1:-1]):
+            if waits is not None:
+                stream.wait_event(waits[i])
+            g.replay()
+        pieces[-1].replay()
         return static_out.clone()
 
     def generate(self, logits, n, steps):
@@ -207,19 +257,29 @@ def timed_prefill(eng, tokens):
 
 
 LOADER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvtier-loader")
+LAST_LOAD = {"groups": None}  # layer groups the last load came in (distinct layer events)
 LOAD_STREAM = None
 
 
-def load_until_done(cache, tokens, ids, eng, first_block, deadline, t0):
+def load_async(cache, tokens, ids, eng, first_block, deadline, enqueued):
+    """The load on kvtier's thread: tells `enqueued` (a Future) the load's result once its copies
+    are queued, then waits for them, to time the load."""
     t_call = time.perf_counter()
-    loaded = cache.load_blocks(tokens[:-1], ids, eng.k_views(), None, kv_layout="vllm", first_block=first_block,
-                               deadline=deadline, stream=LOAD_STREAM, wait=False)
+    try:
+        loaded = cache.load_blocks(tokens[:-1], ids, eng.k_views(), None, kv_layout="vllm", first_block=first_block,
+                                   deadline=deadline, stream=LOAD_STREAM, wait=False, layerwise=LAYERWISE)
+    except BaseException as e:
+        enqueued.set_exception(e)
+        raise
+    enqueued.set_result(loaded)
     loaded.event.synchronize()
     return loaded, time.perf_counter() - t_call
 
 
 def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
-    """One restored request: returns (ttft s, stall ms, load GB/s or None, blocks computed, loaded, logits)."""
+    """One restored request: returns (ttft s, stall ms, load GB/s or None, blocks computed, loaded, logits).
+    The stall: how much longer than the rows alone the engine's stream took from the end of its
+    front to its logits (it waited on kvtier that long)."""
     ids = list(range(eng.num_blocks))
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -237,38 +297,50 @@ def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
         end = time.perf_counter()
         cache.observe_prefill(len(tokens), end - t_front)
         return end - t0, 0.0, None, s, 0, logits if with_logits else None
-    fut = LOADER.submit(load_until_done, cache, tokens, ids, eng, s, deadline, t0)
-    tok = torch.tensor(tokens, device="cuda")  # the load is on its way meanwhile
+    # The prompt on the GPU before the load starts: the loader thread's Python would hold up the
+    # conversion (the GIL), and an engine's scheduler has its token ids on the GPU anyway.
+    tok = torch.tensor(tokens, device="cuda")
+    enqueued = concurrent.futures.Future()
+    fut = LOADER.submit(load_async, cache, tokens, ids, eng, s, deadline, enqueued)
     t_submit = time.perf_counter()
     stream = torch.cuda.current_stream()
-    front_end, waited = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    front_end, waited, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     if s > 0:
         eng.forward(tok[:s * BS], 0)
     front_end.record(stream)
     t_front = time.perf_counter()
-    resume, rate, loaded_blocks = s * BS, None, 0
-    if fut is not None:
-        loaded, load_s = fut.result()
-        stream.wait_event(loaded.event)
-        resume, loaded_blocks = loaded.resume_at, loaded.blocks
-        if loaded.blocks:
-            rate = loaded.blocks * cache.block_bytes / load_s / 1e9
-    waited.record(stream)
+    loaded = enqueued.result()  # queued, not done: the rows wait for it on the GPU
     t_loaded = time.perf_counter()
+    resume = loaded.resume_at
     rest = tok[resume:]
-    logits = eng.forward_graphed(rest, resume) if GRAPHS and rest.shape[0] <= GRAPH_ROWS else eng.forward(rest, resume)
+    graphed = GRAPHS and rest.shape[0] <= GRAPH_ROWS
+    if graphed and LAYERWISE:  # each layer waits for its own KV only
+        logits = eng.forward_graphed(rest, resume, waits=loaded.layer_events)
+    else:
+        stream.wait_event(loaded.event)
+        waited.record(stream)
+        logits = eng.forward_graphed(rest, resume) if graphed else eng.forward(rest, resume)
+    done.record(stream)
     torch.cuda.synchronize()
     end = time.perf_counter()
     ttft = end - t0
-    # The engine tells kvtier every prefill it ran alone (the front ran beside the load: not alone).
-    cache.observe_prefill(rest.shape[0], end - t_loaded, context=resume)
+    _, load_s = fut.result()
+    rate = loaded.blocks * cache.block_bytes / load_s / 1e9 if loaded.blocks else None
+    LAST_LOAD["groups"] = len({id(e) for e in loaded.layer_events})  # 1: whole blocks
+    key = (rest.shape[0], resume)
+    if graphed:
+        stall = max(0.0, front_end.elapsed_time(done) - eng.rows_ms[key])
+        cache.observe_prefill(rest.shape[0], eng.rows_ms[key] / 1e3, context=resume)
+    else:
+        stall = front_end.elapsed_time(waited)
+        cache.observe_prefill(rest.shape[0], waited.elapsed_time(done) / 1e3, context=resume)
     if TRACE:
-        print(f"    hit s={s}: plan {1e3 * (t_plan - t0):.2f} submit {1e3 * (t_submit - t0):.2f} front enqueued {1e3 * (t_front - t0):.2f} "
-              f"load back {1e3 * (t_loaded - t0):.2f} end {1e3 * ttft:.2f} ms; loaded {loaded_blocks} from {resume}",
-              flush=True)
-    if plan is not None and 0 < s < plan.cached_blocks and fut is not None:
+        print(f"    hit s={s}: plan {1e3 * (t_plan - t0):.2f} submit {1e3 * (t_submit - t0):.2f} front enqueued "
+              f"{1e3 * (t_front - t0):.2f} load enqueued {1e3 * (t_loaded - t0):.2f} load {1e3 * load_s:.2f} "
+              f"end {1e3 * ttft:.2f} ms; loaded {loaded.blocks} from {resume}", flush=True)
+    if plan is not None and 0 < s < plan.cached_blocks:
         cache.observe_split(plan, ttft)
-    return ttft, front_end.elapsed_time(waited), rate, s, loaded_blocks, logits if with_logits else None
+    return ttft, stall, rate, s, loaded.blocks, logits if with_logits else None
 
 
 def pinned_h2d_gbs(nbytes=1 << 30, reps=5):
@@ -386,6 +458,8 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
         "best_split": None if best_split is None else {"fraction": best_split[0], "ms": best_split[1][0] * 1e3},
         "check": check, "pinned_h2d_gbs": reference,
         "unpinned_copies": sum(x["value"] for x in stats.get("kvtier_embedded_cuda_unpinned_copies_total", [])),
+        "dma_copies": sum(x["value"] for x in stats.get("kvtier_embedded_cuda_copies_total", [])),
+        "layer_groups": LAST_LOAD["groups"],
     }
     best = min(uncached_ms, out["load_ms"])
     out["plan_vs_best"] = out["plan_ms"] / best
@@ -464,6 +538,8 @@ def main():
     p.add_argument("--plan-reps", type=int, default=None, help="timed plans per row (default: --reps)")
     p.add_argument("--eager-suffix", action="store_true", help="the rows after a restored prefix run eagerly, "
                    "not as a CUDA graph")
+    p.add_argument("--whole-load", action="store_true", help="the rows after a restored prefix wait for the "
+                   "whole load, not layer by layer")
     p.add_argument("--sweep", nargs="*", type=float, default=[0.25, 0.5, 0.75])
     p.add_argument("--calibrate", nargs="+", type=int, default=[512, 2048, 8192])
     p.add_argument("--generate", type=int, default=32)
@@ -476,8 +552,9 @@ def main():
     p.add_argument("--out", default=os.environ.get("KVTIER_BENCH_OUT", "bench-results"))
     a = p.parse_args()
     a.plan_reps = a.reps if a.plan_reps is None else a.plan_reps
-    global GRAPHS
+    global GRAPHS, LAYERWISE
     GRAPHS = not a.eager_suffix
+    LAYERWISE = not a.whole_load
     if torch is None or not torch.cuda.is_available():
         print("torch_engine_bench: skipped — it needs torch with CUDA and a GPU (this machine has "
               f"{'no torch' if torch is None else 'no CUDA device'})")
@@ -527,7 +604,8 @@ def main():
                       flush=True)
                 print("    sweep:", ", ".join(f"{k}: {v['ms']:.1f} ms (stall {v['stall_ms']:.1f})"
                                           for k, v in r["sweep"].items()), "| load rows' stall ms:",
-                      f"{r['load_stall_ms']:.1f}", "| unpinned copies:", r["unpinned_copies"], flush=True)
+                      f"{r['load_stall_ms']:.1f}", "| unpinned copies:", r["unpinned_copies"], "| DMA calls:", r["dma_copies"], "| layer groups:", r["layer_groups"],
+                      flush=True)
         if not a.skip_stall and model == a.models[-1]:
             results["stall"] = stall_experiment(kvtier, eng, c, a, dirs)
             print("stall:", json.dumps(results["stall"]))

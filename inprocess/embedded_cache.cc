@@ -466,25 +466,35 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(const Prompt& prompt
   KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
   if (keys.size() > max_blocks) keys.resize(max_blocks);
+  auto fetched = fetch_keys(impl_, keys, /*views=*/true);
+  impl_->metrics.fetched_blocks.inc(fetched->blocks().size());
+  return fetched;
+}
+
+std::shared_ptr<FetchedBlocks> fetch_keys(const std::shared_ptr<EmbeddedCache::Impl>& impl,
+                                          std::span<const BlockKey> keys, bool views) {
   auto state = std::make_unique<FetchedBlocks::State>();
-  state->impl = impl_;
-  state->block_size = static_cast<size_t>(layout().block_size);
-  state->pinned = impl_->cache().fetch(keys);
+  state->impl = impl;
+  state->block_size = static_cast<size_t>(impl->layout().block_size);
+  state->pinned = impl->cache().fetch(keys);
   std::vector<FetchedBlock> blocks;
   for (const PinnedBlocks::Entry& e : state->pinned.entries()) {
-    auto b = impl_->host_block(e);
+    auto b = impl->host_block(e);
     if (!b.ok()) break;  // counted by the GPU tier; the prefix ends here
     const Block& block = **b;
     FetchedBlock f;
     f.hash = e.hash;
-    f.tier = std::string(impl_->cache().tiers()[e.source_tier]->name());
+    f.tier = std::string(impl->cache().tiers()[e.source_tier]->name());
     f.tokens = block.identity().token_ids;
-    f.layers = dense_block_views(block.layout(), block.data().data(), /*read_only=*/true);
-    for (int l = 0; l < block.layout().num_layers; ++l) f.dequantized_from.push_back(block.dequantized_from(l));
+    f.bytes = block.data().data();
+    if (views) {
+      f.layers = dense_block_views(block.layout(), block.data().data(), /*read_only=*/true);
+      for (int l = 0; l < block.layout().num_layers; ++l)
+        f.dequantized_from.push_back(block.dequantized_from(l));
+    }
     state->held.push_back(std::move(b).value());
     blocks.push_back(std::move(f));
   }
-  impl_->metrics.fetched_blocks.inc(blocks.size());
   return std::make_shared<FetchedBlocks>(std::move(state), std::move(blocks));
 }
 
@@ -537,7 +547,9 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
   {
     std::lock_guard lock(device_mu);
     const cuda::DeviceTransferMetrics* d = device ? &device->metrics() : nullptr;
-    const char* help = "KV bytes moved by DMA between kvtier's host memory and an engine's CUDA memory";
+    const char* help =
+        "KV bytes moved between kvtier's host memory and an engine's CUDA memory (by DMA, or read "
+        "in place by its GPU)";
     v.counter("kvtier_embedded_cuda_bytes_total", help, {{"direction", "to_device"}},
               d ? d->bytes_to_device.value() : 0);
     v.counter("kvtier_embedded_cuda_bytes_total", help, {{"direction", "from_device"}},
@@ -545,6 +557,11 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
     v.counter("kvtier_embedded_cuda_unpinned_copies_total",
               "CUDA copies of host bytes that were not page-locked (bounce-buffered by the driver)", {},
               d ? d->unpinned_copies.value() : 0);
+    v.counter("kvtier_embedded_cuda_copies_total",
+              "DMA calls between kvtier's host memory and an engine's CUDA memory (blocks lying "
+              "side by side "
+              "go as one, contiguous or strided)",
+              {}, d ? d->copies.value() : 0);
     v.counter("kvtier_embedded_cuda_failures_total",
               "CUDA transfers that failed (no driver, a driver error), other than bad input", {},
               metrics.cuda_failures.value());

@@ -120,6 +120,7 @@ struct FetchedBlock {
   std::vector<LayerKv> layers;  // dense [block_size, kv_heads, head_dim] views, read_only
   // Per layer: the quantization the block was held in before it was dequantized (RAM or SSD).
   std::vector<std::optional<Quantization>> dequantized_from;
+  const uint8_t* bytes = nullptr;  // the dense block (layer 0's K, its V, layer 1's K, ...)
 };
 
 // The result of fetch(). While it lives every view stays valid and its blocks stay pinned in the
@@ -231,6 +232,12 @@ class EmbeddedCache {
 
   // The cached prefix of `tokens` (at most `max_blocks`), promoted to the top tier and pinned.
   Result<std::shared_ptr<FetchedBlocks>> fetch(const Prompt& prompt, size_t max_blocks = SIZE_MAX);
+  // Blocks [first_block, first_block + max_blocks) of the cached prefix, pinned where they lie in
+  // host memory for CUDA device `device` to read in place (through unified addressing: kvtier's
+  // chunks are page-locked and mapped), counted as loaded. nullptr when one of them is not in
+  // memory or its memory cannot be mapped: the caller copies them instead (load_device_blocks).
+  Result<std::shared_ptr<FetchedBlocks>> pin_for_device(const Prompt& prompt, size_t first_block,
+                                                        size_t max_blocks, int device);
   // One block by hash into `dst` (block_bytes(), dense). With `tokens`, the held block's tokens
   // must equal them. False on a miss.
   Result<bool> load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,

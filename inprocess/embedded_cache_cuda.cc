@@ -1,5 +1,7 @@
 // EmbeddedCache for CUDA engines: the calls' checks; the moving is DeviceBlocks'. The engine's own
 // layout is its business (the Python module gathers and scatters with torch).
+#include <algorithm>
+
 #include "inprocess/block_tensors.h"
 #include "inprocess/embedded_cache.h"
 #include "inprocess/device_blocks.h"
@@ -122,6 +124,43 @@ Result<LoadReport> EmbeddedCache::load_device_blocks(const Prompt& prompt,
     KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
     if (Status st = check_staging(to, 0, /*ring=*/true); !st.ok()) return impl_->reject(st);
     return DeviceBlocks(*impl_).load(prompt, options, max_blocks, to, filled);
+  }());
+}
+
+Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Prompt& prompt,
+                                                                     size_t first_block,
+                                                                     size_t max_blocks,
+                                                                     int device) {
+  return impl_->device_outcome([&]() -> Result<std::shared_ptr<FetchedBlocks>> {
+    KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
+    if (device < 0)
+      return impl_->reject(
+          invalid_argument("device " + std::to_string(device) + " is not a CUDA ordinal"));
+    const std::vector<BlockKey> keys = impl_->loadable_keys(prompt.tokens, prompt.extra_keys);
+    const size_t first = std::min(first_block, keys.size());
+    std::span<const BlockKey> wanted =
+        std::span(keys).subspan(first, std::min(max_blocks, keys.size() - first));
+    // Only a prefix all in memory: one on the SSD would be read here, on the engine's time, where
+    // the copying load reads it ahead of its copies. The cached prefix may end in memory.
+    const auto& tiers = impl_->cache().tiers();
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      if (tiers.front()->contains(wanted[i].hash)) continue;
+      const bool below = std::any_of(tiers.begin() + 1, tiers.end(),
+                                     [&](const auto& t) { return t->contains(wanted[i].hash); });
+      if (below) return std::shared_ptr<FetchedBlocks>();
+      wanted = wanted.first(i);
+      break;
+    }
+    KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
+    KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(device));
+    std::shared_ptr<FetchedBlocks> fetched = fetch_keys(impl_, wanted, /*views=*/false);
+    const size_t bb = layout().dense_block_bytes();
+    for (const FetchedBlock& b : fetched->blocks()) {
+      if (!d->mapped(b.bytes, bb)) return std::shared_ptr<FetchedBlocks>();  // the pins go with it
+    }
+    impl_->count_load(fetched->blocks().size());
+    d->count_read_in_place(fetched->blocks().size() * bb);
+    return fetched;
   }());
 }
 

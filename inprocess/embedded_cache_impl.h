@@ -109,4 +109,10 @@ struct EmbeddedCache::Impl {
   std::unique_ptr<cuda::DeviceTransfers> device;
 };
 
+// The blocks of `keys` that the cache holds, in order up to the first it does not, pinned (fetch()
+// and pin_for_device()). Without `views`, only their bytes' addresses (a view per layer and part
+// cost ~1 ms for 511 blocks of 32 layers).
+std::shared_ptr<FetchedBlocks> fetch_keys(const std::shared_ptr<EmbeddedCache::Impl>& impl,
+                                          std::span<const BlockKey> keys, bool views);
+
 }  // namespace kvtier

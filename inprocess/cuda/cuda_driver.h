@@ -50,6 +50,7 @@ class CudaDriver {
   static constexpr CUresult kNotReady = 600;
   static constexpr CUresult kHostMemoryAlreadyRegistered = 712;
   static constexpr unsigned kHostRegisterPortable = 1;
+  static constexpr unsigned kHostRegisterDeviceMap = 2;
   static constexpr unsigned kEventDisableTiming = 2;
 
  private:

@@ -22,6 +22,7 @@ enum class ChunkState { kQueued, kRegistered, kFailed };
 struct CudaHostPinning::State {
   mutable std::mutex mu;  // guards everything below
   std::condition_variable wake;
+  std::condition_variable settled;  // a queued chunk was registered, failed or dropped
   size_t users = 0;
   const CudaDriver* driver = nullptr;
   int device = -1;
@@ -51,8 +52,9 @@ namespace {
 bool register_chunk(const CudaDriver& driver, const LargeBufferChunk& chunk) {
   large_buffer_hold_chunk(chunk.base);
   const Status st =
-      driver.check(driver.cuMemHostRegister(const_cast<uint8_t*>(chunk.base), chunk.bytes,
-                                            CudaDriver::kHostRegisterPortable),
+      driver.check(driver.cuMemHostRegister(
+                       const_cast<uint8_t*>(chunk.base), chunk.bytes,
+                       CudaDriver::kHostRegisterPortable | CudaDriver::kHostRegisterDeviceMap),
                    "cuMemHostRegister");
   if (!st.ok()) {
     large_buffer_unhold_chunk(chunk.base);
@@ -97,6 +99,7 @@ void CudaHostPinning::leave() {
     thread = std::move(s.thread);
   }
   s.wake.notify_all();
+  s.settled.notify_all();
   if (thread.joinable()) thread.join();
   std::lock_guard lock(s.mu);
   for (const auto& [base, st] : s.chunks) {
@@ -153,6 +156,7 @@ void CudaHostPinning::run() {
     s.queue.pop_front();
     if (!ctx) {  // no context here: pin() registers it when a copy comes
       s.chunks.erase(queued.base);
+      s.settled.notify_all();
       continue;
     }
     lock.unlock();
@@ -172,6 +176,7 @@ void CudaHostPinning::run() {
       s.chunks[queued.base] = ChunkState::kFailed;
       ++s.failures;
     }
+    s.settled.notify_all();
   }
 }
 
@@ -180,7 +185,14 @@ bool CudaHostPinning::pin(const CudaDriver& driver, const void* p, size_t bytes)
   if (chunk.base == nullptr) return false;
   if (static_cast<const uint8_t*>(p) + bytes > chunk.base + chunk.bytes) return false;
   State& s = state();
-  std::lock_guard lock(s.mu);
+  std::unique_lock lock(s.mu);
+  // Queued for the registering thread: wait for it. The copy is on kvtier's thread, which waits
+  // at most once per chunk (when the door starts, or a chunk was just mapped); a copy from
+  // pageable memory instead would be synchronous and slower for every block of the chunk.
+  s.settled.wait(lock, [&] {
+    auto it = s.chunks.find(chunk.base);
+    return s.stopping || it == s.chunks.end() || it->second != ChunkState::kQueued;
+  });
   if (auto it = s.chunks.find(chunk.base); it != s.chunks.end())
     return it->second == ChunkState::kRegistered;
   if (s.thread.joinable()) {

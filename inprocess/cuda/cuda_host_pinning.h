@@ -32,13 +32,16 @@ class CudaHostPinning {
   void leave();
 
   // Starts the registering thread with `device`'s primary context current (once; later calls do
-  // nothing while a user remains). Registration with kHostRegisterPortable serves every device.
+  // nothing while a user remains). Registration with kHostRegisterPortable serves every device;
+  // kHostRegisterDeviceMap maps the chunk, so kernels read it in place (unified addressing: at the
+  // host's own address).
   void start(const CudaDriver& driver, int device);
 
-  // True when [p, p + bytes) lies in a registered chunk; false when it lies outside the chunks, its
-  // chunk is still waiting for the registering thread, or could not be registered (logged once
-  // per chunk, and counted): the copy then still works, through the driver's bounce buffer,
-  // synchronously. Before start(), registers the chunk now (a context must be current).
+  // True when [p, p + bytes) lies in a registered chunk; false when it lies outside the chunks or
+  // its chunk could not be registered (logged once per chunk, and counted): the copy then still
+  // works, through the driver's bounce buffer, synchronously. A chunk still queued for the
+  // registering thread is waited for (once per chunk, on the copying thread: kvtier's, never the
+  // engine's stream). Before start(), registers the chunk now (a context must be current).
   bool pin(const CudaDriver& driver, const void* p, size_t bytes);
 
   size_t registered_bytes() const;

@@ -33,7 +33,12 @@ Status DeviceTransfers::upload(CUstream stream, std::span<const uint8_t> src, CU
   KVTIER_RETURN_IF_ERROR(driver_->check(driver_->cuMemcpyHtoDAsync(dst, src.data(), src.size(), stream),
                                         "cuMemcpyHtoDAsync"));
   metrics_.bytes_to_device.inc(src.size());
+  metrics_.copies.inc();
   return ok_status();
+}
+
+bool DeviceTransfers::mapped(const uint8_t* p, size_t bytes) const {
+  return CudaHostPinning::instance().pin(*driver_, p, bytes);
 }
 
 Status DeviceTransfers::download(CUstream stream, CUdeviceptr src, std::span<uint8_t> dst) {
@@ -41,6 +46,7 @@ Status DeviceTransfers::download(CUstream stream, CUdeviceptr src, std::span<uin
   KVTIER_RETURN_IF_ERROR(driver_->check(driver_->cuMemcpyDtoHAsync(dst.data(), src, dst.size(), stream),
                                         "cuMemcpyDtoHAsync"));
   metrics_.bytes_from_device.inc(dst.size());
+  metrics_.copies.inc();
   return ok_status();
 }
 
@@ -110,15 +116,16 @@ size_t DeviceTransfers::uploads_in_flight() const {
 }
 
 Status CopyRun::add(uint8_t* host, CUdeviceptr device, size_t bytes) {
-  if (bytes_ > 0 && host == host_ + bytes_ && device == device_ + bytes_) {
-    const LargeBufferChunk chunk = large_buffer_chunk(host_);
-    // One chunk, so the merged range is registered (or not) as one.
-    if (chunk.base != nullptr && host + bytes <= chunk.base + chunk.bytes) {
-      bytes_ += bytes;
-      return ok_status();
-    }
+  // One chunk, so the merged range is registered (or not) as one.
+  if (bytes_ > 0 && host == host_ + bytes_ && device == device_ + bytes_ && chunk_end_ != nullptr &&
+      host + bytes <= chunk_end_) {
+    bytes_ += bytes;
+    return ok_status();
   }
   KVTIER_RETURN_IF_ERROR(flush());
+  // Looked up once per run, not per block.
+  const LargeBufferChunk chunk = large_buffer_chunk(host);
+  chunk_end_ = chunk.base == nullptr ? nullptr : chunk.base + chunk.bytes;
   host_ = host;
   device_ = device;
   bytes_ = bytes;

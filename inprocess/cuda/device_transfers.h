@@ -23,6 +23,7 @@ struct DeviceTransferMetrics {
   Counter bytes_to_device;
   Counter bytes_from_device;
   Counter unpinned_copies;  // host bytes outside a page-locked chunk: bounce-buffered, synchronous
+  Counter copies;           // DMA calls (blocks side by side merged into one)
 };
 
 // Thread-safe.
@@ -45,6 +46,11 @@ class DeviceTransfers {
   Status upload(CUstream stream, std::span<const uint8_t> src, CUdeviceptr dst);
   // Keeps `held` alive until the work enqueued on `stream` so far has completed.
   Status retire_after(CUstream stream, std::vector<BlockRef> held);
+  // True when a kernel on the device may read [p, p + bytes) in place: it lies in a chunk that is
+  // page-locked and mapped (waiting for its registration if it is queued).
+  bool mapped(const uint8_t* p, size_t bytes) const;
+  // Bytes the engine's kernels read in place, moved to the device as much as a copy's.
+  void count_read_in_place(size_t bytes) { metrics_.bytes_to_device.inc(bytes); }
   // Enqueues a copy of device `src` into `dst` on `stream` (wait with synchronize()).
   Status download(CUstream stream, CUdeviceptr src, std::span<uint8_t> dst);
   Status synchronize(CUstream stream);
@@ -104,6 +110,8 @@ class CopyRun {
   CUstream stream_;
   bool to_device_;
   uint8_t* host_ = nullptr;
+  const uint8_t* chunk_end_ =
+      nullptr;  // the end of host_'s chunk (nullptr: not in one, never merged)
   CUdeviceptr device_ = 0;
   size_t bytes_ = 0;
 };

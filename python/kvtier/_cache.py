@@ -45,9 +45,12 @@ class LoadedTokens(int):
     """What load_blocks brought: an int (the tokens loaded), and where they are."""
 
     def __new__(cls, tokens: int, first_block: int, blocks: int, deadline_passed: bool, block_size: int,
-                event: Any = None):
+                event: Any = None, layer_events: Optional[List[Any]] = None):
         self = super().__new__(cls, tokens)
         self.event = event  # CUDA loads: a torch.cuda.Event recorded after the last copy
+        # CUDA loads: per layer, an event after which that layer's blocks are in place (a layerwise
+        # load from memory goes a layer at a time, so the first layers come before the last).
+        self.layer_events = layer_events
         self.first_block = first_block
         self.blocks = blocks
         self.deadline_passed = deadline_passed
@@ -420,6 +423,7 @@ class Cache:
         page_size: Optional[int] = None,
         stream: Any = None,
         wait: bool = True,
+        layerwise: bool = False,
     ) -> "LoadedTokens":
         """Copies the cached prefix of ``tokens`` into the engine's free block ids; returns the
         number of tokens loaded (a multiple of block_size; 0 on a miss). Loads at most
@@ -437,13 +441,18 @@ class Cache:
         torch's current stream), so a kernel still reading the target blocks is not overwritten;
         the call returns once the copies are queued. The result's ``event`` is recorded after the
         last one; with ``wait=True`` ``stream`` waits on it (on the GPU), with ``wait=False`` the
-        engine waits on it itself before reading the loaded blocks.
+        engine waits on it itself before reading the loaded blocks. ``layer_events[l]`` is recorded
+        once layer l is in place: with ``layerwise=True`` blocks all in kvtier's memory are read by
+        the GPU where they lie (page-locked and mapped), a layer per kernel, so an engine that waits
+        on each layer's event computes its first layers while the last ones load — at the cost of
+        some SMs for the load's duration, where the default DMA leaves them all to the engine (for
+        loads beside other work). Otherwise, and for blocks from the SSD, every event is the last.
         """
         if is_cuda(k_cache):
-            first, blocks, late, event = self._mover().load(
+            first, blocks, late, event, layer_events = self._mover().load(
                 tokens, block_ids, (k_cache, v_cache, kv_layout, page_size), list(extra_keys), int(first_block),
-                -1.0 if deadline is None else max(0.0, float(deadline)), stream, bool(wait))
-            return LoadedTokens(blocks * self.block_size, first, blocks, late, self.block_size, event)
+                -1.0 if deadline is None else max(0.0, float(deadline)), stream, bool(wait), bool(layerwise))
+            return LoadedTokens(blocks * self.block_size, first, blocks, late, self.block_size, event, layer_events)
         k_cache, v_cache = as_blocks(kv_layout, k_cache, v_cache, self._layout, page_size)
         first, blocks, late = self._c.load_blocks(
             tokens, block_ids, k_cache, v_cache, list(extra_keys), _words_are_bf16(dtype), int(first_block),

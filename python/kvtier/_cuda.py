@@ -10,7 +10,9 @@ events, never by host waits on the engine's work:
   load  the copies wait for the caller's stream, so they never overwrite blocks a kernel is
         still reading; the call returns once everything is enqueued, with an event recorded
         after the last scatter, which the caller's stream waits on (wait=True) or the engine
-        waits on itself.
+        waits on itself. A layerwise load of blocks all in kvtier's memory skips the ring: a kernel
+        per layer reads them where they lie (page-locked and mapped), with an event per layer, so
+        an engine's first layers can compute while the last ones load.
 Copies of many small tensors are bound by the host's time to launch kernels, not by the GPU, so
 the engine's per-layer views are merged into as few strided views as their memory allows and the
 plan (checks, merged views, views of the ring) is kept per set of engine tensors.
@@ -34,6 +36,9 @@ ORDER_AFTER_CALLER = True
 # graphs (tests compare the three paths).
 USE_TRITON = True
 USE_GRAPHS = True
+# Layerwise loads of blocks all in kvtier's memory read them in place, a layer per kernel, where
+# Triton runs (tests turn it off to compare).
+IN_PLACE = True
 _DLPACK_CUDA = 2
 _PLANS_KEPT = 16
 
@@ -152,7 +157,7 @@ class CudaMover:
         self._lock = threading.Lock()  # guards _devices, _plans and _timer
         # Pure loads waiting for their copies to retire, to tell the planner what they took (a load
         # returns once enqueued, so only a thread that waits on its event sees it end).
-        self._timed: "queue.Queue[Optional[Tuple[Any, float, Tuple[int, int, bool, int]]]]" = queue.Queue()
+        self._timed: "queue.Queue[Optional[Tuple[Any, float, Any, Any]]]" = queue.Queue()
         self._timer: Optional[threading.Thread] = None
 
     def _time_loads(self) -> None:
@@ -160,21 +165,27 @@ class CudaMover:
             item = self._timed.get()
             if item is None:
                 return
-            done, started, report = item
+            done, started, report, held = item
             done.synchronize()  # a blocking event: this thread sleeps, it does not spin
+            del held  # the blocks the kernels read in place may go now
+            if report is None:
+                continue
             try:
                 self._c.observe_load(*report, max(1e-9, time.perf_counter() - started))
             except ValueError:  # the cache was closed meanwhile
                 return
 
-    def _time_load(self, stream: Any, started: float, report: Tuple[int, int, bool, int]) -> None:
+    def _after(self, stream: Any, started: float, report: Optional[Tuple[int, int, bool, int]],
+               held: Any = None) -> None:
+        """Once the work queued on `stream` so far has run: tells the planner what a pure load took
+        (report), and lets go of `held` (blocks pinned for kernels that read them in place)."""
         done = self._torch.cuda.Event(blocking=True)
         done.record(stream)
         with self._lock:
             if self._timer is None:
                 self._timer = threading.Thread(target=self._time_loads, name="kvtier-load-timer", daemon=True)
                 self._timer.start()
-        self._timed.put((done, started, report))
+        self._timed.put((done, started, report, held))
 
     def close(self) -> None:
         """Waits for this cache's streams and gives the rings back to torch's allocator."""
@@ -338,6 +349,42 @@ class CudaMover:
                 return
         plan.moves(kind, slot, idx, count, self.slot_blocks)
 
+    def _load_in_place(self, plan: _Plan, d: _Device, held: Any, used: List[int], caller: Any, started: float,
+                       first_block: int) -> Optional[Tuple[Any, List[Any]]]:
+        """The blocks `held` pins, read by the GPU where they lie in kvtier's memory into the engine's
+        blocks `used`, a layer per kernel on the side stream: (the last event, an event per layer).
+        No ring, no DMA, no second pass: where the blocks lie does not matter. None when the kernel
+        cannot run here (the caller copies instead)."""
+        torch = self._torch
+        n = len(held)
+        num_layers = len(self._parts) // 2
+        with d.lock:
+            if ORDER_AFTER_CALLER:
+                d.side.wait_stream(caller)  # kernels still reading the target blocks come first
+            layer_events: List[Any] = []
+            with torch.cuda.stream(d.side):
+                if n:
+                    table = self._ids_on(d, used[:n] + held.addresses())  # one transfer: ids, then addresses
+                    for layer in range(num_layers if n else 0):
+                        try:
+                            plan.kernel.read_host(table[n:], table[:n], n, 2 * layer, 2)
+                        except Exception as e:
+                            if layer:  # launched before: the rest cannot be left out
+                                raise
+                            warnings.warn(f"kvtier: reading blocks in place failed, copying them instead: {e}")
+                            plan.kernel = None
+                            return None
+                        event = torch.cuda.Event()
+                        event.record(d.side)
+                        layer_events.append(event)
+            if not layer_events:
+                event = torch.cuda.Event()
+                event.record(d.side)
+                layer_events = [event] * num_layers
+            # Pinned until the kernels have read them; a pure load tells the planner what it took.
+            self._after(d.side, started, (0, n, False, 0) if first_block == 0 and n else None, held)
+        return layer_events[-1], layer_events
+
     def _graph(self, plan: _Plan, kind: str, slot: int) -> Optional[Any]:
         key = (kind, slot)
         if key in plan.graphs:
@@ -419,7 +466,7 @@ class CudaMover:
 
     def load(self, tokens: Any, block_ids: Sequence[int], engine: Tuple[Any, Any, str, Optional[int]],
              extra: List[str], first_block: int, deadline: float, stream: Any,
-             wait: bool) -> Tuple[int, int, bool, Any]:
+             wait: bool, layerwise: bool = False) -> Tuple[int, int, bool, Any, List[Any]]:
         """engine: (k_cache, v_cache, kv_layout, page_size) as load_blocks takes them."""
         torch = self._torch
         started = time.perf_counter()
@@ -430,6 +477,15 @@ class CudaMover:
         self._c.check_block_ids(used, plan.num_blocks)
         caller = self._caller(stream, plan.device)
         d = self._device(plan.device)
+        if layerwise and IN_PLACE and USE_TRITON and plan.kernel is not None and used:
+            held = self._c.pin_for_device(tokens, extra, first_block, len(used), plan.device)
+            if held is not None:
+                done = self._load_in_place(plan, d, held, used, caller, started, first_block)
+                if done is not None:
+                    event, layer_events = done
+                    if wait:
+                        caller.wait_event(event)
+                    return first_block, len(held), False, event, layer_events
         with d.lock:
             if ORDER_AFTER_CALLER:
                 d.copy.wait_stream(caller)  # kernels still reading the target blocks come first
@@ -442,10 +498,11 @@ class CudaMover:
                 arrived = torch.cuda.Event()
                 arrived.record(d.copy)
                 d.side.wait_event(arrived)
-                with torch.cuda.stream(d.side):
-                    if not ids_dev:
-                        ids_dev.append(self._ids_on(d, used))
-                    self._move(plan, "scatter", slot, ids_dev[0][first - first_block:first - first_block + count], count)
+                # On the side stream, current for the whole call (entering it per slot cost ~30 us
+                # of host time).
+                if not ids_dev:
+                    ids_dev.append(self._ids_on(d, used))
+                self._move(plan, "scatter", slot, ids_dev[0][first - first_block:first - first_block + count], count)
                 done = torch.cuda.Event()
                 done.record(d.side)
                 # The next copies go into the other slot: not before its previous scatter is done.
@@ -455,9 +512,10 @@ class CudaMover:
                 d.free[slot] = done
 
             try:
-                first, blocks, late, tier = self._c.load_device_blocks(
-                    tokens, extra, first_block, deadline, max(0, end - first_block), plan.device,
-                    d.copy.cuda_stream, d.slots, self.slot_blocks, filled)
+                with torch.cuda.stream(d.side):
+                    first, blocks, late, tier = self._c.load_device_blocks(
+                        tokens, extra, first_block, deadline, max(0, end - first_block), plan.device,
+                        d.copy.cuda_stream, d.slots, self.slot_blocks, filled)
             except BaseException:
                 # Copies and scatters already enqueued still run: the engine's next work, which
                 # recomputes these blocks, must come after them, or they would overwrite it.
@@ -468,7 +526,7 @@ class CudaMover:
             d.side.wait_stream(d.copy)  # a load of nothing still orders after the caller's work
             event.record(d.side)
             if first == 0 and blocks > 0 and not late:  # a pure load: the planner learns from it
-                self._time_load(d.side, started, (first, blocks, late, tier))
+                self._after(d.side, started, (first, blocks, late, tier))
         if wait:
             caller.wait_event(event)
-        return first, blocks, late, event
+        return first, blocks, late, event, [event] * (len(self._parts) // 2)  # whole blocks: one event

@@ -103,6 +103,13 @@ class Fetched {
     return BlockTensor(f_, &(part == 0 ? kv.k : kv.v).parts[0]);
   }
   void release_pins() { f_->release_pins(); }
+  // Each block's dense bytes, where they lie (pin_for_device: a kernel reads them there).
+  std::vector<uint64_t> addresses() const {
+    std::vector<uint64_t> out;
+    out.reserve(size());
+    for (const FetchedBlock& b : f_->blocks()) out.push_back(reinterpret_cast<uint64_t>(b.bytes));
+    return out;
+  }
 
  private:
   const FetchedBlock& at(size_t i) const {
@@ -282,6 +289,16 @@ class PyCache {
     call([&] { return cache_->observe_split(plan, seconds); });
   }
 
+  std::optional<Fetched> pin_for_device(py::handle tokens, const std::vector<std::string>& extra,
+                                        size_t first_block, size_t max_blocks, int device) {
+    const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
+    std::shared_ptr<FetchedBlocks> f = call([&] {
+      return cache_->pin_for_device({t, extra}, first_block, max_blocks, device);
+    });
+    if (!f) return std::nullopt;
+    return Fetched(std::move(f));
+  }
+
   Fetched fetch(py::handle tokens, const std::vector<std::string>& extra, size_t max_blocks) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
     return Fetched(call([&] { return cache_->fetch({t, extra}, max_blocks); }));
@@ -302,22 +319,25 @@ class PyCache {
    public:
     explicit PythonHook(py::function f) : f_(std::move(f)) {}
     DeviceSlotHook as_hook() {
-      return [this](size_t slot, size_t first, size_t count) -> Status {
-        py::gil_scoped_acquire gil;
-        try {
-          f_(slot, first, count);
-        } catch (py::error_already_set& e) {
-          raised_.emplace(std::move(e));
-          return internal_error("the engine's side of the transfer failed");
-        }
-        return ok_status();
-      };
+      return [this](size_t slot, size_t first, size_t count) { return call(slot, first, count); };
     }
     void rethrow() {
       if (raised_) throw std::move(*raised_);
     }
 
    private:
+    template <typename... Args>
+    Status call(Args... args) {
+      py::gil_scoped_acquire gil;
+      try {
+        f_(args...);
+      } catch (py::error_already_set& e) {
+        raised_.emplace(std::move(e));
+        return internal_error("the engine's side of the transfer failed");
+      }
+      return ok_status();
+    }
+
     py::function f_;
     std::optional<py::error_already_set> raised_;
   };
@@ -435,7 +455,8 @@ PYBIND11_MODULE(_kvtier, m) {
       .def_property_readonly("matched_tokens", &Fetched::matched_tokens)
       .def("info", &Fetched::info)
       .def("tensor", &Fetched::tensor)
-      .def("release_pins", &Fetched::release_pins);
+      .def("release_pins", &Fetched::release_pins)
+      .def("addresses", &Fetched::addresses);
   // Seconds as floats, None where the planner has no estimate yet.
   py::class_<PrefillPlan>(m, "EnginePlan")
       .def_readonly("cached_blocks", &PrefillPlan::cached_blocks)
@@ -460,6 +481,7 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("save_blocks", &PyCache::save_blocks)
       .def("load_blocks", &PyCache::load_blocks)
       .def("fetch", &PyCache::fetch)
+      .def("pin_for_device", &PyCache::pin_for_device)
       .def("check_paged", &PyCache::check_paged)
       .def("missing_blocks", &PyCache::missing_blocks)
       .def("check_block_ids", &PyCache::check_block_ids)

@@ -50,10 +50,18 @@ TEST_F(EmbeddedCacheCudaTest, WithoutADriverEveryDeviceCallFailsClearlyAndStores
   EXPECT_FALSE(loaded.ok());
   auto stored = cache_->store_device_block({prompt(16, 2)}, std::nullopt, staging);
   EXPECT_FALSE(stored.ok());
+  auto pinned = cache_->pin_for_device({tokens}, 0, 4, 0);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_EQ(pinned.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(cache_->lookup({tokens})->matched_tokens, 0u);
   EXPECT_EQ(cache_->lookup({prompt(16, 2)})->matched_tokens, 0u);
-  EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_failures_total"), 3);  // failures, not rejections
+  EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_failures_total"), 4);  // failures, not rejections
   EXPECT_EQ(rejected(*cache_), 0);
+  // A device that is no CUDA ordinal is bad input, rejected before the driver is asked.
+  auto bad = cache_->pin_for_device({tokens}, 0, 4, -1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rejected(*cache_), 1);
 }
 
 TEST_F(EmbeddedCacheCudaTest, MissingBlocksAreThoseTheCacheDoesNotHold) {

@@ -4,6 +4,8 @@ kernel is still writing and a load from overwriting KV a kernel is still reading
 also runs with kvtier's ordering switched off and checks that the race is then seen, so it can fail.
 Runs where torch has a CUDA device (the H100 host); skipped elsewhere, but for the staging views'
 test, which is plain torch on CPU tensors."""
+import random
+
 import pytest
 import torch
 
@@ -87,13 +89,13 @@ def test_the_staging_views_scatter_and_gather_every_part_of_every_layout(tmp_pat
 
 
 @needs_cuda
-@pytest.mark.parametrize("triton", [True, False])
+@pytest.mark.parametrize("mover", ["in_place", "triton", "torch"])
 @pytest.mark.parametrize("tier", ["ram", "ssd"])
 @pytest.mark.parametrize("load_as", ONE_HEAD_LAYOUTS)
 @pytest.mark.parametrize("save_as", ONE_HEAD_LAYOUTS)
-def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_as, load_as, tier, triton, monkeypatch):
+def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_as, load_as, tier, mover, monkeypatch):
     import kvtier._cuda as kc
-    monkeypatch.setattr(kc, "USE_TRITON", triton)
+    monkeypatch.setattr(kc, "USE_TRITON", mover != "torch")  # in_place: read where they lie (RAM)
     # One KV head for MLA's latent; blocks of 36 KiB, so they lie in the page-locked chunks.
     layout = small_layout("BF16", num_layers=4, heads=1, head_dim=144)
     k, v = paged_arrays(layout, 6, gen)
@@ -107,10 +109,13 @@ def test_cuda_round_trips_in_every_layout_from_ram_and_ssd(tmp_path, gen, save_a
         assert {b.tier for b in c.lookup(tokens).blocks} == {tier}
         dst_k, dst_v = to_layout(load_as, *paged_arrays(layout, 6))
         dst_k, dst_v = cuda(dst_k), cuda(dst_v)
-        loaded = c.load_blocks(tokens, [0, 5, 2], dst_k, dst_v, kv_layout=load_as)
+        copies = counter(c.stats(), "kvtier_embedded_cuda_copies_total")
+        loaded = c.load_blocks(tokens, [0, 5, 2], dst_k, dst_v, kv_layout=load_as, layerwise=mover == "in_place")
         assert loaded == 48 and loaded.event is not None
         torch.cuda.synchronize()
         assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
+        read_in_place = counter(c.stats(), "kvtier_embedded_cuda_copies_total") == copies
+        assert read_in_place == (mover == "in_place" and tier == "ram")
     got_k, got_v = from_layout(load_as, cpu(dst_k), cpu(dst_v), 16)
     assert_placed(k, v, got_k, got_v, moves=((4, 0), (1, 5), (3, 2)), untouched=(1, 3, 4))
 
@@ -355,3 +360,63 @@ def test_closing_the_cache_with_a_load_in_flight_finishes_it_and_an_ssd_deadline
         assert same_bits(dv[layer][:late.blocks].cpu(), v[layer][:late.blocks])
     assert late.blocks == 32
 
+
+
+@needs_cuda
+@pytest.mark.parametrize("in_place", [True, False])
+@pytest.mark.parametrize("where", ["side_by_side", "scattered", "ssd", "ram_then_ssd"])
+def test_a_load_from_memory_comes_a_layer_at_a_time_with_an_event_per_layer(tmp_path, gen, monkeypatch, in_place,
+                                                                            where):
+    import kvtier._cuda as kc
+    monkeypatch.setattr(kc, "IN_PLACE", in_place)
+    monkeypatch.setattr(kc, "SLOT_BYTES", 1 << 20)  # the copying load's ring wraps many times
+    layout = small_layout("BF16", num_layers=6, heads=8, head_dim=128)
+    n, first = 70, 3
+    k, v = paged_arrays(layout, n, gen)
+    ck, cv = cuda(k), cuda(v)
+    tokens = tokens_for(31, 16 * n + 1)
+    c = open_cache(layout, tmp_path, ram="256M", ssd_capacity="256M")
+    try:
+        if where == "scattered":  # another prompt's blocks between ours, at random
+            other, rng, mine, theirs = tokens_for(32, 16 * n), random.Random(5), 0, 0
+            while mine < n:
+                if rng.random() < 0.5 or theirs == n:
+                    mine += 1
+                    assert c.save_blocks(tokens[:16 * mine], list(range(mine)), ck, cv).stored == 1
+                else:
+                    theirs += 1
+                    assert c.save_blocks(other[:16 * theirs], list(range(theirs)), ck, cv).stored == 1
+        else:
+            assert c.save_blocks(tokens, list(range(n)), ck, cv).stored == n
+        if where in ("ssd", "ram_then_ssd"):  # closed (RAM written out) and reopened: on the SSD only
+            c.close()
+            c = open_cache(layout, tmp_path, ram="256M", ssd_capacity="256M")
+        if where == "ram_then_ssd":  # the first 30 blocks back in RAM (a host load promotes them)
+            assert c.load_blocks(tokens[:16 * 30], list(range(30)), *paged_arrays(layout, 30)) == 16 * 30
+        tiers = [b.tier for b in c.lookup(tokens).blocks]
+        assert tiers == {"ssd": ["ssd"] * n, "ram_then_ssd": ["ram"] * 30 + ["ssd"] * (n - 30)}.get(where, ["ram"] * n)
+        dk, dv = cuda(paged_arrays(layout, n + first)[0]), cuda(paged_arrays(layout, n + first)[1])
+        ids = list(range(n + first - 1, first - 1, -1))  # reversed and shifted
+        copies = counter(c.stats(), "kvtier_embedded_cuda_copies_total")
+        loaded = c.load_blocks(tokens, ids, dk, dv, first_block=first, wait=False, layerwise=True)
+        assert (loaded.first_block, loaded.blocks) == (first, n - first)
+        assert len(loaded.layer_events) == 6
+        # Layer by layer from memory, read in place wherever the blocks lie; whole blocks when any
+        # comes from the SSD (the copies hide behind the reads) or where the kernel does not run.
+        read_in_place = in_place and where in ("side_by_side", "scattered")
+        assert len({id(e) for e in loaded.layer_events}) == (6 if read_in_place else 1)
+        for layer in range(6):  # each layer is in place once its own event has passed
+            loaded.layer_events[layer].synchronize()
+            got_k, got_v = dk[layer].cpu(), dv[layer].cpu()
+            for i in range(first, n):
+                assert same_bits(got_k[ids[i]], k[layer][i]) and same_bits(got_v[ids[i]], v[layer][i])
+            assert torch.count_nonzero(got_k[ids[:first]].view(torch.int16)) == 0  # computed by the engine
+        loaded.event.synchronize()
+        copies = counter(c.stats(), "kvtier_embedded_cuda_copies_total") - copies
+        assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
+    finally:
+        c.close()
+    if read_in_place:
+        assert copies == 0  # the GPU read the blocks where they lie
+    else:
+        assert copies > 0
