@@ -23,8 +23,11 @@ Rows per (model, prompt, where): uncached (the engine alone, interleaved with th
 prompt), load-only (s = 0), plan (the cost plan), and a sweep of fixed splits (the best shown).
 Columns: TTFT ms (medians; wall time from the plan to the logits on the host), the engine's stall
 (ms its stream took from the end of its front to its logits beyond what the rows alone take: the
-time it waited on kvtier; CUDA events), the load's GB/s (from the load call to its last copy), and, once per row, whether 32 greedy tokens after the restore equal the uncached
-run's, with the largest logit difference up to the first token that differs. References in the
+time it waited on kvtier; CUDA events), the load's GB/s (from the load call to its last copy),
+and, once per row, whether 32 greedy tokens after the restore equal the uncached run's, with the
+largest logit difference up to the first token that differs, and whether the restore changed any
+bit: the restored KV, the logits and the tokens against the engine's own run
+of the same computation (the whole prompt's KV, then the same rows after it). References in the
 same run: the uncached prefill, and torch's pinned host-to-device copy (GB/s). A second experiment
 times the engine's stream while kvtier saves and loads on another thread: gaps between the
 engine's kernels over 0.1 ms, with kvtier busy and without (the page-locking stall issue 53 names).
@@ -343,6 +346,41 @@ def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
     return ttft, stall, rate, s, loaded.blocks, logits if with_logits else None
 
 
+def restore_check(eng, tokens, computed, resume, kv_hit, got, got_logits, steps):
+    """The same computation as a hit's, by the engine alone: the prompt's KV from a whole-prompt
+    prefill (what was saved), the front recomputed as the hit computed it, the rows from `resume`
+    as the hit ran them. A restore that changes nothing gives the same KV bytes, the same logits
+    bit for bit and the same tokens; the whole-prompt comparison (`tokens_equal`) also sees how
+    differently a 16-row forward rounds."""
+    def own_run():
+        eng.clear()
+        tok = torch.tensor(tokens, device="cuda")
+        eng.forward(tok, 0)
+        if computed:
+            eng.forward(tok[:computed * BS], 0)
+        kv_equal = all(torch.equal(h, kv[:, :resume // BS]) for h, kv in zip(kv_hit, eng.kv))
+        rest = tok[resume:]
+        first = eng.forward_graphed(rest, resume) if GRAPHS and rest.shape[0] <= GRAPH_ROWS else eng.forward(rest, resume)
+        return (kv_equal,) + eng.generate(first, len(tokens), steps)
+
+    kv_equal, own, own_logits = own_run()
+    # The engine against itself: the same computation twice, nothing restored in either.
+    _, again, again_logits = own_run()
+    same = lambda xs, ys: all(torch.equal(x, y) for x, y in zip(xs, ys))
+    return {"restored_kv_bit_exact": kv_equal, "restored_logits_bit_exact": same(own_logits, got_logits),
+            "restored_tokens_equal_own": own == got, "own_logits_repeat_bit_exact": same(own_logits, again_logits),
+            "own_tokens_repeat_equal": own == again}
+
+
+def bit_exact(chk):
+    """The table's text for restore_check's answer: KV, logits, tokens against the engine's own."""
+    keys = ("restored_kv_bit_exact", "restored_logits_bit_exact", "restored_tokens_equal_own",
+            "own_logits_repeat_bit_exact", "own_tokens_repeat_equal")
+    if not all(k in chk for k in keys):
+        return "-"  # nothing was restored (the plan recomputed)
+    return "/".join("yes" if chk[k] else "no" for k in keys)
+
+
 def pinned_h2d_gbs(nbytes=1 << 30, reps=5):
     src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
@@ -429,6 +467,9 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
             else:
                 rows[m].append(r[:5])
             if first_cost:
+                computed, loaded_blocks = r[3], r[4]
+                resume = (computed + loaded_blocks) * BS if loaded_blocks else 0
+                kv_hit = [kv[:, :resume // BS].clone() for kv in eng.kv] if resume else None
                 got, got_logits = eng.generate(r[5], n, a.generate)
                 eng.clear()
                 ref_logits0, _ = timed_prefill(eng, tokens)
@@ -440,6 +481,8 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
                 scale = max(float(y.abs().max()) for y in want_logits)
                 check = {"tokens_equal": got == want, "max_logit_diff": diff, "max_abs_logit": scale,
                          "first_differing_step": first}
+                if resume:
+                    check.update(restore_check(eng, tokens, computed, resume, kv_hit, got, got_logits, a.generate))
         stats = cache.stats()
     finally:
         cache.close()
@@ -582,8 +625,8 @@ def main():
     print(f"# {device}, torch {torch.__version__}; pinned H2D {reference:.1f} GB/s; "
           f"GIL switch interval {sys.getswitchinterval() * 1e3:g} ms")
     print("| model | tokens | where | uncached ms | load-only ms | plan ms (split/loaded) | best split ms | "
-          "plan / min | speedup | stall ms (plan) | load GB/s | greedy equal (max dlogit) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "plan / min | speedup | stall ms (plan) | load GB/s | greedy equal (max dlogit) | restore bit-exact |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in a.models:
         c = MODELS[model]
         eng = Engine(c, max(a.tokens + a.calibrate) + a.generate + BS)
@@ -600,7 +643,7 @@ def main():
                       f"({r['plan_split'][0]}/{r['plan_loaded'][0]} of {r['cached_blocks']}) | {best_text} | "
                       f"{r['plan_vs_best']:.2f} | {r['hit_speedup']:.1f}x | {r['plan_stall_ms']:.2f} | "
                       f"{r['load_gbs']:.1f} | {chk.get('tokens_equal')} ({chk.get('max_logit_diff', 0):.3g} of "
-                      f"{chk.get('max_abs_logit', 0):.3g}) |",
+                      f"{chk.get('max_abs_logit', 0):.3g}) | {bit_exact(chk)} |",
                       flush=True)
                 print("    sweep:", ", ".join(f"{k}: {v['ms']:.1f} ms (stall {v['stall_ms']:.1f})"
                                           for k, v in r["sweep"].items()), "| load rows' stall ms:",
