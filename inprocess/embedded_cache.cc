@@ -567,6 +567,14 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
               metrics.cuda_failures.value());
     v.gauge("kvtier_embedded_cuda_pinned_bytes", "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
+    v.counter("kvtier_embedded_cuda_pin_failures_total",
+              "Host chunks the CUDA driver would not page-lock (process-wide): their copies go "
+              "through its bounce "
+              "buffer and layerwise loads from them are copied instead",
+              {}, cuda::CudaHostPinning::instance().failed_registrations());
+    v.gauge("kvtier_embedded_cuda_chunks_queued",
+            "Host chunks waiting for kvtier's thread to page-lock them", {},
+            static_cast<double>(cuda::CudaHostPinning::instance().queued_chunks()));
   }
   stack->visit_metrics(v);
   if (hybrid) hybrid->visit_metrics(v);

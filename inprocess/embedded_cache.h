@@ -232,6 +232,9 @@ class EmbeddedCache {
 
   // The cached prefix of `tokens` (at most `max_blocks`), promoted to the top tier and pinned.
   Result<std::shared_ptr<FetchedBlocks>> fetch(const Prompt& prompt, size_t max_blocks = SIZE_MAX);
+  // A CUDA failure the engine's side of the door met on a thread of its own (waiting for a load's
+  // event, say): counted in kvtier_embedded_cuda_failures_total and logged, as the door's own are.
+  void report_device_failure(std::string_view what);
   // Blocks [first_block, first_block + max_blocks) of the cached prefix, pinned where they lie in
   // host memory for CUDA device `device` to read in place (through unified addressing: kvtier's
   // chunks are page-locked and mapped), counted as loaded. nullptr when one of them is not in

@@ -127,6 +127,11 @@ Result<LoadReport> EmbeddedCache::load_device_blocks(const Prompt& prompt,
   }());
 }
 
+void EmbeddedCache::report_device_failure(std::string_view what) {
+  impl_->metrics.cuda_failures.inc();
+  impl_->device_log.warn("a CUDA transfer failed: {}", what);
+}
+
 Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Prompt& prompt,
                                                                      size_t first_block,
                                                                      size_t max_blocks,

@@ -166,7 +166,14 @@ class CudaMover:
             if item is None:
                 return
             done, started, report, held = item
-            done.synchronize()  # a blocking event: this thread sleeps, it does not spin
+            try:
+                done.synchronize()  # a blocking event: this thread sleeps, it does not spin
+            except Exception as e:  # a broken context: nothing will run; counted, logged, go on
+                try:
+                    self._c.report_device_failure(f"waiting for a load's kernels: {e}")
+                except ValueError:  # the cache was closed meanwhile
+                    return
+                continue
             del held  # the blocks the kernels read in place may go now
             if report is None:
                 continue

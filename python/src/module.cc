@@ -289,6 +289,8 @@ class PyCache {
     call([&] { return cache_->observe_split(plan, seconds); });
   }
 
+  void report_device_failure(const std::string& what) { cache_->report_device_failure(what); }
+
   std::optional<Fetched> pin_for_device(py::handle tokens, const std::vector<std::string>& extra,
                                         size_t first_block, size_t max_blocks, int device) {
     const std::vector<uint32_t> t = import_tokens(tokens, "tokens");
@@ -482,6 +484,7 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("load_blocks", &PyCache::load_blocks)
       .def("fetch", &PyCache::fetch)
       .def("pin_for_device", &PyCache::pin_for_device)
+      .def("report_device_failure", &PyCache::report_device_failure)
       .def("check_paged", &PyCache::check_paged)
       .def("missing_blocks", &PyCache::missing_blocks)
       .def("check_block_ids", &PyCache::check_block_ids)

@@ -57,6 +57,10 @@ TEST_F(EmbeddedCacheCudaTest, WithoutADriverEveryDeviceCallFailsClearlyAndStores
   EXPECT_EQ(cache_->lookup({prompt(16, 2)})->matched_tokens, 0u);
   EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_failures_total"), 4);  // failures, not rejections
   EXPECT_EQ(rejected(*cache_), 0);
+  // One the engine's side met on a thread of its own is counted with them.
+  cache_->report_device_failure("waiting for a load's kernels: an illegal memory access");
+  EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_failures_total"), 5);
+  EXPECT_EQ(metric(*cache_, "kvtier_embedded_cuda_pin_failures_total"), 0);
   // A device that is no CUDA ordinal is bad input, rejected before the driver is asked.
   auto bad = cache_->pin_for_device({tokens}, 0, 4, -1);
   ASSERT_FALSE(bad.ok());

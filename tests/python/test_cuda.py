@@ -149,6 +149,7 @@ def test_host_and_cuda_engines_restore_each_other_and_store_takes_cuda_blocks(tm
         assert counter(s, "kvtier_embedded_cuda_bytes_total", direction="to_device") > 0
         assert counter(s, "kvtier_embedded_cuda_bytes_total", direction="from_device") > 0
         assert counter(s, "kvtier_embedded_cuda_pinned_bytes") > 0
+        assert counter(s, "kvtier_embedded_cuda_pin_failures_total") == 0
 
 
 @needs_cuda
