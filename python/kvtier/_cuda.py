@@ -372,7 +372,7 @@ class CudaMover:
             with torch.cuda.stream(d.side):
                 if n:
                     table = self._ids_on(d, used[:n] + held.addresses())  # one transfer: ids, then addresses
-                    for layer in range(num_layers if n else 0):
+                    for layer in range(num_layers):
                         try:
                             plan.kernel.read_host(table[n:], table[:n], n, 2 * layer, 2)
                         except Exception as e:
