@@ -581,6 +581,9 @@ def main():
     p.add_argument("--plan-reps", type=int, default=None, help="timed plans per row (default: --reps)")
     p.add_argument("--eager-suffix", action="store_true", help="the rows after a restored prefix run eagerly, "
                    "not as a CUDA graph")
+    p.add_argument("--deterministic", action="store_true", help="the engine bit-reproducible run to run "
+                   "(torch's deterministic algorithms, flash SDPA only, full-precision bf16 reductions): "
+                   "for the restore-changes-nothing check, not for timings")
     p.add_argument("--whole-load", action="store_true", help="the rows after a restored prefix wait for the "
                    "whole load, not layer by layer")
     p.add_argument("--sweep", nargs="*", type=float, default=[0.25, 0.5, 0.75])
@@ -608,6 +611,12 @@ def main():
     global LOAD_STREAM
     LOAD_STREAM = torch.cuda.Stream()
     torch.inference_mode().__enter__()
+    if a.deterministic:
+        # Bit-reproducible run to run (measured: without these, the same computation twice gave
+        # different logits); slower, so not for the speed columns.
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
     # A cache that stays open for the whole run: host chunks stay page-locked from one
     # arrangement's cache to the next (the last cache to close unregisters them), as in an engine
     # whose cache lives as long as it does.
@@ -615,10 +624,11 @@ def main():
                           ram="64M")
     keeper.save_blocks(list(range(BS)), [0], [torch.zeros(1, BS, 1, 64, dtype=torch.bfloat16, device="cuda")],
                        [torch.zeros(1, BS, 1, 64, dtype=torch.bfloat16, device="cuda")])
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not a.deterministic
     device = torch.cuda.get_device_name()
     reference = pinned_h2d_gbs()
     results = {"device": device, "torch": torch.__version__, "pinned_h2d_gbs": reference, "rows": [], "stall": None,
+               "deterministic": a.deterministic,
                "switch_interval_s": sys.getswitchinterval(), "lower_right_sdpa": None}
     dirs = {"ram": None, "ssd": [os.path.join(a.ssd_dir, "one")],
             "ssd2": [os.path.join(a.ssd_dir, "stripe0"), os.path.join(a.ssd_dir, "stripe1")]}
