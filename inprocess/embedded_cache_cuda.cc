@@ -2,9 +2,10 @@
 // layout is its business (the Python module gathers and scatters with torch).
 #include <algorithm>
 
+#include "base/memory/large_buffer_cache.h"
 #include "inprocess/block_tensors.h"
-#include "inprocess/embedded_cache.h"
 #include "inprocess/device_blocks.h"
+#include "inprocess/embedded_cache.h"
 #include "inprocess/embedded_cache_impl.h"
 
 namespace kvtier {
@@ -160,8 +161,16 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Promp
     KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(device));
     std::shared_ptr<FetchedBlocks> fetched = fetch_keys(impl_, wanted, /*views=*/false);
     const size_t bb = layout().dense_block_bytes();
+    // Asked once per chunk, not per block: a prompt's blocks share a few dozen chunks, and every
+    // ask takes the registry's lock on the path to the engine's first kernel.
+    const uint8_t* mapped_from = nullptr;
+    const uint8_t* mapped_to = nullptr;
     for (const FetchedBlock& b : fetched->blocks()) {
+      if (b.bytes >= mapped_from && b.bytes + bb <= mapped_to) continue;
       if (!d->mapped(b.bytes, bb)) return std::shared_ptr<FetchedBlocks>();  // the pins go with it
+      const LargeBufferChunk chunk = large_buffer_chunk(b.bytes);
+      mapped_from = chunk.base;
+      mapped_to = chunk.base + chunk.bytes;
     }
     impl_->count_load(fetched->blocks().size());
     d->count_read_in_place(fetched->blocks().size() * bb);

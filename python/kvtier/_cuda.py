@@ -376,7 +376,8 @@ class CudaMover:
                         try:
                             plan.kernel.read_host(table[n:], table[:n], n, 2 * layer, 2)
                         except Exception as e:
-                            if layer:  # launched before: the rest cannot be left out
+                            if layer:  # kernels launched before still read the blocks: keep them pinned
+                                self._after(d.side, started, None, held)
                                 raise
                             warnings.warn(f"kvtier: reading blocks in place failed, copying them instead: {e}")
                             plan.kernel = None
