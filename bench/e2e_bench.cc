@@ -432,10 +432,11 @@ int main(int argc, char** argv) {
         "engine ms: one forward of the whole prompt (KV written to the paged cache, the last row's "
         "logits "
         "read back), host wall time; GPU ms: its GPU timestamps. PyTorch eager: "
-        "bench/torch_prefill_reference.py, same shapes, bf16 weights, flash SDPA, CUDA events. "
-        "Medians of " +
+        "bench/torch_prefill_reference.py --serve, same shapes, bf16 weights, flash SDPA, CUDA "
+        "events (3 untimed forwards before each). Medians of " +
         std::to_string(reps) +
-        " after warm-up forwards (10 s before the first row, 0.25 s before the others).");
+        " rounds, each PyTorch's forward then ours, after the engine's warm-up forwards (10 s "
+        "before the first row, 0.25 s before the others).");
     r.set_meta("vulkan", ctx->info().name);
     r.print();
     r.write_json(output_path("e2e_bench_prefill.json"));

@@ -1,52 +1,16 @@
 #include "bench/e2e_prefill.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <map>
-#include <utility>
-
-#include <nlohmann/json.hpp>
+#include <memory>
 
 #include "bench/e2e_support.h"
 #include "bench/harness/gpu_launch_timing.h"
+#include "bench/torch_prefill_server.h"
 #include "engine/blocks/gpu_block_pool.h"
 #include "engine/model/llama_model.h"
 
 namespace kvtier::bench {
 namespace {
-
-using ModelPrompt = std::pair<std::string, int>;
-
-// PyTorch's milliseconds per (model, prompt), or nothing where the script cannot run (no PyTorch,
-// no CUDA: lavapipe machines).
-std::map<ModelPrompt, double> torch_prefill_ms(const PrefillBenchOptions& o) {
-  std::map<ModelPrompt, double> out;
-  if (o.torch_script.empty()) return out;
-  std::string models, prompts;
-  for (const auto& m : o.models) models += (models.empty() ? "" : ",") + m;
-  for (int p : o.prompts) prompts += (prompts.empty() ? "" : ",") + std::to_string(p);
-  FILE* p = ::popen(
-      ("python3 " + o.torch_script + " --models " + models + " --prompts " + prompts + " 2>&1")
-          .c_str(),
-      "r");
-  if (!p) return out;
-  char buf[1024];
-  while (std::fgets(buf, sizeof buf, p)) {
-    const auto j = nlohmann::json::parse(buf, nullptr, false);
-    if (j.is_discarded() || !j.contains("ms")) {
-      std::cerr << buf;  // the script's own diagnostics, passed on
-      continue;
-    }
-    out[{j["model"].get<std::string>(), j["tokens"].get<int>()}] = j["ms"].get<double>();
-  }
-  // A script that failed part-way leaves rows without a PyTorch figure: say so, not just "-".
-  const int status = ::pclose(p);
-  if (status != 0) {
-    std::cerr << "e2e_bench: " << o.torch_script << " exited with status " << status << "; "
-              << out.size() << " PyTorch figures read\n";
-  }
-  return out;
-}
 
 // FLOPs of one forward, as the PyTorch script counts them: projections, the last row's logits,
 // and causal attention.
@@ -66,8 +30,10 @@ std::vector<std::string> prefill_columns() {
 
 void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& report,
                    Report* stages) {
-  const auto torch = torch_prefill_ms(o);
   const int longest = *std::max_element(o.prompts.begin(), o.prompts.end());
+  const auto torch = o.torch_script.empty()
+                         ? nullptr
+                         : TorchPrefillServer::start(o.torch_script, o.models, longest);
   for (const std::string& name : o.models) {
     LlamaConfig config = name == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny();
     config.max_positions = longest + 64;
@@ -104,8 +70,12 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       do {
         must(model->forward(b, *pool).status());
       } while (std::chrono::steady_clock::now() < warm_up_end);
-      std::vector<double> wall, gpu;
+      // Round by round: PyTorch's forward, then ours, so both see the GPU in the same state.
+      std::vector<double> wall, gpu, torch_ms;
       for (int r = 0; r < o.reps; ++r) {
+        if (torch) {
+          if (auto t = torch->prefill_ms(name, n, 1)) torch_ms.push_back(*t);
+        }
         const auto t0 = std::chrono::steady_clock::now();
         must(model->forward(b, *pool).status());
         wall.push_back(seconds_since(t0));
@@ -124,12 +94,13 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       for (int32_t id : alloc.ids) pool->unref(id);
       const double engine_s = median(wall);
       const double gpu_s = gpu.empty() ? 0 : median(gpu);
-      const auto ref = torch.find({name, n});
+      const bool ref = torch_ms.size() == wall.size();
+      const double torch_med = ref ? median(torch_ms) : 0;
       report.add_row(
           {name, std::to_string(n), ms(engine_s), gpu.empty() ? "-" : ms(gpu_s),
            fmt_double(forward_flops(config, n) / (gpu.empty() ? engine_s : gpu_s) / 1e12, 1),
-           ref == torch.end() ? "-" : fmt_double(ref->second, 2),
-           ref == torch.end() ? "-" : fmt_double(engine_s * 1e3 / ref->second, 2)});
+           ref ? fmt_double(torch_med, 2) : "-",
+           ref ? fmt_double(engine_s * 1e3 / torch_med, 2) : "-"});
     }
   }
 }

@@ -93,11 +93,9 @@ int main(int argc, char** argv) {
   const auto torch = reference.empty() ? std::map<ShapeKey, double>{} : read_reference(reference);
 
   // Llama-3.2-1B's projections (hidden 2048, 8 KV heads of 64, FFN 8192), and a square one.
-  const std::vector<Shape> shapes = {{"q / o", 2048, 2048},
-                                     {"k / v", 2048, 512},
-                                     {"gate / up", 2048, 8192},
-                                     {"down", 8192, 2048},
-                                     {"4096^2", 4096, 4096}};
+  const std::vector<Shape> shapes = {{"q / o", 2048, 2048},     {"k / v", 2048, 512},
+                                     {"gate / up", 2048, 8192}, {"down", 8192, 2048},
+                                     {"q k v", 2048, 3072},     {"4096^2", 4096, 4096}};
   Report report("matmul_bench: x [rows, k] @ w [k, n], f32 out",
                 {"shape", "rows", "k", "n", "kernel", "tile", "ms", "TFLOP/s", "PyTorch TFLOP/s",
                  "ours / PyTorch"});
@@ -146,13 +144,17 @@ int main(int argc, char** argv) {
           return ok_status();
         });
         if (!t.ok()) die(t.status());
-        const MatmulTile used = tile.value_or(Matmul::pick_tile(rows, shape.n));
+        const MatmulTile used =
+            tile.value_or(Matmul::pick_tile(rows, shape.n, 0, ctx.info().sm_count));
         const std::string tile_text =
             !w.takes_half_input()
                 ? "-"
                 : (tile ? "" : "auto ") + std::to_string(used.rows) + "x" +
                       std::to_string(used.cols) + " k" + std::to_string(used.k_step) + " u" +
-                      std::to_string(used.unroll) + " t" + std::to_string(used.threads);
+                      std::to_string(used.unroll) + " t" + std::to_string(used.threads) + " g" +
+                      std::to_string(used.group_m
+                                         ? used.group_m
+                                         : Matmul::row_tile_group(uint64_t{shape.k} * shape.n * 2));
         const double tflops = flops / *t / 1e12;
         const auto ref = torch.find({rows, shape.k, shape.n});
         report.add_row({shape.name, std::to_string(rows), std::to_string(shape.k),

@@ -11,6 +11,9 @@ scaled_dot_product_attention (flash backend), output projection, RMSNorm, SwiGLU
 and the logits of the last row only (the engine returns those too). No KV cache is written (the
 engine writes its paged cache as part of its forward). Timed with CUDA events after warm-up
 forwards; prints one JSON line per (model, prompt): {"model", "tokens", "ms", "tflops", "device"}.
+With --serve it builds each model once and then answers requests on stdin, one line each
+("MODEL TOKENS SAMPLES": that many timed forwards, their median) with the same JSON line, so
+e2e_bench can time PyTorch and its engine round by round on one GPU instead of minutes apart.
 Exits non-zero without PyTorch or CUDA.
 """
 import argparse
@@ -82,26 +85,59 @@ def run_forward(torch, c, w, tokens):
     return last @ w["emb"].T
 
 
+def prompt_tokens(torch, c, n):
+    return torch.tensor([(i * 7919 + (i * i) % 101) % c["vocab"] for i in range(n)], device="cuda")
+
+
+def row(torch, model, c, w, n, samples):
+    tokens = prompt_tokens(torch, c, n)
+    ms = 1e3 * seconds_per_call(torch, lambda: run_forward(torch, c, w, tokens), 1, samples)
+    return json.dumps({"model": model, "tokens": n, "ms": ms,
+                       "tflops": forward_flops(c, n) / (ms / 1e3) / 1e12,
+                       "device": torch.cuda.get_device_name(0)})
+
+
+def serve(torch, models, longest):
+    """Answers "MODEL TOKENS SAMPLES" lines until stdin closes; a bad request gets {"error"}."""
+    weights = {m: build(torch, MODELS[m], longest) for m in models}
+    for line in sys.stdin:
+        parts = line.split()
+        try:
+            model, n, samples = parts[0], int(parts[1]), int(parts[2])
+            if model not in weights or not 0 < n <= longest or samples < 1:
+                raise ValueError
+        except (IndexError, ValueError):
+            print(json.dumps({"error": f"bad request {line.strip()!r}: MODEL TOKENS SAMPLES, "
+                                       f"models {sorted(weights)}, tokens <= {longest}"}), flush=True)
+            continue
+        print(row(torch, model, MODELS[model], weights[model], n, samples), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny,1b")
     parser.add_argument("--prompts", default="2048,8192,32768")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--serve", action="store_true", help="answer requests on stdin (see above)")
     args = parser.parse_args()
     torch = cuda_torch("torch_prefill_reference")
     if torch is None:
         return 1
     prompts = [int(p) for p in args.prompts.split(",") if p]
-    name = torch.cuda.get_device_name(0)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        print(f"torch_prefill_reference: unknown models {unknown}", file=sys.stderr)
+        return 2
     with torch.inference_mode(), torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-        for model in [m for m in args.models.split(",") if m]:
+        if args.serve:
+            serve(torch, models, max(prompts))
+            return 0
+        for model in models:
             c = MODELS[model]
             w = build(torch, c, max(prompts))
             for n in prompts:
-                tokens = torch.tensor([(i * 7919 + (i * i) % 101) % c["vocab"] for i in range(n)], device="cuda")
-                ms = 1e3 * seconds_per_call(torch, lambda: run_forward(torch, c, w, tokens), 1, args.reps)
-                print(json.dumps({"model": model, "tokens": n, "ms": ms,
-                                  "tflops": forward_flops(c, n) / (ms / 1e3) / 1e12, "device": name}), flush=True)
+                print(row(torch, model, c, w, n, args.reps), flush=True)
             del w
             torch.cuda.empty_cache()
     return 0

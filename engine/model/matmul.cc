@@ -42,6 +42,8 @@ constexpr std::span<const MatmulTile> kTiles(kCandidates.data(), 4);
 
 // A launch with fewer workgroups than this leaves some of an H100's 132 SMs idle.
 constexpr uint64_t kEnoughWorkgroups = 128;
+constexpr uint64_t kGroupedWeightBytes = 48ull << 20;
+constexpr uint32_t kRowTileGroup = 16;
 
 uint64_t workgroups(const MatmulTile& t, uint32_t rows, uint32_t n) {
   return uint64_t{(rows + t.rows - 1) / t.rows} * ((n + t.cols - 1) / t.cols);
@@ -88,17 +90,42 @@ Result<MatmulWeights> MatmulWeights::upload(VulkanContext& ctx, std::span<const 
 std::span<const MatmulTile> Matmul::tiles() { return kTiles; }
 std::span<const MatmulTile> Matmul::candidate_tiles() { return kCandidates; }
 
-MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple) {
-  // The largest tile that still gives every SM work; below that, the smallest that covers the
-  // rows (a decode step's single row loads zeros for the rest of its tile, not memory). Only
-  // tiles whose columns divide col_multiple, where one is given (the last one's always do).
+MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple, uint32_t sms,
+                             bool gated) {
   auto fits = [&](const MatmulTile& t) { return col_multiple == 0 || col_multiple % t.cols == 0; };
+  // Where the device says how many SMs it has and both large tiles fill them: the one whose last
+  // wave is fullest, by outputs per SM (a workgroup fills an SM). The q/k/v launch of 2048 rows
+  // (3072 columns) is 192 tiles of 128 x 256 — 1.45 waves of an H200's 132 SMs — or 384 of
+  // 128 x 128, 2.9 waves: 2.29 -> 1.96 ms over 16 layers (H200, e2e_bench --profile-stages).
+  // Equal cost keeps the larger tile. Not for the gated launch: its 128 x 128 tile ran 1.4x slower.
+  const MatmulTile& large = kTiles[0];
+  const MatmulTile& medium = kTiles[1];
+  if (sms > 0 && !gated && fits(large) && fits(medium) &&
+      workgroups(large, rows, n) >= kEnoughWorkgroups) {
+    auto cost = [&](const MatmulTile& t) {
+      return (workgroups(t, rows, n) + sms - 1) / sms * uint64_t{t.rows} * t.cols;
+    };
+    return cost(medium) < cost(large) ? medium : large;
+  }
+  // Otherwise the largest tile that still gives every SM work; below that, the smallest that
+  // covers the rows (a decode step's single row loads zeros for the rest of its tile, not
+  // memory). Only tiles whose columns divide col_multiple, where one is given (the last one's
+  // always do).
   for (size_t i = 0; i + 1 < kTiles.size(); ++i) {
     if (fits(kTiles[i]) && workgroups(kTiles[i], rows, n) >= kEnoughWorkgroups) return kTiles[i];
   }
   if (rows > kTiles.back().rows && fits(kTiles[kTiles.size() - 2]))
     return kTiles[kTiles.size() - 2];
   return kTiles.back();
+}
+
+uint32_t Matmul::row_tile_group(uint64_t weight_bytes) {
+  // Weights larger than L2 (50 MiB on the H100 and H200) are streamed from memory once per row
+  // tile unless row tiles share them. The 1B's gated gate/up launch (64 MiB) over 16 layers at
+  // 2048 / 8192 rows (H200, e2e_bench --profile-stages): row tile by row tile 8.71 / 33.8 ms,
+  // groups of 8 8.29 / 31.1, of 16 8.11 / 29.5. Its down projection (32 MiB) fits L2 and gained
+  // nothing.
+  return weight_bytes > kGroupedWeightBytes ? kRowTileGroup : 1;
 }
 
 Status Matmul::record_segments(CommandBatch& batch, MatmulInput x, const MatmulWeights& w,
@@ -127,7 +154,7 @@ Status Matmul::record_segments(CommandBatch& batch, MatmulInput x, const MatmulW
   return record_tensor_loads(batch,
                              TensorLoadParams{x.f16, w.f16t.address(), seg(0).y, 0, seg(1).y,
                                               seg(2).y, rows, w.k, w.n, 0, n1, n2},
-                             pick_tile(rows, w.n, multiple), false);
+                             pick_tile(rows, w.n, multiple, ctx_.info().sm_count), false);
 }
 
 Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w, uint64_t y,
@@ -140,7 +167,8 @@ Status Matmul::record(CommandBatch& batch, MatmulInput x, const MatmulWeights& w
       return record_tensor_loads(batch,
                                  TensorLoadParams{x.f16, w.f16t.address(), y, 0, 0, 0, rows, w.k,
                                                   w.n, accumulate ? 1u : 0u, w.n, w.n},
-                                 tile.value_or(pick_tile(rows, w.n)), false);
+                                 tile.value_or(pick_tile(rows, w.n, 0, ctx_.info().sm_count)),
+                                 false);
     case MatmulKernel::kCoopmat: {
       // One row tile (a decode step, a short suffix after a restored prefix): only n / 64
       // workgroups, each waiting on memory once per k step, so deeper steps. Same bits (see the
@@ -181,10 +209,11 @@ Status Matmul::record_gated(CommandBatch& batch, MatmulInput x, const MatmulWeig
   if (rows == 0) return ok_status();
   // A gated tile's columns are half gate, half up: as many workgroups as an ungated launch twice
   // as wide.
-  return record_tensor_loads(batch,
-                             TensorLoadParams{x.f16, gate.f16t.address(), y16, up.f16t.address(), 0,
-                                              0, rows, gate.k, gate.n, 0, gate.n, gate.n},
-                             tile.value_or(pick_tile(rows, 2 * gate.n)), true);
+  return record_tensor_loads(
+      batch,
+      TensorLoadParams{x.f16, gate.f16t.address(), y16, up.f16t.address(), 0, 0, rows, gate.k,
+                       gate.n, 0, gate.n, gate.n},
+      tile.value_or(pick_tile(rows, 2 * gate.n, 0, ctx_.info().sm_count, true)), true);
 }
 
 Status Matmul::record_tensor_loads(CommandBatch& batch, const TensorLoadParams& p, MatmulTile tile,
@@ -193,17 +222,20 @@ Status Matmul::record_tensor_loads(CommandBatch& batch, const TensorLoadParams& 
     return invalid_argument("matmul: a tile of " + std::to_string(tile.threads) +
                             " invocations is past the device's cooperative-matrix workgroup limit");
   }
+  uint32_t group_m =
+      tile.group_m ? tile.group_m : row_tile_group(uint64_t{p.n} * p.k * 2 * (gated ? 2 : 1));
   auto it =
-      std::find_if(tensor_loads_.begin(), tensor_loads_.end(),
-                   [&](const TensorLoadPipeline& e) { return e.tile == tile && e.gated == gated; });
+      std::find_if(tensor_loads_.begin(), tensor_loads_.end(), [&](const TensorLoadPipeline& e) {
+        return e.tile == tile && e.gated == gated && e.group_m == group_m;
+      });
   if (it == tensor_loads_.end()) {
     KVTIER_ASSIGN_OR_RETURN(
         auto pipeline, ctx_.pipeline("matmul_cm2",
                                      {tile.threads, tile.rows, tile.cols, tile.k_step, tile.unroll,
-                                      gated ? 1u : 0u},
+                                      gated ? 1u : 0u, group_m},
                                      sizeof(TensorLoadParams)));
     it = tensor_loads_.insert(tensor_loads_.end(),
-                              TensorLoadPipeline{tile, gated, std::move(pipeline)});
+                              TensorLoadPipeline{tile, gated, group_m, std::move(pipeline)});
   }
   const uint32_t cols = gated ? tile.cols / 2 : tile.cols;
   batch.dispatch(*it->pipeline, p, (p.n + cols - 1) / cols, (p.rows + tile.rows - 1) / tile.rows);

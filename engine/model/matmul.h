@@ -58,6 +58,7 @@ struct MatmulInput {
 // iteration (unrolled, where k allows).
 struct MatmulTile {
   uint32_t threads, rows, cols, k_step, unroll = 8;
+  uint32_t group_m = 0;  // row tiles walked together (0: Matmul::row_tile_group's choice)
   bool operator==(const MatmulTile&) const = default;
 };
 
@@ -93,7 +94,12 @@ class Matmul {
   // for benchmarks to compare (the launcher's first).
   static std::span<const MatmulTile> tiles();
   static std::span<const MatmulTile> candidate_tiles();
-  static MatmulTile pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple = 0);
+  // `sms`: the device's multiprocessors (DeviceInfo::sm_count; 0: unknown). `gated`: for
+  // record_gated's launch, whose two accumulators make the smaller tiles slow.
+  static MatmulTile pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple = 0,
+                              uint32_t sms = 0, bool gated = false);
+  // Row tiles walked together (matmul_cm2's GROUP_M) for weights of this many bytes.
+  static uint32_t row_tile_group(uint64_t weight_bytes);
 
  private:
   struct TensorLoadParams;
@@ -102,6 +108,7 @@ class Matmul {
   struct TensorLoadPipeline {
     MatmulTile tile;
     bool gated;
+    uint32_t group_m;
     std::shared_ptr<ComputePipeline> pipeline;
   };
 

@@ -226,6 +226,14 @@ Status VulkanDevice::query(Query& q) {
   vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, nullptr);
   q.extensions.resize(ne);
   vkEnumerateDeviceExtensionProperties(physical_, nullptr, &ne, q.extensions.data());
+  if (q.has_extension(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV sm{
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceProperties2 sm_props{.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                         .pNext = &sm};
+    vkGetPhysicalDeviceProperties2(physical_, &sm_props);
+    info_.sm_count = sm.shaderSMCount;
+  }
   return ok_status();
 }
 

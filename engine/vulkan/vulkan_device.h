@@ -29,6 +29,9 @@ struct DeviceInfo {
   std::string driver;
   VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
   uint32_t subgroup_size = 0;
+  // Streaming multiprocessors (VK_NV_shader_sm_builtins); 0 where the device does not say. The
+  // matmul launcher sizes its tiles to fill whole waves of them.
+  uint32_t sm_count = 0;
   uint32_t max_shared_memory = 0;
   uint32_t max_workgroup_invocations = 0;
   uint32_t max_workgroup_count[3] = {0, 0, 0};

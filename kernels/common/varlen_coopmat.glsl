@@ -21,8 +21,10 @@
 // later steps (no look-ahead, 16-byte stores, unmasked whole chunks, RAW_SCORES) at 107; the KHR
 // spelling 140, row sums by shuffles 144; with the context staged as f16 (attention/
 // kv_half_staging.comp) 174, q staged at once 184, 8-byte output stores 189. A workgroup fills an
-// SM (255 registers a thread), so its start and end are time the SM does nothing else. Tried and slower on the H100: the next chunk's
-// loads in flight during compute (registers spill: 128 against 144), two 32-key buffers with one
+// SM (255 registers a thread), so its start and end are time the SM does nothing else. Tried and
+// slower on the H100 at head_dim 128: the next chunk's loads in flight during compute (registers
+// spill: 128 against 144; at head_dim 64 with 512 invocations they are one 16-byte load of K and
+// one of V per invocation, and LOOKAHEAD gains 3-7 %), two 32-key buffers with one
 // barrier per chunk (118), the running output merged in the output buffer instead of registers
 // (no spills, 127), one row block per workgroup (two workgroups per SM, K/V read twice as often).
 //
@@ -56,6 +58,10 @@ layout(constant_id = 9) const uint IDENTITY_TABLE = 0;
 // 1: the output rows as f16 (common/half_pack.glsl's rounding, the bits to_half gives from the f32
 // rows) for a tensor-core projection that reads f16; split partials stay f32.
 layout(constant_id = 10) const uint OUT_HALF = 0;
+// 1: the next chunk's loads are issued before this chunk's products, so they arrive while the
+// tensor cores work (a workgroup fills an SM: nothing else hides them). Only where they cost a
+// thread few registers (NL = 1: head_dim 64 with 512 invocations).
+layout(constant_id = 11) const uint LOOKAHEAD = 0;
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
@@ -88,10 +94,11 @@ layout(push_constant) uniform Params {
 shared uvec4 k_s[CT * KS4];
 shared uvec4 v_s[CT * KS4];
 
-// A chunk's keys and values go from global memory to registers to k_s / v_s (as f16), with no
-// look-ahead: holding the next chunk in registers while this one computes (NL uvec4s each for K
-// and V) pushed the kernel into spills, and measured slower on the H100 (16k tokens, bf16: 74-75
-// TFLOP/s against 77-78 without; loading it later in the chunk, 71-73).
+// A chunk's keys and values go from global memory to registers to k_s / v_s (as f16). Unless
+// LOOKAHEAD, not before the chunk's turn: at head_dim 128 holding the next chunk in registers
+// while this one computes (NL = 4 uvec4s each for K and V) pushed the kernel into spills, and
+// measured slower on the H100 (16k tokens, bf16: 74-75 TFLOP/s against 77-78 without; loading it
+// later in the chunk, 71-73). At NL = 1 it is 8 registers, and faster.
 uvec4 kw[NL], vw[NL];
 
 void fetch_chunk(int c, int seq, int ctx, uint kh, uint tid) {
@@ -282,6 +289,7 @@ void main() {
     run_l[g] = 0.0;
   }
 
+  if (LOOKAHEAD != 0 && c_lo <= c_hi) fetch_chunk(c_lo, seq, ctx, kh, tid);
   for (int c = c_lo; c <= c_hi; ++c) {
     const int s = c * int(CT) / int(SPLIT);
     if (c == c_lo || c * int(CT) % int(SPLIT) == 0) {  // a split starts from an empty state
@@ -291,10 +299,11 @@ void main() {
       m[0] = NEG_INF;
       m[1] = NEG_INF;
     }
-    fetch_chunk(c, seq, ctx, kh, tid);
+    if (LOOKAHEAD == 0) fetch_chunk(c, seq, ctx, kh, tid);
     barrier();  // every subgroup is done with the previous chunk
     store_chunk(tid);
     barrier();
+    if (LOOKAHEAD != 0 && c < c_hi) fetch_chunk(c + 1, seq, ctx, kh, tid);
     ACC sacc[NT];
     [[unroll]] for (uint n = 0; n < NT; ++n) sacc[n] = ACC(0.0);
     [[unroll]] for (uint j = 0; j < DT; ++j) {

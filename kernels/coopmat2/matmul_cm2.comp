@@ -41,6 +41,11 @@ layout(constant_id = 2) const uint BN = 256;  // columns per tile
 layout(constant_id = 3) const uint BK = 64;   // k per step
 layout(constant_id = 4) const uint UNROLL = 8;  // steps per loop iteration (the driver pipelines within one)
 layout(constant_id = 5) const uint GATED = 0;
+// Workgroups walk the output in groups of GROUP_M row tiles, column tile by column tile, instead
+// of row tile by row tile: the SMs then work on a few rows of x against a band of w's columns at
+// a time, so a weight tile reaches L2 once for GROUP_M row tiles rather than once for each (w is
+// larger than L2 at the FFN's shapes). Which workgroup computes a tile changes no bit of it.
+layout(constant_id = 6) const uint GROUP_M = 1;
 const uint BN_OUT = BN / (1 + GATED);  // output columns per tile
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer HalfRows { float16_t v[]; };
@@ -87,8 +92,17 @@ float silu_times(const in uint r, const in uint c, const in float g, const in fl
 }
 
 void main() {
-  const uint row0 = gl_WorkGroupID.y * BM;
-  const uint col0 = gl_WorkGroupID.x * BN_OUT;
+  uint tile_x = gl_WorkGroupID.x, tile_y = gl_WorkGroupID.y;
+  if (GROUP_M > 1) {
+    const uint nx = gl_NumWorkGroups.x, ny = gl_NumWorkGroups.y;
+    const uint id = gl_WorkGroupID.y * nx + gl_WorkGroupID.x;
+    const uint band = id / (GROUP_M * nx), in_band = id % (GROUP_M * nx);
+    const uint rows_in_band = min(ny - band * GROUP_M, GROUP_M);
+    tile_y = band * GROUP_M + in_band % rows_in_band;
+    tile_x = in_band / rows_in_band;
+  }
+  const uint row0 = tile_y * BM;
+  const uint col0 = tile_x * BN_OUT;
   HalfRows x = HalfRows(pc.x);
   HalfRows w = HalfRows(pc.w);
   HalfRows w_up = HalfRows(pc.w_up);

@@ -139,12 +139,41 @@ TEST(MatmulTest, TensorLoadTilesGiveTheSameBits) {
   auto weights = std::move(MatmulWeights::upload(gpu(), p.w, p.k, p.n, true)).value();
   ASSERT_TRUE(weights.takes_half_input());
   const auto first = p.gpu_y(weights, true, 0, p.rows, Matmul::tiles().front());
-  for (const MatmulTile& t : Matmul::candidate_tiles()) {
+  // Every tile, then the launcher's large one with its row tiles walked in bands of 2 (the last
+  // band partial: 300 rows are 3 row tiles of 128) and of 16 (one band, wider than the launch).
+  std::vector<MatmulTile> tiles(Matmul::candidate_tiles().begin(), Matmul::candidate_tiles().end());
+  for (uint32_t group : {2u, 16u}) {
+    tiles.push_back(Matmul::tiles().front());
+    tiles.back().group_m = group;
+  }
+  for (const MatmulTile& t : tiles) {
     const auto got = p.gpu_y(weights, true, 0, p.rows, t);
     EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * 4), 0)
         << "tile " << t.rows << " x " << t.cols << ", k step " << t.k_step << ", unroll "
-        << t.unroll;
+        << t.unroll << ", row tiles in groups of " << t.group_m;
   }
+}
+
+// The launcher's tile by launch size: with the device's SM count, the large tile whose last wave
+// is fullest; without it, the largest that gives 128 workgroups. Weights past L2 are walked in
+// bands of row tiles. (Which tile or order never changes a bit: the tests above.)
+TEST(MatmulTest, PicksTheTileThatFillsWholeWavesOfSms) {
+  const auto tiles = Matmul::tiles();
+  const MatmulTile& large = tiles[0];   // 128 x 256
+  const MatmulTile& medium = tiles[1];  // 128 x 128
+  // q/k/v at 2048 rows: 192 large tiles are 1.45 waves of 132 SMs, 384 medium ones 2.9.
+  EXPECT_EQ(Matmul::pick_tile(2048, 3072, 512, 132), medium);
+  // The output projection: 128 large tiles are one wave; medium ones would be two.
+  EXPECT_EQ(Matmul::pick_tile(2048, 2048, 0, 132), large);
+  EXPECT_EQ(Matmul::pick_tile(8192, 3072, 512, 132), large);  // a tie keeps the larger
+  // The gated launch keeps the large tile (its medium one is slow), and so does an unknown device.
+  EXPECT_EQ(Matmul::pick_tile(2048, 3072, 0, 132, true), large);
+  EXPECT_EQ(Matmul::pick_tile(2048, 3072, 512, 0), large);
+  // Too few rows for 128 large tiles: the old rule's smaller tiles, SMs known or not.
+  EXPECT_EQ(Matmul::pick_tile(16, 2048, 0, 132), Matmul::pick_tile(16, 2048, 0, 0));
+  EXPECT_EQ(Matmul::pick_tile(1, 2048, 0, 132), tiles.back());
+  EXPECT_EQ(Matmul::row_tile_group(2048ull * 16384 * 2), 16u);  // the 1B's gate and up: 64 MiB
+  EXPECT_EQ(Matmul::row_tile_group(8192ull * 2048 * 2), 1u);    // its down projection fits L2
 }
 
 // The gated launch (SwiGLU's gate and up projections and silu_mul in one) gives the bits of what
@@ -195,11 +224,14 @@ TEST(MatmulTest, GatedLaunchGivesTheBitsOfTwoLaunchesAndSiluMul) {
     EXPECT_TRUE(batch.submit_and_wait().ok());
     return from_gpu<uint16_t>(got16, size_t{p.rows} * p.n);
   };
-  for (const MatmulTile& t : Matmul::candidate_tiles()) {
+  std::vector<MatmulTile> tiles(Matmul::candidate_tiles().begin(), Matmul::candidate_tiles().end());
+  tiles.push_back(Matmul::tiles().front());
+  tiles.back().group_m = 2;  // row tiles in bands of 2, the last one partial
+  for (const MatmulTile& t : tiles) {
     const auto got = gated(0, p.rows, t);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 2), 0)
         << "tile " << t.rows << " x " << t.cols << ", k step " << t.k_step << ", unroll "
-        << t.unroll;
+        << t.unroll << ", row tiles in groups of " << t.group_m;
   }
   for (uint32_t r : {0u, 131u, 299u}) {
     const auto got = gated(r, 1, std::nullopt);
