@@ -14,13 +14,17 @@
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
 #include "base/byte_size.h"
 #include "base/log.h"
+#include "bench/harness/bench_must.h"
 #include "bench/harness/bench_report.h"
+#include "bench/harness/ggml_peer.h"
 #include "bench/harness/gpu_launch_timing.h"
 #include "engine/attention/paged_attention.h"
 #include "engine/vulkan/gpu_timer.h"
@@ -86,6 +90,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool skip_decode = false;
   app.add_flag("--skip-decode", skip_decode, "Prefill only");
+  std::string ggml_peer_path;
+  app.add_option("--ggml-peer", ggml_peer_path,
+                 "Output of ../shared/device/ggml-peer/run.sh from the same device call "
+                 "(ggml-vulkan's FLASH_ATTN_EXT beside ours, where it ran the same shape)");
   bool host_timed = false;
   app.add_flag("--host-timed", host_timed, "Time the host's submit-and-wait, not the GPU's timestamps");
   CLI11_PARSE(app, argc, argv);
@@ -103,6 +111,14 @@ int main(int argc, char** argv) {
     }
   }
   init_logging("warn");
+  std::optional<GgmlPeer> ggml;
+  if (!ggml_peer_path.empty()) ggml = must(GgmlPeer::read(ggml_peer_path));
+  // ggml's time over ours for a shape it ran: above 1, ours is faster.
+  auto peer_columns = [&](std::optional<double> peer_us, double ours_s, double unit) {
+    if (!peer_us) return std::pair<std::string, std::string>{"-", "-"};
+    return std::pair{fmt_double(*peer_us * 1e-6 * unit, 2),
+                     fmt_double(*peer_us * 1e-6 / ours_s, 2)};
+  };
   const std::unique_ptr<VulkanContext> gpu = vulkan_or_exit();
   VulkanContext& ctx = *gpu;
   const auto die = exit_with;
@@ -123,10 +139,11 @@ int main(int argc, char** argv) {
   if (!copy_or.ok()) die(copy_or.status());
   const double copy_bps = *copy_or;
 
-  Report report("engine_bench: paged decode attention, 32 query heads / 8 KV heads, head_dim 128, "
-                "block 16",
-                {"dtype", "batch", "context", "K+V bytes", "us / call", "GB/s", "vs copy kernel",
-                 "vs copy of the same bytes"});
+  Report report(
+      "engine_bench: paged decode attention, 32 query heads / 8 KV heads, head_dim 128, "
+      "block 16",
+      {"dtype", "batch", "context", "K+V bytes", "us / call", "GB/s", "vs copy kernel",
+       "vs copy of the same bytes", "ggml-vulkan us (F16)", "ggml / ours"});
   report.set_meta("device", ctx.info().name + " (" + ctx.info().driver + ")");
   report.set_meta("machine", machine_description());
   report.set_meta("copy kernel", fmt_double(copy_bps / 1e9, 1) + " GB/s (bytes read + written, " +
@@ -195,7 +212,8 @@ int main(int argc, char** argv) {
         const uint64_t array_bytes = uint64_t(context + block - 1) / block * batch * block * kv_heads * dim * dtype_size(dt);
         if (got[i].empty()) {
           report.add_row({dtypes[i], std::to_string(batch), std::to_string(context),
-                          format_byte_size(2 * array_bytes), "skipped (--max-kv-bytes)", "", "", ""});
+                          format_byte_size(2 * array_bytes), "skipped (--max-kv-bytes)", "", "", "",
+                          "", ""});
           continue;
         }
         std::vector<double> secs, vs_same;
@@ -204,16 +222,25 @@ int main(int argc, char** argv) {
           if (t.same_bps > 0) vs_same.push_back(2.0 * array_bytes / t.seconds / t.same_bps);
         }
         const double t = median(secs), bps = 2.0 * array_bytes / t;
+        const auto [peer_us, peer_ratio] = peer_columns(
+            ggml ? ggml->attention_us(dim, kv_heads, heads / kv_heads, 1, context, batch, false)
+                 : std::nullopt,
+            t, 1e6);
         report.add_row({dtypes[i], std::to_string(batch), std::to_string(context),
-                        format_byte_size(2 * array_bytes), fmt_double(t * 1e6, 1), fmt_double(bps / 1e9, 1),
-                        fmt_double(bps / copy_bps, 2), vs_same.empty() ? "n/a" : fmt_double(median(vs_same), 2)});
+                        format_byte_size(2 * array_bytes), fmt_double(t * 1e6, 1),
+                        fmt_double(bps / 1e9, 1), fmt_double(bps / copy_bps, 2),
+                        vs_same.empty() ? "n/a" : fmt_double(median(vs_same), 2), peer_us,
+                        peer_ratio});
       }
     }
   }
-  report.add_note("GB/s counts the K and V bytes each call must read; the copy kernel counts "
-                  "bytes read plus written. 'vs copy of the same bytes': against the copy kernel "
-                  "between two buffers of K's size (as many bytes moved per launch as the call reads), "
-                  "timed the same way right after it. Issue 15's goals are against the 1 GiB copy.");
+  report.add_note(
+      "GB/s counts the K and V bytes each call must read; the copy kernel counts "
+      "bytes read plus written. 'vs copy of the same bytes': against the copy kernel "
+      "between two buffers of K's size (as many bytes moved per launch as the call reads), "
+      "timed the same way right after it. Issue 15's goals are against the 1 GiB copy. "
+      "ggml-vulkan (--ggml-peer): test-backend-ops FLASH_ATTN_EXT of the same shape, F16 "
+      "K/V, no mask, the fastest of its precisions; its own host-timed us/run.");
   // A skipped table writes no JSON: an empty one would replace the figures of an earlier run.
   if (!skip_decode) {
     report.print();
@@ -237,15 +264,21 @@ int main(int argc, char** argv) {
                                           ? PagedAttentionVarlen::SplitPolicy::kWorkgroupPerSplit
                                           : PagedAttentionVarlen::SplitPolicy::kAuto);
   }
-  Report prefill(
-      "engine_bench: varlen prefill, one prompt, " + std::to_string(p_heads) + " / " +
-          std::to_string(p_kv_heads) + " heads, head_dim " + std::to_string(p_dim) + ", causal",
-      {"tokens", "dtype", "path", "launch", "ms / call", "tokens/s", "attention TFLOP/s"});
+  Report prefill("engine_bench: varlen prefill, one prompt, " + std::to_string(p_heads) + " / " +
+                     std::to_string(p_kv_heads) + " heads, head_dim " + std::to_string(p_dim) +
+                     ", causal",
+                 {"tokens", "dtype", "path", "launch", "ms / call", "tokens/s", "attention TFLOP/s",
+                  "ggml-vulkan ms (F16)", "ggml / ours"});
   prefill.set_meta("device", ctx.info().name);
   prefill.set_meta("tensor-core kernels", ctx.info().coopmat_khr ? "GL_KHR_cooperative_matrix spelling"
                                           : ctx.info().coopmat_mma_fragments ? "GL_NV_cooperative_matrix spelling"
                                                                             : "none");
   prefill.set_meta("method", "median of " + std::to_string(reps) + " launches, " + timing);
+  if (ggml) {
+    prefill.add_note(
+        "ggml-vulkan: test-backend-ops FLASH_ATTN_EXT of the same shape (the peer kit's "
+        "causal mask), F16 K/V, the fastest of its precisions; its own host-timed us/run.");
+  }
   for (int tokens : prefill_tokens) {
     for (const std::string& dname : dtypes) {
       const DType dt = *parse_dtype(dname);
@@ -307,9 +340,14 @@ int main(int argc, char** argv) {
             std::string name = PagedAttentionVarlen::path_name(varlen.path(view, p_heads));
             if (staging && stages) name += ", staged as f16";
             if (!staging) name += ", reading the cache directly";
+            const auto [peer_ms, peer_ratio] =
+                peer_columns(ggml ? ggml->attention_us(p_dim, p_kv_heads, p_heads / p_kv_heads,
+                                                       tokens, tokens, 1, true)
+                                  : std::nullopt,
+                             *t, 1e3);
             prefill.add_row({std::to_string(tokens), dname, name, split_name,
                              fmt_double(*t * 1e3, 2), fmt_double(tokens / *t, 0),
-                             fmt_double(flops / *t / 1e12, 2)});
+                             fmt_double(flops / *t / 1e12, 2), peer_ms, peer_ratio});
           }
         }
       }

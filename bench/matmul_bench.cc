@@ -16,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
+#include "bench/harness/bench_must.h"
 #include "bench/harness/bench_report.h"
+#include "bench/harness/ggml_peer.h"
 #include "bench/harness/gpu_launch_timing.h"
 #include "engine/model/matmul.h"
 
@@ -83,6 +85,10 @@ int main(int argc, char** argv) {
                "Time every tile of the tensor-load kernel, not only the launcher's");
   app.add_option("--reference", reference,
                  "JSON lines from bench/matmul_rate.py --shapes (PyTorch, same GPU)");
+  std::string ggml_peer_path;
+  app.add_option("--ggml-peer", ggml_peer_path,
+                 "Output of ../shared/device/ggml-peer/run.sh from the same device call "
+                 "(ggml-vulkan's MUL_MAT beside ours)");
   CLI11_PARSE(app, argc, argv);
   init_logging("warn");
   const std::unique_ptr<VulkanContext> gpu = vulkan_or_exit();
@@ -91,6 +97,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<GpuTimer> timer;
   if (auto t = GpuTimer::create(ctx); t.ok()) timer = std::move(t).value();
   const auto torch = reference.empty() ? std::map<ShapeKey, double>{} : read_reference(reference);
+  std::optional<GgmlPeer> ggml;
+  if (!ggml_peer_path.empty()) ggml = must(GgmlPeer::read(ggml_peer_path));
 
   // Llama-3.2-1B's projections (hidden 2048, 8 KV heads of 64, FFN 8192), and a square one.
   const std::vector<Shape> shapes = {{"q / o", 2048, 2048},     {"k / v", 2048, 512},
@@ -98,7 +106,7 @@ int main(int argc, char** argv) {
                                      {"q k v", 2048, 3072},     {"4096^2", 4096, 4096}};
   Report report("matmul_bench: x [rows, k] @ w [k, n], f32 out",
                 {"shape", "rows", "k", "n", "kernel", "tile", "ms", "TFLOP/s", "PyTorch TFLOP/s",
-                 "ours / PyTorch"});
+                 "ours / PyTorch", "ggml-vulkan TFLOP/s", "ours / ggml"});
   report.set_meta("device", ctx.info().name + " (" + ctx.info().driver + ")");
   report.set_meta("machine", machine_description());
   report.set_meta("method", "median of " + std::to_string(reps) +
@@ -157,17 +165,22 @@ int main(int argc, char** argv) {
                                          : Matmul::row_tile_group(uint64_t{shape.k} * shape.n * 2));
         const double tflops = flops / *t / 1e12;
         const auto ref = torch.find({rows, shape.k, shape.n});
+        // ggml's weights as ours are: f16 (its MUL_MAT m is our n, its n our rows).
+        const auto peer_us = ggml ? ggml->mul_mat_us(rows, shape.k, shape.n, "f16") : std::nullopt;
         report.add_row({shape.name, std::to_string(rows), std::to_string(shape.k),
                         std::to_string(shape.n), kernel_name(w.kernel()), tile_text,
                         fmt_double(*t * 1e3, 3), fmt_double(tflops, 1),
                         ref == torch.end() ? "-" : fmt_double(ref->second, 1),
-                        ref == torch.end() ? "-" : fmt_double(tflops / ref->second, 2)});
+                        ref == torch.end() ? "-" : fmt_double(tflops / ref->second, 2),
+                        peer_us ? fmt_double(flops / (*peer_us * 1e-6) / 1e12, 1) : "-",
+                        peer_us ? fmt_double(*peer_us * 1e-6 / *t, 2) : "-"});
       }
     }
   }
   report.add_note(
       "PyTorch: f16 x f16 -> f16 torch.matmul (cuBLAS) of the same shapes, CUDA events, same GPU "
-      "and call");
+      "and call. ggml-vulkan: test-backend-ops MUL_MAT with f16 weights, the fastest of its "
+      "f32-accumulating variants (--ggml-peer; its own host-timed us/run)");
   report.print();
   report.write_json(output_path("matmul_bench.json"));
   return 0;
