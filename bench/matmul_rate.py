@@ -13,7 +13,7 @@ import json
 import statistics
 import sys
 
-SHAPES = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (4096, 4096)]  # matmul_bench's
+SHAPES = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 3072), (4096, 4096)]  # matmul_bench's
 
 
 def seconds_per_call(torch, fn, calls, samples_wanted=7):
