@@ -45,8 +45,8 @@ inline std::vector<int32_t> prompt_tokens(int n, int vocab) {
 struct TinyStacks {
   CacheStackOptions ram, ssd;
 };
-inline TinyStacks tiny_stacks(VulkanContext& ctx, std::shared_ptr<const KvLayout> layout, uint32_t blocks,
-                              uint64_t extra_ram, const std::string& ssd_dir) {
+inline TinyStacks tiny_stacks(VulkanContext& ctx, std::shared_ptr<const KvLayout> layout,
+                              uint32_t blocks, uint64_t extra_ram, const std::string& ssd_dir) {
   TinyStacks t;
   t.ram.layout = layout;
   t.ram.vulkan = &ctx;

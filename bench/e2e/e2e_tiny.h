@@ -14,8 +14,8 @@ namespace kvtier::bench {
 
 // Appends one row per (prompt, where the prefix is) to `report`; with `stage_report`, one row per
 // stage of the GPU and uncached rows' first-token forward there.
-void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                HitPolicy policy, Report& report, Report* stage_report);
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+                const std::string& dir, HitPolicy policy, Report& report, Report* stage_report);
 std::vector<std::string> tiny_columns();
 // Median time to submit an empty batch and see it done: the floor under every forward.
 double empty_batch_round_trip(VulkanContext& ctx);

@@ -13,8 +13,8 @@
 
 namespace kvtier::bench {
 
-void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                  Report& report);
+void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+                  const std::string& dir, Report& report);
 std::vector<std::string> hybrid_columns();
 
 }  // namespace kvtier::bench

@@ -1,10 +1,10 @@
-#include "bench/e2e_hybrid.h"
+#include "bench/e2e/e2e_hybrid.h"
 
 #include <algorithm>
 #include <memory>
 #include <utility>
 
-#include "bench/e2e_support.h"
+#include "bench/e2e/e2e_support.h"
 #include "cache/cache_stack.h"
 #include "engine/model/llama_model.h"
 #include "generate/hybrid_generator.h"
@@ -35,26 +35,28 @@ struct HybridStack {
 
 }  // namespace
 
-void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                  Report& report) {
+void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+                  const std::string& dir, Report& report) {
   LlamaConfig config = LlamaConfig::tiny_hybrid();
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
   auto model = must(LlamaModel::create(ctx, config, LlamaWeights::synthetic(config)));
   const HybridLayout hybrid = must(config.hybrid_layout(DType::kBF16, kBlockSize));
   auto layout = std::make_shared<const KvLayout>(hybrid.attention());
   auto states = must(GdnStatePool::create(ctx, config.gdn, config.gdn_layers(), 1));
-  const PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-hybrid", hybrid.fingerprint(), ""}, kBlockSize);
+  const PrefixHasher hasher(HashAlgorithm::kSha256,
+                            Namespace{"e2e-hybrid", hybrid.fingerprint(), ""}, kBlockSize);
   for (int p : prompts) {
     const auto prompt = prompt_tokens(p, config.vocab);
     const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
     // The SSD stack's RAM is too small for a snapshot: it is written to the SSD at once, and what
     // the GPU evicts follows it.
-    const TinyStacks options =
-        tiny_stacks(ctx, layout, blocks, 4 * hybrid.snapshot_bytes(), dir + "/hybrid-" + std::to_string(p));
+    const TinyStacks options = tiny_stacks(ctx, layout, blocks, 4 * hybrid.snapshot_bytes(),
+                                           dir + "/hybrid-" + std::to_string(p));
     auto open = [&](const CacheStackOptions& o) {
       auto s = std::make_unique<HybridStack>();
       s->tiers = must(CacheStack::open(o));
-      s->cache = must(HybridPrefixCache::create(s->tiers->cache(), hasher, hybrid, s->tiers->layouts()));
+      s->cache =
+          must(HybridPrefixCache::create(s->tiers->cache(), hasher, hybrid, s->tiers->layouts()));
       s->gen = std::make_unique<HybridGenerator>(*model, *s->tiers->gpu(), *states, *s->cache);
       return s;
     };
@@ -70,11 +72,13 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
     };
-    std::vector<HybridCase> cases{HybridCase("not cached"), HybridCase("GPU"), HybridCase("RAM"), HybridCase("SSD")};
+    std::vector<HybridCase> cases{HybridCase("not cached"), HybridCase("GPU"), HybridCase("RAM"),
+                                  HybridCase("SSD")};
     run(*ram_stack, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
     cases[0] = HybridCase("not cached");
     for (int r = 0; r < reps; ++r) run(*ram_stack, false, cases[0]);
-    must(ram_stack->gen->generate(prompt, 1, true).status());  // publishes the blocks and the snapshot
+    must(ram_stack->gen->generate(prompt, 1, true)
+             .status());  // publishes the blocks and the snapshot
     for (int r = 0; r < reps; ++r) run(*ram_stack, true, cases[1]);
     for (int r = 0; r < reps; ++r) {
       must(ram_stack->tiers->evict_gpu());
@@ -95,22 +99,25 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       }
       must(model->time_on_gpu(false));
     }
-    if (!stages.empty()) report.add_note(std::to_string(p) + " tokens not cached, GPU ms by stage: " + stages);
+    if (!stages.empty())
+      report.add_note(std::to_string(p) + " tokens not cached, GPU ms by stage: " + stages);
     const double base = median(cases[0].ttft);
     for (const HybridCase& c : cases) {
       const double per_token = c.cached_tokens ? 1.0 / static_cast<double>(c.cached_tokens) : 0.0;
-      report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
-                      ms(median(c.restore)), ms(median(c.prefill)), fmt_double(base / median(c.ttft), 2),
-                      fmt_double(static_cast<double>(layout->dense_block_bytes()) / kBlockSize, 0),
-                      c.cached_tokens ? fmt_double(static_cast<double>(hybrid.snapshot_bytes()) * per_token, 0) : "-",
-                      c.identical ? "yes" : "NO"});
+      report.add_row(
+          {std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
+           ms(median(c.restore)), ms(median(c.prefill)), fmt_double(base / median(c.ttft), 2),
+           fmt_double(static_cast<double>(layout->dense_block_bytes()) / kBlockSize, 0),
+           c.cached_tokens ? fmt_double(static_cast<double>(hybrid.snapshot_bytes()) * per_token, 0)
+                           : "-",
+           c.identical ? "yes" : "NO"});
     }
   }
 }
 
 std::vector<std::string> hybrid_columns() {
-  return {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "speedup",
-          "KV B/token", "state B/cached token", "same logits"};
+  return {"prompt",  "prefix in",  "cached tok",           "TTFT ms",    "restore ms", "prefill ms",
+          "speedup", "KV B/token", "state B/cached token", "same logits"};
 }
 
 }  // namespace kvtier::bench

@@ -27,11 +27,11 @@
 #include "base/byte_size.h"
 #include "base/log.h"
 #include "base/memory/memory_policy.h"
-#include "bench/e2e_hybrid.h"
-#include "bench/e2e_plans.h"
-#include "bench/e2e_prefill.h"
-#include "bench/e2e_support.h"
-#include "bench/e2e_tiny.h"
+#include "bench/e2e/e2e_hybrid.h"
+#include "bench/e2e/e2e_plans.h"
+#include "bench/e2e/e2e_prefill.h"
+#include "bench/e2e/e2e_support.h"
+#include "bench/e2e/e2e_tiny.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
 #include "generate/cached_generator.h"
@@ -151,7 +151,8 @@ double disk_read_gbps(StripedSsdTier& ssd) {
   for (int r = 0; r < 3; ++r) {
     const auto t0 = Clock::now();
     std::vector<std::future<uint64_t>> each;
-    for (const auto& d : dirs) each.push_back(std::async(std::launch::async, read_dir, std::cref(d)));
+    for (const auto& d : dirs)
+      each.push_back(std::async(std::launch::async, read_dir, std::cref(d)));
     uint64_t total = 0;
     for (auto& f : each) total += f.get();
     samples.push_back(total / seconds_since(t0) / 1e9);
@@ -164,8 +165,9 @@ double disk_read_gbps(StripedSsdTier& ssd) {
 // `decoders` uncached prompts decode `new_tokens` each while `loaders` prompts whose
 // `prefix`-token prefixes lie on the SSD are admitted: fetched before the first step
 // (synchronous), or in the background, joining when their blocks are in (asynchronous).
-void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int new_tokens, int reps,
-                 const std::string& dir, const std::vector<std::string>& ssd_dirs, Report& report) {
+void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int new_tokens,
+                 int reps, const std::string& dir, const std::vector<std::string>& ssd_dirs,
+                 Report& report) {
   LlamaConfig config = LlamaConfig::tiny();
   config.max_positions = prefix + 64 + new_tokens;
   const LlamaWeights weights = LlamaWeights::synthetic(config);
@@ -176,14 +178,16 @@ void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int 
   o.layout = layout;
   o.vulkan = &ctx;
   o.gpu_pool.num_blocks = 2 * loaders * per_loader + decoders * 64 + 64;
-  o.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;  // what the GPU evicts goes to the SSD
+  o.ram.capacity_bytes =
+      layout->dense_block_bytes() * 3 / 2;  // what the GPU evicts goes to the SSD
   o.ssd.emplace();
   o.ssd->dir = dir + "/mixed";
   for (const std::string& d : ssd_dirs) o.ssd->dirs.push_back(d + "/mixed");
   if (!o.ssd->dirs.empty()) o.ssd->dir = o.ssd->dirs.front();
   o.ssd->reset = true;
   auto stack = must(CacheStack::open(o));
-  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-mixed", layout->fingerprint(), ""}, kBlockSize);
+  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-mixed", layout->fingerprint(), ""},
+                      kBlockSize);
   // Loads, whatever a plan would choose: the table measures how loading prefixes and decoding
   // share the GPU (a cost plan may recompute a prefix on the SSD, and then nothing loads).
   CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{HitPolicy::kLoad});
@@ -223,12 +227,14 @@ void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int 
       const double t = seconds_since(t0);
       double steps = 0, loaders_first = 0, decoders_first = 0;
       for (int l = 0; l < loaders; ++l) {
-        if (out[l].cached_tokens < static_cast<size_t>(prefix)) die(internal_error("a prefix was not restored"));
+        if (out[l].cached_tokens < static_cast<size_t>(prefix))
+          die(internal_error("a prefix was not restored"));
         steps += out[l].joined_at_step;
         loaders_first = std::max(loaders_first, out[l].first_token_seconds);
       }
       for (int d = 0; d < decoders; ++d) {
-        if (out[loaders + d].cached_tokens != 0) die(internal_error("a decoding prompt was found in the cache"));
+        if (out[loaders + d].cached_tokens != 0)
+          die(internal_error("a decoding prompt was found in the cache"));
         decoders_first = std::max(decoders_first, out[loaders + d].first_token_seconds);
       }
       if (r > 0) {
@@ -241,7 +247,8 @@ void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int 
       stack->ssd()->flush();
     }
     const double tps = (loaders + decoders) * new_tokens / median(wall);
-    report.add_row({async ? "asynchronous" : "synchronous", std::to_string(loaders) + " x " + std::to_string(prefix),
+    report.add_row({async ? "asynchronous" : "synchronous",
+                    std::to_string(loaders) + " x " + std::to_string(prefix),
                     std::to_string(decoders), ms(median(wall)), fmt_double(tps, 0),
                     decoders > 0 ? ms(median(decoder_ttft)) : "-", ms(median(loader_ttft)),
                     fmt_double(median(joined), 1)});
@@ -259,7 +266,8 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
     const uint32_t n = static_cast<uint32_t>(p / kBlockSize);
     const auto tokens32 = prompt_tokens(p, 128256);
     const std::vector<uint32_t> tokens(tokens32.begin(), tokens32.end());
-    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-8b", layout->fingerprint(), ""}, kBlockSize);
+    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-8b", layout->fingerprint(), ""},
+                        kBlockSize);
     const auto keys = hasher.keys(tokens, {});
     std::vector<BlockRef> blocks;
     for (uint32_t i = 0; i < n; ++i) {
@@ -308,16 +316,23 @@ void bench_8b(VulkanContext& ctx, const std::vector<int>& prompts, int reps, con
         const auto k = hasher.keys(tokens, {});
         PinnedBlocks got = stack->cache().fetch(k);
         const double s = seconds_since(t0);
-        if (got.size() != n) die(internal_error("restored " + std::to_string(got.size()) + " of " + std::to_string(n)));
+        if (got.size() != n)
+          die(internal_error("restored " + std::to_string(got.size()) + " of " +
+                             std::to_string(n)));
         if (r > 0) {
-          if (got.entries().front().source_tier != tier) die(internal_error("restored from the wrong tier"));
+          if (got.entries().front().source_tier != tier)
+            die(internal_error("restored from the wrong tier"));
           samples.push_back(s);
         }
       }
       const double t = median(samples);
       const double gbps = n * block_bytes / t / 1e9;
-      const std::string ceiling = tier == 1 ? fmt_double(h2d, 2) + " bus" : tier == 2 ? fmt_double(disk, 2) + " disk" : "-";
-      const std::string of = tier == 1 ? fmt_double(gbps / h2d, 2) : tier == 2 ? fmt_double(gbps / disk, 2) : "-";
+      const std::string ceiling = tier == 1   ? fmt_double(h2d, 2) + " bus"
+                                  : tier == 2 ? fmt_double(disk, 2) + " disk"
+                                              : "-";
+      const std::string of = tier == 1   ? fmt_double(gbps / h2d, 2)
+                             : tier == 2 ? fmt_double(gbps / disk, 2)
+                                         : "-";
       report.add_row({std::to_string(p), names[tier], format_byte_size(n * block_bytes), ms(t),
                       fmt_double(gbps, 2), ceiling, of, ms(bound), fmt_double(t / bound, 3)});
     }
@@ -343,7 +358,8 @@ int main(int argc, char** argv) {
   std::string matmul_script = std::filesystem::exists(KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py")
                                   ? KVTIER_BENCH_SOURCE_DIR "/matmul_rate.py"
                                   : "bench/matmul_rate.py";
-  app.add_option("--prompts", prompts, "Prompt lengths in tokens (multiples of 16)")->delimiter(',');
+  app.add_option("--prompts", prompts, "Prompt lengths in tokens (multiples of 16)")
+      ->delimiter(',');
   std::vector<std::string> engine_models = {"auto"};
   app.add_option("--engine-models", engine_models,
                  "Models of the engine-vs-PyTorch prefill table: tiny, 1b (none: skip it; auto: "
@@ -370,28 +386,35 @@ int main(int argc, char** argv) {
   app.add_flag("--profile-stages", profile_stages,
                "Tiny and engine tables: time the first token's forward stage by stage on the GPU");
   app.add_option("--mixed-prefix", mixed_prefix, "Mixed load: tokens of each prefix on the SSD");
-  app.add_option("--mixed-loaders", mixed_loaders, "Mixed load: prompts whose prefix is on the SSD");
-  app.add_option("--mixed-decoders", mixed_decoders, "Mixed load: uncached prompts decoding meanwhile");
+  app.add_option("--mixed-loaders", mixed_loaders,
+                 "Mixed load: prompts whose prefix is on the SSD");
+  app.add_option("--mixed-decoders", mixed_decoders,
+                 "Mixed load: uncached prompts decoding meanwhile");
   app.add_option("--mixed-tokens", mixed_tokens, "Mixed load: tokens each sequence generates");
-  app.add_option("--ssd-dirs", ssd_dirs, "SSD tier directories for the 8B and mixed runs (default: one under --dir)")
+  app.add_option("--ssd-dirs", ssd_dirs,
+                 "SSD tier directories for the 8B and mixed runs (default: one under --dir)")
       ->delimiter(',');
   app.add_option("--matmul-tflops", matmul_tflops, "Use this bf16 rate instead of measuring one");
   app.add_option("--matmul-script", matmul_script);
   std::string hit_policy = "cost";
-  app.add_option("--hit-policy", hit_policy, "How the tiny table's hits reach the GPU: cost (plan), load, compute")
+  app.add_option("--hit-policy", hit_policy,
+                 "How the tiny table's hits reach the GPU: cost (plan), load, compute")
       ->capture_default_str();
   std::vector<std::string> plan_models = {"tiny"};
   int sweep_points = 9;
-  app.add_option("--plan-models", plan_models, "Models of the hit-plan table: tiny, 1b (none: skip it)")
+  app.add_option("--plan-models", plan_models,
+                 "Models of the hit-plan table: tiny, 1b (none: skip it)")
       ->delimiter(',');
   app.add_option("--sweep-points", sweep_points, "Hit-plan table: splits tried per row");
   double sweep_deadline = 0;
   app.add_option("--sweep-deadline", sweep_deadline,
-                 "Hit-plan table: give the sweep's loads up after this multiple of their predicted time (0: never)");
+                 "Hit-plan table: give the sweep's loads up after this multiple of their predicted "
+                 "time (0: never)");
   CLI11_PARSE(app, argc, argv);
   const HitPolicy policy = must(parse_hit_policy(hit_policy));
   for (int p : prompts) {
-    if (p < 2 * kBlockSize || p % kBlockSize) die(invalid_argument("prompt lengths must be multiples of 16, >= 32"));
+    if (p < 2 * kBlockSize || p % kBlockSize)
+      die(invalid_argument("prompt lengths must be multiples of 16, >= 32"));
   }
   init_logging("warn");
   keep_freed_block_memory();  // as kvtierd does
@@ -443,75 +466,107 @@ int main(int argc, char** argv) {
   }
 
   if (!skip_tiny) {
-    Report r("e2e, tiny Llama (BF16 KV): time to first token",
-             tiny_columns());
-    Report stages("e2e, tiny Llama: where the first token's forward goes (GPU clock, summed over layers)",
-                  {"prompt", "prefix in", "stage", "GPU ms"});
+    Report r("e2e, tiny Llama (BF16 KV): time to first token", tiny_columns());
+    Report stages(
+        "e2e, tiny Llama: where the first token's forward goes (GPU clock, summed over layers)",
+        {"prompt", "prefix in", "stage", "GPU ms"});
     bench_tiny(*ctx, prompts, reps, dir, policy, r, profile_stages ? &stages : nullptr);
     if (profile_stages) {
-      stages.add_note("A timestamp after each stage's launches and barrier; medians over repetitions.");
+      stages.add_note(
+          "A timestamp after each stage's launches and barrier; medians over repetitions.");
       stages.print();
       stages.write_json(output_path("e2e_bench_tiny_stages.json"));
     }
-    r.add_note("speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill = "
-               "the rest of the prompt through the model, of which 'record' recorded its launches and 'GPU' "
-               "is the GPU's own clock over them; upload = the GPU tier's upload batches (host to GPU, "
-               "copy and scatter, submit to done), uploads = batches per request, regions/block = copy "
-               "regions per uploaded block (side-by-side blocks share one), direct = blocks the GPU copied "
-               "from where they lie in RAM. predicted = the last repetition's plan: a pure load / a recompute (stderr has every "
-               "repetition's). 'same logits': first-token logits bit-identical "
-               "to the uncached run's.");
+    r.add_note(
+        "speedup: TTFT not cached / TTFT; restore = hash + lookup + fetch into GPU blocks; prefill "
+        "= "
+        "the rest of the prompt through the model, of which 'record' recorded its launches and "
+        "'GPU' "
+        "is the GPU's own clock over them; upload = the GPU tier's upload batches (host to GPU, "
+        "copy and scatter, submit to done), uploads = batches per request, regions/block = copy "
+        "regions per uploaded block (side-by-side blocks share one), direct = blocks the GPU "
+        "copied "
+        "from where they lie in RAM. predicted = the last repetition's plan: a pure load / a "
+        "recompute (stderr has every "
+        "repetition's). 'same logits': first-token logits bit-identical "
+        "to the uncached run's.");
     r.set_meta("empty_batch_round_trip_us", fmt_double(empty_batch_round_trip(*ctx) * 1e6, 1));
     r.set_meta("vulkan", ctx->info().name);
     r.set_meta("hit_policy", hit_policy_name(policy));
     // The model takes the device's default path; the tensor-core and scalar runs give different
     // TTFTs, and KVTIER_VK_COOPMAT=0 runs write the same file.
-    r.set_meta("attention", PagedAttentionVarlen::path_name(PagedAttentionVarlen::default_path(*ctx)));
+    r.set_meta("attention",
+               PagedAttentionVarlen::path_name(PagedAttentionVarlen::default_path(*ctx)));
     r.print();
     r.write_json(output_path("e2e_bench_tiny.json"));
   }
   if (!skip_hybrid) {
-    Report r("e2e, tiny hybrid (6 Gated DeltaNet + 2 attention layers, BF16 KV, f32 state): time to first token",
-             hybrid_columns());
+    Report r(
+        "e2e, tiny hybrid (6 Gated DeltaNet + 2 attention layers, BF16 KV, f32 state): time to "
+        "first token",
+        hybrid_columns());
     bench_hybrid(*ctx, prompts, reps, dir, r);
-    r.add_note("A hybrid prefix is restored only to its last block with a state snapshot (here: the prompt's "
-               "last full block). GPU: KV blocks on the GPU, the snapshot from RAM (the GPU tier holds KV only); "
-               "RAM: both from RAM; SSD: both from the SSD. restore = hash + lookup + fetch of the blocks and "
-               "the snapshot into the GPU and the state slot; prefill = the rest of the prompt. KV B/token: the "
-               "attention layers' KV per token; state B/cached token: one snapshot over the tokens it restores. "
-               "'same logits': first-token logits bit-identical to the uncached run's.");
+    r.add_note(
+        "A hybrid prefix is restored only to its last block with a state snapshot (here: the "
+        "prompt's "
+        "last full block). GPU: KV blocks on the GPU, the snapshot from RAM (the GPU tier holds KV "
+        "only); "
+        "RAM: both from RAM; SSD: both from the SSD. restore = hash + lookup + fetch of the blocks "
+        "and "
+        "the snapshot into the GPU and the state slot; prefill = the rest of the prompt. KV "
+        "B/token: the "
+        "attention layers' KV per token; state B/cached token: one snapshot over the tokens it "
+        "restores. "
+        "'same logits': first-token logits bit-identical to the uncached run's.");
     r.set_meta("vulkan", ctx->info().name);
     r.print();
     r.write_json(output_path("e2e_bench_hybrid.json"));
   }
   for (const std::string& m : plan_models) {
     if (m == "none") continue;
-    if (m != "tiny" && m != "1b") die(invalid_argument("--plan-models: '" + m + "' is not tiny or 1b"));
-    PlanBenchOptions po{m, m == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny(), prompts, reps,
-                        sweep_points, dir, sweep_deadline};
-    Report r("e2e, " + m + " Llama (BF16 KV), whole prefix cached: TTFT by how it reaches the GPU", plan_columns());
+    if (m != "tiny" && m != "1b")
+      die(invalid_argument("--plan-models: '" + m + "' is not tiny or 1b"));
+    PlanBenchOptions po{m,
+                        m == "1b" ? LlamaConfig::llama_1b_shaped() : LlamaConfig::tiny(),
+                        prompts,
+                        reps,
+                        sweep_points,
+                        dir,
+                        sweep_deadline};
+    Report r("e2e, " + m + " Llama (BF16 KV), whole prefix cached: TTFT by how it reaches the GPU",
+             plan_columns());
     bench_plans(*ctx, po, r);
-    r.add_note("uncached: the whole prompt computed. load-only: every cached block loaded (compute only the last "
-               "block's tokens). plan: the cost model's split (default policy, with its deadline); (s) = cached "
-               "blocks computed, ', deadline' if a load was given up. best sweep: the fastest of " +
-               std::to_string(sweep_points) + " forced splits, (s) its computed blocks. plan / min = plan over "
-               "min(uncached, load-only); plan / best = plan over the best sweep. same logits: every run's "
-               "first-token logits bit-identical to the uncached run's. Medians of " + std::to_string(reps) + ".");
+    r.add_note(
+        "uncached: the whole prompt computed. load-only: every cached block loaded (compute only "
+        "the last "
+        "block's tokens). plan: the cost model's split (default policy, with its deadline); (s) = "
+        "cached "
+        "blocks computed, ', deadline' if a load was given up. best sweep: the fastest of " +
+        std::to_string(sweep_points) +
+        " forced splits, (s) its computed blocks. plan / min = plan over "
+        "min(uncached, load-only); plan / best = plan over the best sweep. same logits: every "
+        "run's "
+        "first-token logits bit-identical to the uncached run's. Medians of " +
+        std::to_string(reps) + ".");
     r.set_meta("vulkan", ctx->info().name);
     r.print();
     r.write_json(output_path("e2e_bench_plans_" + m + ".json"));
   }
   if (!skip_mixed) {
     Report r("e2e, tiny Llama: decoding while other prefixes load from the SSD",
-             {"fetch", "prefixes on SSD", "decoding", "wall ms", "tokens/s", "first token, decoding ms",
-              "first token, prefixed ms", "prefix joined at step"});
-    bench_mixed(*ctx, mixed_prefix, mixed_loaders, mixed_decoders, mixed_tokens, reps, dir, ssd_dirs, r);
-    r.add_note("Every sequence generates " + std::to_string(mixed_tokens) + " tokens; tokens/s counts all of them. "
-               "synchronous: every prefix is fetched before the first step; asynchronous: "
-               "TieredCache::fetch_async, a prefix's sequence joins the batch at the first step after its "
-               "blocks are in (its median step in the last column). Decoding prompts are 128 new tokens each, "
-               "none of them cached. first token: from the call's start to the last first token of the "
-               "decoding prompts / of the prompts with a prefix on the SSD (median over repetitions).");
+             {"fetch", "prefixes on SSD", "decoding", "wall ms", "tokens/s",
+              "first token, decoding ms", "first token, prefixed ms", "prefix joined at step"});
+    bench_mixed(*ctx, mixed_prefix, mixed_loaders, mixed_decoders, mixed_tokens, reps, dir,
+                ssd_dirs, r);
+    r.add_note(
+        "Every sequence generates " + std::to_string(mixed_tokens) +
+        " tokens; tokens/s counts all of them. "
+        "synchronous: every prefix is fetched before the first step; asynchronous: "
+        "TieredCache::fetch_async, a prefix's sequence joins the batch at the first step after its "
+        "blocks are in (its median step in the last column). Decoding prompts are 128 new tokens "
+        "each, "
+        "none of them cached. first token: from the call's start to the last first token of the "
+        "decoding prompts / of the prompts with a prefix on the SSD (median over repetitions).");
     r.print();
     r.write_json(output_path("e2e_bench_mixed.json"));
   }
@@ -523,11 +578,14 @@ int main(int argc, char** argv) {
              {"prompt", "prefix in", "KV bytes", "restore ms", "GB/s", "ceiling GB/s", "of ceiling",
               "prefill bound ms", "restore/bound"});
     bench_8b(*ctx, prompts, reps, dir, rate, ssd_dirs, r);
-    r.add_note("ceiling, measured in this run: for RAM a Vulkan copy from host-visible to device memory "
-               "(the bus); for the SSD a sequential O_DIRECT read of the tier's own segment files, 4 MiB "
-               "reads, 32 in flight (the disk" + std::string(ssd_dirs.size() > 1 ? "; every directory at once" : "") + ").");
-    r.add_note("prefill bound = 2 x 8e9 x tokens FLOPs at " + fmt_double(rate.tflops, 3) + " TFLOP/s (" +
-               rate.source + "); a real prefill is slower (attention, memory, launch overheads), so "
+    r.add_note(
+        "ceiling, measured in this run: for RAM a Vulkan copy from host-visible to device memory "
+        "(the bus); for the SSD a sequential O_DIRECT read of the tier's own segment files, 4 MiB "
+        "reads, 32 in flight (the disk" +
+        std::string(ssd_dirs.size() > 1 ? "; every directory at once" : "") + ").");
+    r.add_note("prefill bound = 2 x 8e9 x tokens FLOPs at " + fmt_double(rate.tflops, 3) +
+               " TFLOP/s (" + rate.source +
+               "); a real prefill is slower (attention, memory, launch overheads), so "
                "restore/bound overstates restore's cost.");
     r.set_meta("matmul_tflops", fmt_double(rate.tflops, 3));
     r.set_meta("matmul_source", rate.source);

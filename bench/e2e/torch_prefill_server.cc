@@ -1,4 +1,4 @@
-#include "bench/torch_prefill_server.h"
+#include "bench/e2e/torch_prefill_server.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

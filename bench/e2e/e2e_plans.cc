@@ -1,11 +1,11 @@
-#include "bench/e2e_plans.h"
+#include "bench/e2e/e2e_plans.h"
 
 #include <algorithm>
 #include <iostream>
 #include <sstream>
 
 #include "base/metrics/metrics_exporters.h"
-#include "bench/e2e_support.h"
+#include "bench/e2e/e2e_support.h"
 #include "cache/cache_stack.h"
 #include "generate/cached_generator.h"
 
@@ -43,8 +43,18 @@ std::string nonzero_failures(TieredCache& cache) {
 }  // namespace
 
 std::vector<std::string> plan_columns() {
-  return {"model", "prompt", "prefix in", "uncached ms", "load-only ms", "plan ms (s)", "best sweep ms (s)",
-          "plan / min", "plan / best", "predicted load / compute ms", "probe ms", "same logits"};
+  return {"model",
+          "prompt",
+          "prefix in",
+          "uncached ms",
+          "load-only ms",
+          "plan ms (s)",
+          "best sweep ms (s)",
+          "plan / min",
+          "plan / best",
+          "predicted load / compute ms",
+          "probe ms",
+          "same logits"};
 }
 
 void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) {
@@ -55,22 +65,26 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
   for (int p : o.prompts) {
     const std::vector<int32_t> prompt = prompt_tokens(p, config.vocab);
-    const size_t n = static_cast<size_t>((p - 1) / kBlockSize);  // the cached prefix: all but the last token's block
+    const size_t n = static_cast<size_t>(
+        (p - 1) / kBlockSize);  // the cached prefix: all but the last token's block
     for (const bool from_ssd : {false, true}) {
       CacheStackOptions so;
       so.layout = layout;
       so.vulkan = &ctx;
-      so.gpu_pool.num_blocks = static_cast<uint32_t>(3 * (p / kBlockSize) + 64);  // computed + loaded copies
+      so.gpu_pool.num_blocks =
+          static_cast<uint32_t>(3 * (p / kBlockSize) + 64);  // computed + loaded copies
       so.ram.capacity_bytes = (n + 16) * (layout->dense_block_bytes() + 4096);
       if (from_ssd) {
         so.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
         so.ssd.emplace();
         so.ssd->dir = o.dir + "/plans-" + o.model_name + "-" + std::to_string(p);
         so.ssd->reset = true;
-        so.ssd->capacity_bytes = std::max<uint64_t>(4 * n * layout->dense_block_bytes(), 1ull << 30);
+        so.ssd->capacity_bytes =
+            std::max<uint64_t>(4 * n * layout->dense_block_bytes(), 1ull << 30);
       }
       auto stack = must(CacheStack::open(so));
-      PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"plans", layout->fingerprint(), ""}, kBlockSize);
+      PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"plans", layout->fingerprint(), ""},
+                          kBlockSize);
       CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
@@ -85,8 +99,8 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         Generation out = must(gen.generate(prompt, 1, use_cache));
         const double ttft = out.first_token_seconds;
         if (reference.empty()) reference = out.logits[0];
-        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed, out.logits[0] == reference,
-                               out.cached_tokens, out.plan);
+        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed,
+                               out.logits[0] == reference, out.cached_tokens, out.plan);
       };
       auto measure = [&](bool use_cache, const HitOptions& hit) {
         Measured m;
@@ -103,7 +117,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         m.ttft = median(t);
         return m;
       };
-      run(false, {});                               // warm-up, and the reference logits
+      run(false, {});  // warm-up, and the reference logits
       const Measured uncached = measure(false, {});
       must(gen.generate(prompt, 1, true).status());  // publishes the prefix
       HitOptions load{HitPolicy::kLoad, std::nullopt, 0, {}};
@@ -112,13 +126,16 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       size_t best_s = 0;
       std::vector<bool> sweep_identical;
       for (int k = 0; k < o.sweep_points; ++k) {
-        const size_t s = n * static_cast<size_t>(k) / static_cast<size_t>(std::max(1, o.sweep_points - 1));
-        const Measured m = measure(true, HitOptions{HitPolicy::kCost, s, o.sweep_deadline_factor, {}});
+        const size_t s =
+            n * static_cast<size_t>(k) / static_cast<size_t>(std::max(1, o.sweep_points - 1));
+        const Measured m =
+            measure(true, HitOptions{HitPolicy::kCost, s, o.sweep_deadline_factor, {}});
         sweep_identical.push_back(m.identical);
         if (!m.identical) {
           std::cerr << o.model_name << " " << p << (from_ssd ? " SSD" : " RAM") << ": split " << s
-                    << (m.deadline ? " (deadline)" : "") << " gave other logits; fewest tokens restored "
-                    << m.fewest_cached_tokens << " of " << n * kBlockSize << "\n"
+                    << (m.deadline ? " (deadline)" : "")
+                    << " gave other logits; fewest tokens restored " << m.fewest_cached_tokens
+                    << " of " << n * kBlockSize << "\n"
                     << nonzero_failures(stack->cache());
         }
         if (k == 0 || m.ttft < best.ttft) {
@@ -128,22 +145,28 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       }
       const Measured plan = measure(true, HitOptions{});  // the default: cost, with a deadline
       // What a probe costs its request where the plan computes: every cached block loaded to time
-      // the tiers again, waited for no longer than the predicted recompute (HitOptions::probe_after;
-      // here every plan that computes probes). After the plan's row, whose estimates it changes.
+      // the tiers again, waited for no longer than the predicted recompute
+      // (HitOptions::probe_after; here every plan that computes probes). After the plan's row,
+      // whose estimates it changes.
       HitOptions probing;
       probing.probe_after = 1;
       const Measured probe = measure(true, probing);
       const double floor = std::min(uncached.ttft, load_only.ttft);
       bool sweep_same = true;
       for (const bool b : sweep_identical) sweep_same = sweep_same && b;
-      const bool same = uncached.identical && load_only.identical && sweep_same && plan.identical && probe.identical;
-      report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft), ms(load_only.ttft),
-                      ms(plan.ttft) + " (" + std::to_string(plan.recomputed) + (plan.deadline ? ", deadline" : "") + ")",
-                      ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
-                      fmt_double(plan.ttft / best.ttft, 2),
+      const bool same = uncached.identical && load_only.identical && sweep_same && plan.identical &&
+                        probe.identical;
+      report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft),
+                      ms(load_only.ttft),
+                      ms(plan.ttft) + " (" + std::to_string(plan.recomputed) +
+                          (plan.deadline ? ", deadline" : "") + ")",
+                      ms(best.ttft) + " (" + std::to_string(best_s) + ")",
+                      fmt_double(plan.ttft / floor, 2), fmt_double(plan.ttft / best.ttft, 2),
                       (plan.plan.load_only ? ms(*plan.plan.load_only) : "?") + " / " +
                           (plan.plan.compute_only ? ms(*plan.plan.compute_only) : "?"),
-                      ms(probe.ttft) + (!probe.plan.probe ? " (no probe)" : probe.deadline ? " (deadline)" : " (loaded)"),
+                      ms(probe.ttft) + (!probe.plan.probe ? " (no probe)"
+                                        : probe.deadline  ? " (deadline)"
+                                                          : " (loaded)"),
                       same ? "yes" : "NO"});
     }
   }

@@ -21,7 +21,7 @@ struct PrefillBenchOptions {
 
 // One row per (model, prompt): one forward of the whole prompt (its KV written into the paged
 // cache, the last row's logits read back), median of `reps` after a warm-up; each rep is a round
-// of PyTorch's forward of the same prompt (bench/torch_prefill_server.h) then ours.
+// of PyTorch's forward of the same prompt (bench/e2e/torch_prefill_server.h) then ours.
 // With `stages`: one more forward per row timed stage by stage (a GPU timestamp after each kind
 // of launch), rows {model, prompt, stage, GPU ms, share}.
 void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& options, Report& report,

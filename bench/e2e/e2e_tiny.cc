@@ -1,4 +1,4 @@
-#include "bench/e2e_tiny.h"
+#include "bench/e2e/e2e_tiny.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "bench/e2e_support.h"
+#include "bench/e2e/e2e_support.h"
 #include "cache/cache_stack.h"
 #include "engine/model/llama_model.h"
 #include "generate/cached_generator.h"
@@ -24,7 +24,7 @@ struct TinyCase {
   std::string name;
   std::vector<double> ttft, restore, prefill, record, gpu, upload;
   uint64_t upload_batches = 0, uploaded = 0, direct = 0, regions = 0;  // over every repetition
-  std::vector<std::pair<std::string, std::vector<double>>> stages;   // --profile-stages
+  std::vector<std::pair<std::string, std::vector<double>>> stages;     // --profile-stages
   size_t cached_tokens = 0;
   std::optional<double> predicted_load, predicted_compute;  // the last repetition's plan
   bool identical = true;  // first-token logits equal to the uncached run's, bit for bit
@@ -32,8 +32,8 @@ struct TinyCase {
 
 }  // namespace
 
-void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, const std::string& dir,
-                HitPolicy policy, Report& report, Report* stage_report) {
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+                const std::string& dir, HitPolicy policy, Report& report, Report* stage_report) {
   LlamaConfig config = LlamaConfig::tiny();
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
   const LlamaWeights weights = LlamaWeights::synthetic(config);
@@ -46,12 +46,15 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
     const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
     // Stack 1: GPU + RAM (room for everything). Stack 2: GPU + a one-block RAM + SSD, so what the
     // GPU evicts lands on the SSD.
-    const TinyStacks options = tiny_stacks(ctx, layout, blocks, 0, dir + "/tiny-" + std::to_string(p));
+    const TinyStacks options =
+        tiny_stacks(ctx, layout, blocks, 0, dir + "/tiny-" + std::to_string(p));
     auto stack = must(CacheStack::open(options.ram));
     auto ssd_stack = must(CacheStack::open(options.ssd));
-    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""}, kBlockSize);
+    PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""},
+                        kBlockSize);
     CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{policy});
-    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher, HitOptions{policy});
+    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher,
+                            HitOptions{policy});
     must(gen.calibrate(static_cast<size_t>(p)));
     must(ssd_gen.calibrate(static_cast<size_t>(p)));
 
@@ -77,7 +80,8 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
       // A forward whose timestamps could not be read has no GPU time: left out, not counted as 0.
       if (t.gpu_seconds) c.gpu.push_back(*t.gpu_seconds);
       for (const auto& [name, seconds] : t.stages) {
-        auto it = std::find_if(c.stages.begin(), c.stages.end(), [&](const auto& st) { return st.first == name; });
+        auto it = std::find_if(c.stages.begin(), c.stages.end(),
+                               [&](const auto& st) { return st.first == name; });
         if (it == c.stages.end()) it = c.stages.insert(it, {name, {}});
         it->second.push_back(seconds);
       }
@@ -89,16 +93,19 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
         auto opt_ms = [](std::optional<double> v) { return v ? ms(*v) : std::string("?"); };
         const double overlap = (&g == &gen ? stack : ssd_stack)->cache().costs().overlap_factor();
         std::fprintf(stderr,
-                     "tiny %d %s: plan load %s / compute %s / chosen %s ms (front beside load alone %s, overlap "
+                     "tiny %d %s: plan load %s / compute %s / chosen %s ms (front beside load "
+                     "alone %s, overlap "
                      "factor %.2f), cached %zu, restore %s, TTFT %s ms\n",
-                     p, c.name.c_str(), opt_ms(out.plan.load_only).c_str(), opt_ms(out.plan.compute_only).c_str(),
-                     opt_ms(out.plan.predicted).c_str(), opt_ms(out.plan.overlap_alone).c_str(),
-                     overlap, out.cached_tokens, ms(out.restore_seconds).c_str(), ms(out.first_token_seconds).c_str());
+                     p, c.name.c_str(), opt_ms(out.plan.load_only).c_str(),
+                     opt_ms(out.plan.compute_only).c_str(), opt_ms(out.plan.predicted).c_str(),
+                     opt_ms(out.plan.overlap_alone).c_str(), overlap, out.cached_tokens,
+                     ms(out.restore_seconds).c_str(), ms(out.first_token_seconds).c_str());
       }
       if (reference.empty()) reference = out.logits[0];
       c.identical = c.identical && out.logits[0] == reference;
     };
-    std::vector<TinyCase> cases{TinyCase("not cached"), TinyCase("GPU"), TinyCase("RAM"), TinyCase("SSD")};
+    std::vector<TinyCase> cases{TinyCase("not cached"), TinyCase("GPU"), TinyCase("RAM"),
+                                TinyCase("SSD")};
     run(gen, false, cases[0]);  // warm-up: pipelines compiled, scratch allocated
     cases[0] = TinyCase("not cached");
     for (int r = 0; r < reps; ++r) run(gen, false, cases[0]);
@@ -136,12 +143,14 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, c
           stage_report->add_row({std::to_string(p), c.name, name, ms(median(seconds))});
         }
       }
-      report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens), ms(median(c.ttft)),
-                      ms(median(c.restore)), ms(median(c.prefill)), ms(median(c.record)),
-                      gpu_clock && !c.gpu.empty() ? ms(median(c.gpu)) : "-", ms(median(c.upload)),
+      report.add_row({std::to_string(p), c.name, std::to_string(c.cached_tokens),
+                      ms(median(c.ttft)), ms(median(c.restore)), ms(median(c.prefill)),
+                      ms(median(c.record)), gpu_clock && !c.gpu.empty() ? ms(median(c.gpu)) : "-",
+                      ms(median(c.upload)),
                       fmt_double(static_cast<double>(c.upload_batches) / reps, 1),
                       c.uploaded ? fmt_double(static_cast<double>(c.regions) / c.uploaded, 3) : "-",
-                      c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-", fmt_double(base / median(c.ttft), 2),
+                      c.uploaded ? fmt_double(100.0 * c.direct / c.uploaded, 0) : "-",
+                      fmt_double(base / median(c.ttft), 2),
                       (c.predicted_load ? ms(*c.predicted_load) : "?") + " / " +
                           (c.predicted_compute ? ms(*c.predicted_compute) : "?"),
                       c.identical ? "yes" : "NO"});
@@ -161,8 +170,13 @@ double empty_batch_round_trip(VulkanContext& ctx) {
 }
 
 std::vector<std::string> tiny_columns() {
-  return {"prompt", "prefix in", "cached tok", "TTFT ms", "restore ms", "prefill ms", "record ms",
-          "GPU ms", "upload ms", "uploads", "regions/block", "direct %", "speedup", "predicted load / compute ms",
+  return {"prompt",        "prefix in",
+          "cached tok",    "TTFT ms",
+          "restore ms",    "prefill ms",
+          "record ms",     "GPU ms",
+          "upload ms",     "uploads",
+          "regions/block", "direct %",
+          "speedup",       "predicted load / compute ms",
           "same logits"};
 }
 

@@ -1,11 +1,11 @@
-#include "bench/e2e_prefill.h"
+#include "bench/e2e/e2e_prefill.h"
 
 #include <algorithm>
 #include <memory>
 
-#include "bench/e2e_support.h"
+#include "bench/e2e/e2e_support.h"
+#include "bench/e2e/torch_prefill_server.h"
 #include "bench/harness/gpu_launch_timing.h"
-#include "bench/torch_prefill_server.h"
 #include "engine/blocks/gpu_block_pool.h"
 #include "engine/model/llama_model.h"
 
