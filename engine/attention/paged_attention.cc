@@ -259,7 +259,7 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(
     // The next chunk's loads in flight during this one's products where they take one 16-byte
     // load of K and one of V per invocation (head_dim 64, 512 invocations): 1B shape, bf16
     // staged, 8192 / 32768 tokens 166 / 179 -> 178 / 187 TFLOP/s (H200, engine_bench, same call).
-    // At head_dim 128 the four each spilled registers and ran slower (see the kernel).
+    // At head_dim 128 (four loads of each) they spilled registers and ran slower (see the kernel).
     const uint32_t epl = cache.dtype == DType::kF32 ? 4 : 8;
     const uint32_t lookahead = l.chunk * (cache.head_dim / epl) <= l.wg ? 1 : 0;
     const char* kernel = ctx_.info().coopmat_khr ? "paged_attention_varlen_khr" : "paged_attention_varlen_coopmat";

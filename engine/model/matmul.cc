@@ -96,7 +96,7 @@ MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple, u
   // Where the device says how many SMs it has and both large tiles fill them: the one whose last
   // wave is fullest, by outputs per SM (a workgroup fills an SM). The q/k/v launch of 2048 rows
   // (3072 columns) is 192 tiles of 128 x 256 — 1.45 waves of an H200's 132 SMs — or 384 of
-  // 128 x 128, 2.9 waves: 2.29 -> 1.96 ms over 16 layers (H200, e2e_bench --profile-stages).
+  // 128 x 128, 2.9 waves: 2.29 -> 1.96-1.98 ms over 16 layers (H200, e2e_bench --profile-stages).
   // Equal cost keeps the larger tile. Not for the gated launch: its 128 x 128 tile ran 1.4x slower.
   const MatmulTile& large = kTiles[0];
   const MatmulTile& medium = kTiles[1];
@@ -222,7 +222,7 @@ Status Matmul::record_tensor_loads(CommandBatch& batch, const TensorLoadParams& 
     return invalid_argument("matmul: a tile of " + std::to_string(tile.threads) +
                             " invocations is past the device's cooperative-matrix workgroup limit");
   }
-  uint32_t group_m =
+  const uint32_t group_m =
       tile.group_m ? tile.group_m : row_tile_group(uint64_t{p.n} * p.k * 2 * (gated ? 2 : 1));
   auto it =
       std::find_if(tensor_loads_.begin(), tensor_loads_.end(), [&](const TensorLoadPipeline& e) {
