@@ -48,8 +48,22 @@ std::unique_ptr<TorchPrefillServer> TorchPrefillServer::start(
   ::close(out[1]);
   // A script that died must not kill e2e_bench with SIGPIPE on the next request.
   std::signal(SIGPIPE, SIG_IGN);
-  return std::unique_ptr<TorchPrefillServer>(
-      new TorchPrefillServer(pid, ::fdopen(in[1], "w"), ::fdopen(out[0], "r")));
+  FILE* to = ::fdopen(in[1], "w");
+  FILE* from = ::fdopen(out[0], "r");
+  if (!to || !from) {
+    std::cerr << "e2e_bench: cannot talk to " << script << "\n";
+    if (to)
+      std::fclose(to);
+    else
+      ::close(in[1]);  // its stdin ends: it exits
+    if (from)
+      std::fclose(from);
+    else
+      ::close(out[0]);
+    ::waitpid(pid, nullptr, 0);
+    return nullptr;
+  }
+  return std::unique_ptr<TorchPrefillServer>(new TorchPrefillServer(pid, to, from));
 }
 
 TorchPrefillServer::~TorchPrefillServer() {
