@@ -54,8 +54,7 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
     v.counter("kvtier_embedded_cuda_pin_failures_total",
               "Host chunks the CUDA driver would not page-lock (process-wide): their copies go "
-              "through its bounce "
-              "buffer, and layerwise loads from them are copied instead",
+              "through its bounce buffer, and layerwise loads from them are copied instead",
               {}, cuda::CudaHostPinning::instance().failed_registrations());
     v.gauge("kvtier_embedded_cuda_chunks_queued",
             "Host chunks waiting for kvtier's thread to page-lock them", {},

@@ -459,7 +459,8 @@ int main(int argc, char** argv) {
         "events (3 untimed forwards before each). Medians of " +
         std::to_string(reps) +
         " rounds, each PyTorch's forward then ours, after the engine's warm-up forwards (10 s "
-        "before the first row, 0.25 s before the others).");
+        "before the first row, 0.25 s before the others); engine / PyTorch: the median of the "
+        "rounds' ratios [their range].");
     r.set_meta("vulkan", ctx->info().name);
     r.print();
     r.write_json(output_path("e2e_bench_prefill.json"));

@@ -94,13 +94,16 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       for (int32_t id : alloc.ids) pool->unref(id);
       const double engine_s = median(wall);
       const double gpu_s = gpu.empty() ? 0 : median(gpu);
+      // Each round's engine time over its PyTorch time (paired_ratio's reference over subject):
+      // a slow GPU period moves both sides of a round together.
       const bool ref = torch_ms.size() == wall.size();
-      const double torch_med = ref ? median(torch_ms) : 0;
+      std::vector<double> torch_s;
+      for (double t : torch_ms) torch_s.push_back(t / 1e3);
       report.add_row(
           {name, std::to_string(n), ms(engine_s), gpu.empty() ? "-" : ms(gpu_s),
            fmt_double(forward_flops(config, n) / (gpu.empty() ? engine_s : gpu_s) / 1e12, 1),
-           ref ? fmt_double(torch_med, 2) : "-",
-           ref ? fmt_double(engine_s * 1e3 / torch_med, 2) : "-"});
+           ref ? fmt_double(median(torch_ms), 2) : "-",
+           ref ? paired_ratio(wall, torch_s).text() : "-"});
     }
   }
 }
