@@ -160,6 +160,7 @@ bool SsdTier::contains_locked(const BlockHash& hash) const {
     std::lock_guard lock(pending_mu_);
     if (pending_.count(hash)) return true;
   }
+  if (auto held = state_.index->holds(std::span(&hash, 1))) return (*held)[0];
   auto e = state_.index->get(hash);
   return !e.ok() || e->has_value();  // a damaged entry counts as held until a read quarantines it
 }
@@ -182,6 +183,10 @@ std::vector<bool> SsdTier::contains_many(std::span<const BlockHash> hashes) cons
     }
   }
   if (ask.empty()) return out;
+  if (auto held = state_.index->holds(ask)) {
+    for (size_t k = 0; k < ask.size(); ++k) out[at[k]] = (*held)[k];
+    return out;
+  }
   const auto entries = state_.index->multi_get(ask);
   for (size_t k = 0; k < ask.size(); ++k) {
     out[at[k]] = !entries[k].ok() || entries[k]->has_value();  // damaged: held, as in contains()

@@ -1,5 +1,6 @@
 #include "tiers/ssd/index/ssd_index.h"
 
+#include <chrono>
 #include <cstring>
 
 #include <rocksdb/cache.h>
@@ -7,6 +8,8 @@
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+
+#include <spdlog/spdlog.h>
 
 #include "serialize/format/checksum.h"
 
@@ -141,10 +144,75 @@ Result<std::unique_ptr<SsdIndex>> SsdIndex::open(const std::string& path) {
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
   KVTIER_RETURN_IF_ERROR(to_status(rocksdb::DB::Open(o, path, &db), "open index " + path));
-  return std::unique_ptr<SsdIndex>(new SsdIndex(db));
+  std::unique_ptr<SsdIndex> index(new SsdIndex(db));
+  // In the background: open stays as quick as it was whatever the index holds (a scan of tens of
+  // millions of small blocks' keys takes seconds); lookups ask RocksDB until the set is built.
+  index->builder_ = std::thread([raw = index.get()] { raw->build_held_set(); });
+  return index;
+}
+
+void SsdIndex::build_held_set() {
+  const auto started = std::chrono::steady_clock::now();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  size_t seen = 0;
+  for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
+    if (stopping_.load(std::memory_order_relaxed)) return;
+    if (it->key().size() != 1 + BlockHash::kSize) continue;
+    BlockHash h;
+    std::memcpy(h.bytes.data(), it->key().data() + 1, BlockHash::kSize);
+    const uint64_t f = FingerprintSet::fingerprint(h);
+    std::unique_lock lock(held_mu_);
+    if (!removed_while_building_.contains(f)) held_.insert(f);
+    ++seen;
+  }
+  if (Status st = to_status(it->status(), "index scan"); !st.ok()) {
+    // Lookups keep asking RocksDB: slower, never wrong.
+    spdlog::warn("ssd index: the in-memory set of held blocks could not be built: {}",
+                 st.message());
+    return;
+  }
+  {
+    std::unique_lock lock(held_mu_);
+    removed_while_building_ = FingerprintSet();
+    held_ready_.store(true, std::memory_order_release);
+  }
+  spdlog::debug(
+      "ssd index: {} held blocks in memory ({} bytes) after {:.0f} ms", seen, held_.memory_bytes(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+          .count());
+}
+
+void SsdIndex::apply_held_changes(const std::vector<std::pair<uint64_t, bool>>& changes) {
+  if (changes.empty()) return;
+  std::unique_lock lock(held_mu_);
+  const bool building = !held_ready_.load(std::memory_order_relaxed);
+  for (const auto& [f, put] : changes) {
+    if (put) {
+      held_.insert(f);
+    } else {
+      held_.erase(f);
+      if (building) removed_while_building_.insert(f);
+    }
+  }
+}
+
+std::optional<std::vector<bool>> SsdIndex::holds(std::span<const BlockHash> hashes) const {
+  if (!held_ready_.load(std::memory_order_acquire)) return std::nullopt;
+  std::vector<bool> out(hashes.size());
+  std::shared_lock lock(held_mu_);
+  for (size_t i = 0; i < hashes.size(); ++i)
+    out[i] = held_.contains(FingerprintSet::fingerprint(hashes[i]));
+  return out;
+}
+
+size_t SsdIndex::held_in_memory() const {
+  std::shared_lock lock(held_mu_);
+  return held_.size();
 }
 
 SsdIndex::~SsdIndex() {
+  stopping_.store(true);
+  if (builder_.joinable()) builder_.join();
   if (db_) {
     (void)db_->Close();  // errors here have nowhere to go; the WAL makes the state recoverable
     delete db_;
@@ -189,17 +257,22 @@ SsdIndex::Batch::Batch() : wb_(std::make_unique<rocksdb::WriteBatch>()) {}
 SsdIndex::Batch::~Batch() = default;
 
 void SsdIndex::Batch::put(const BlockHash& hash, const IndexEntry& e) {
+  held_changes_.emplace_back(FingerprintSet::fingerprint(hash), true);
   (void)wb_->Put(entry_key(hash), encode_index_entry(e));
   (void)wb_->Put(segment_key(e.segment, e.offset),
                  rocksdb::Slice(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size()));
 }
 
 void SsdIndex::Batch::remove(const BlockHash& hash, const IndexEntry& e) {
+  held_changes_.emplace_back(FingerprintSet::fingerprint(hash), false);
   (void)wb_->Delete(entry_key(hash));
   (void)wb_->Delete(segment_key(e.segment, e.offset));
 }
 
-void SsdIndex::Batch::remove_primary(const BlockHash& hash) { (void)wb_->Delete(entry_key(hash)); }
+void SsdIndex::Batch::remove_primary(const BlockHash& hash) {
+  held_changes_.emplace_back(FingerprintSet::fingerprint(hash), false);
+  (void)wb_->Delete(entry_key(hash));
+}
 
 void SsdIndex::Batch::remove_segment_key(uint64_t segment, uint64_t offset) {
   (void)wb_->Delete(segment_key(segment, offset));
@@ -216,7 +289,9 @@ size_t SsdIndex::Batch::count() const { return static_cast<size_t>(wb_->Count())
 Status SsdIndex::commit(Batch& batch, bool sync) {
   rocksdb::WriteOptions w;
   w.sync = sync;
-  return to_status(db_->Write(w, batch.wb_.get()), "index commit");
+  KVTIER_RETURN_IF_ERROR(to_status(db_->Write(w, batch.wb_.get()), "index commit"));
+  apply_held_changes(batch.held_changes_);
+  return ok_status();
 }
 
 Status SsdIndex::scan_segment(
@@ -258,6 +333,7 @@ Status SsdIndex::load_segments(std::vector<SegmentRecord>& records,
 }
 
 Status SsdIndex::put_raw_value(const BlockHash& hash, std::string_view value) {
+  apply_held_changes({{FingerprintSet::fingerprint(hash), true}});
   return to_status(db_->Put(rocksdb::WriteOptions(), entry_key(hash),
                             rocksdb::Slice(value.data(), value.size())),
                    "index put");

@@ -1,0 +1,146 @@
+// The SSD index's in-memory set of held blocks: the table itself against std::unordered_set under
+// random churn, and the index's answers from memory against RocksDB's across commits and a reopen.
+#include <chrono>
+#include <random>
+#include <thread>
+#include <unordered_set>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
+#include "tiers/ssd/index/fingerprint_set.h"
+#include "tiers/ssd/index/ssd_index.h"
+
+namespace kvtier::testing {
+namespace {
+
+// Fingerprints forced into a few homes, so runs are long and wrap past the table's end: the
+// backward shift of a deletion is where an open-addressed table goes wrong.
+TEST(FingerprintSetTest, AgreesWithAStdSetUnderChurn) {
+  std::mt19937_64 rng(7);
+  for (const uint64_t range : {uint64_t{40}, uint64_t{3000}, uint64_t{1} << 40}) {
+    SCOPED_TRACE("range " + std::to_string(range));
+    FingerprintSet set;
+    std::unordered_set<uint64_t> want;
+    for (int op = 0; op < 200000; ++op) {
+      const uint64_t f = 1 + rng() % range;
+      if (rng() % 3 == 0) {
+        set.erase(f);
+        want.erase(f);
+      } else {
+        set.insert(f);
+        want.insert(f);
+      }
+      if (op % 997 == 0) {
+        for (uint64_t g = 1; g <= std::min<uint64_t>(range, 200); ++g) {
+          ASSERT_EQ(set.contains(g), want.count(g) == 1) << "op " << op << " fingerprint " << g;
+        }
+      }
+      ASSERT_EQ(set.size(), want.size());
+    }
+    for (uint64_t f : want) ASSERT_TRUE(set.contains(f));
+    for (uint64_t f : std::vector<uint64_t>(want.begin(), want.end())) set.erase(f);
+    EXPECT_EQ(set.size(), 0u);
+    EXPECT_FALSE(set.contains(1));
+  }
+}
+
+BlockHash hash_of(uint32_t i) {
+  BlockHash h;
+  std::mt19937_64 rng(i);
+  for (auto& b : h.bytes) b = static_cast<uint8_t>(rng());
+  return h;
+}
+
+IndexEntry entry_at(uint64_t offset) {
+  IndexEntry e;
+  e.segment = 1;
+  e.offset = offset;
+  e.length = 4096;
+  return e;
+}
+
+void wait_ready(const SsdIndex& index) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!index.held_set_ready() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(index.held_set_ready());
+}
+
+// What RocksDB holds, key by key.
+std::vector<bool> held_in_rocksdb(const SsdIndex& index, const std::vector<BlockHash>& hashes) {
+  std::vector<bool> out;
+  for (const auto& r : index.multi_get(hashes)) out.push_back(!r.ok() || r->has_value());
+  return out;
+}
+
+TEST(SsdIndexTest, TheHeldSetAnswersAsRocksDbDoesAcrossCommitsAndAReopen) {
+  TempDir dir;
+  const std::string path = dir.str() + "/index";
+  std::vector<BlockHash> hashes;
+  for (uint32_t i = 0; i < 3000; ++i) hashes.push_back(hash_of(i));
+  {
+    auto index = SsdIndex::open(path);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    wait_ready(**index);
+    EXPECT_EQ((*index)->holds(hashes), std::vector<bool>(hashes.size(), false));
+    SsdIndex::Batch put;
+    for (uint32_t i = 0; i < 2000; ++i) put.put(hashes[i], entry_at(i * 4096));
+    ASSERT_TRUE((*index)->commit(put).ok());
+    SsdIndex::Batch remove;
+    for (uint32_t i = 0; i < 2000; i += 3) remove.remove(hashes[i], entry_at(i * 4096));
+    for (uint32_t i = 1; i < 2000; i += 7) remove.remove_primary(hashes[i]);
+    ASSERT_TRUE((*index)->commit(remove).ok());
+    ASSERT_TRUE(
+        (*index)->put_raw_value(hashes[2500], "damaged").ok());  // held: a read quarantines it
+    const auto held = (*index)->holds(hashes);
+    ASSERT_TRUE(held.has_value());
+    EXPECT_EQ(*held, held_in_rocksdb(**index, hashes));
+    EXPECT_TRUE((*held)[2500]);
+    EXPECT_FALSE((*held)[0]);
+    EXPECT_TRUE((*held)[2]);
+  }
+  // Reopened: the set is built again from what RocksDB kept, in the background.
+  auto index = SsdIndex::open(path);
+  ASSERT_TRUE(index.ok());
+  wait_ready(**index);
+  const auto held = (*index)->holds(hashes);
+  ASSERT_TRUE(held.has_value());
+  const std::vector<bool> want = held_in_rocksdb(**index, hashes);
+  EXPECT_EQ(*held, want);
+  EXPECT_EQ((*index)->held_in_memory(),
+            static_cast<size_t>(std::count(want.begin(), want.end(), true)));
+}
+
+// Commits while the builder still scans: its snapshot may show a block removed since, which must
+// not come back. (With 100,000 entries the scan outlasts the first commits on this VM; whichever
+// finishes first, the set must end as RocksDB is.)
+TEST(SsdIndexTest, RemovalsWhileTheSetIsBuiltStayRemoved) {
+  TempDir dir;
+  const std::string path = dir.str() + "/index";
+  std::vector<BlockHash> hashes;
+  for (uint32_t i = 0; i < 100000; ++i) hashes.push_back(hash_of(i));
+  {
+    auto index = SsdIndex::open(path);
+    ASSERT_TRUE(index.ok());
+    SsdIndex::Batch put;
+    for (uint32_t i = 0; i < hashes.size(); ++i) put.put(hashes[i], entry_at(i * 4096ull));
+    ASSERT_TRUE((*index)->commit(put).ok());
+  }
+  auto index = SsdIndex::open(path);
+  ASSERT_TRUE(index.ok());
+  for (uint32_t i = 99999; i >= 90000; i -= 10) {  // from the end: the scan has not reached them
+    SsdIndex::Batch b;
+    b.remove(hashes[i], entry_at(i * 4096ull));
+    ASSERT_TRUE((*index)->commit(b).ok());
+  }
+  wait_ready(**index);
+  const auto held = (*index)->holds(hashes);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(*held, held_in_rocksdb(**index, hashes));
+  EXPECT_FALSE((*held)[99999]);
+  EXPECT_EQ((*index)->held_in_memory(), 99000u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
