@@ -223,7 +223,7 @@ Result<SaveReport> EmbeddedCache::Impl::save_blocks(std::span<const uint32_t> to
   const KvLayout& l = layout();
   auto num_blocks = check_layer_tensors(l, paged, BlockAddressing::kPaged, TensorAccess::kRead);
   if (!num_blocks.ok()) return reject(num_blocks.status());
-  const std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  const std::vector<BlockKey> keys = prompt_keys(tokens, extra_keys);
   const size_t n = std::min(keys.size(), block_ids.size());
   if (Status st = check_block_ids(block_ids, n, *num_blocks); !st.ok()) return reject(st);
   const Block::LayerForms forms = forms_of(l, paged);
@@ -369,6 +369,7 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
   // of the same attention layout.
   impl.hasher.emplace(*hash, Namespace{o.ns, hybrid ? hybrid->fingerprint() : shared_layout->fingerprint(), ""},
                       shared_layout->block_size);
+  impl.key_memo.emplace(*impl.hasher);
   if (hybrid) {
     KVTIER_ASSIGN_OR_RETURN(impl.hybrid, HybridPrefixCache::create(impl.stack->cache(), *impl.hasher,
                                                                    std::move(*hybrid), impl.stack->layouts()));

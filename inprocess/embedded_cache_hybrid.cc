@@ -22,7 +22,7 @@ const HybridLayout* EmbeddedCache::hybrid_layout() const { return impl_->hybrid 
 
 std::vector<BlockKey> EmbeddedCache::Impl::loadable_keys(std::span<const uint32_t> tokens,
                                                          std::span<const std::string> extra_keys) {
-  std::vector<BlockKey> keys = hasher->keys(tokens, extra_keys);
+  std::vector<BlockKey> keys = prompt_keys(tokens, extra_keys);
   if (hybrid) keys.resize(hybrid->lookup(keys).blocks);
   return keys;
 }
@@ -40,7 +40,7 @@ Status EmbeddedCache::Impl::check_state_call(std::span<const uint32_t> tokens) c
 Result<bool> EmbeddedCache::store_state(const Prompt& prompt, std::span<const uint8_t> snapshot) {
   KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   if (Status st = impl_->check_state_call(prompt.tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
+  const std::vector<BlockKey> keys = impl_->prompt_keys(prompt.tokens, prompt.extra_keys);
   // As kvtierd answers it (422): a snapshot is of no use without the block it ends at.
   if (impl_->stack->cache().presence({keys.back().hash, keys.back().tokens}) == Tier::Presence::kAbsent) {
     return impl_->reject(failed_precondition("the block ending at token " + std::to_string(prompt.tokens.size()) +
@@ -67,7 +67,7 @@ Result<bool> EmbeddedCache::store_state(const Prompt& prompt, std::span<const La
 Result<std::optional<std::vector<uint8_t>>> EmbeddedCache::fetch_state(const Prompt& prompt) {
   KVTIER_ASSIGN_OR_RETURN(auto call, enter(prompt));
   if (Status st = impl_->check_state_call(prompt.tokens); !st.ok()) return impl_->reject(st);
-  const std::vector<BlockKey> keys = impl_->hasher->keys(prompt.tokens, prompt.extra_keys);
+  const std::vector<BlockKey> keys = impl_->prompt_keys(prompt.tokens, prompt.extra_keys);
   if (!impl_->hybrid->has_snapshot(keys, keys.size() - 1)) return std::optional<std::vector<uint8_t>>();
   auto snapshot = impl_->hybrid->fetch_snapshot(keys, keys.size() - 1);
   if (!snapshot.ok()) return std::optional<std::vector<uint8_t>>();  // counted and logged: a miss

@@ -10,11 +10,13 @@
 #include <spdlog/spdlog.h>
 
 #include "base/log.h"
+#include "base/memory/large_buffer_cache.h"
 #include "base/metrics/metrics.h"
 #include "cache/cache_stack.h"
 #include "cache/hybrid_prefix_cache.h"
 #include "cache/plan/engine_planner.h"
 #include "cache/prefix_hasher.h"
+#include "cache/prefix_key_memo.h"
 #include "engine/vulkan/vulkan_context.h"
 #include "inprocess/cuda/device_transfers.h"
 #include "inprocess/embedded_cache.h"
@@ -45,6 +47,11 @@ struct EmbeddedCache::Impl {
   std::unique_ptr<VulkanContext> vulkan;
   std::unique_ptr<CacheStack> stack;
   std::optional<PrefixHasher> hasher;
+  // hasher->keys() of the last few prompts: a request's plan, load and lookup hash it once.
+  std::optional<PrefixKeyMemo> key_memo;
+  std::vector<BlockKey> prompt_keys(std::span<const uint32_t> tokens, std::span<const std::string> extra_keys) {
+    return key_memo->keys(tokens, extra_keys);
+  }
   std::unique_ptr<HybridPrefixCache> hybrid;  // a hybrid cache; goes before the stack it listens to
   EmbeddedCacheMetrics metrics;
   LogThrottle reject_log;
@@ -105,6 +112,9 @@ struct EmbeddedCache::Impl {
   Result<cuda::DeviceTransfers*> device_transfers();
   // Waits for uploads in flight and lets the host chunks be unregistered (close()).
   void close_device();
+  // EmbeddedCacheOptions::cuda_device: the RAM budget's chunks mapped, held and page-locked now.
+  Status page_lock_ram(int device, uint64_t ram_capacity);
+  std::vector<LargeBufferChunk> reserved;  // held by page_lock_ram until close_device
   std::mutex device_mu;  // guards device
   std::unique_ptr<cuda::DeviceTransfers> device;
 };

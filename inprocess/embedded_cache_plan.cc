@@ -16,11 +16,12 @@ Result<PrefixMatch> EmbeddedCache::lookup(const Prompt& prompt) {
   LookupResult found;
   if (impl_->hybrid) {
     const HybridLookup h =
-        impl_->hybrid->lookup(impl_->hasher->keys(prompt.tokens, prompt.extra_keys));
+        impl_->hybrid->lookup(impl_->prompt_keys(prompt.tokens, prompt.extra_keys));
     found.matched_tokens = h.matched_tokens;
     found.blocks = h.hits;
   } else {
-    found = impl_->cache().lookup(*impl_->hasher, prompt.tokens, prompt.extra_keys);
+    found = impl_->cache().lookup(impl_->prompt_keys(prompt.tokens, prompt.extra_keys),
+                                  prompt.tokens.size());
   }
   return impl_->cache().describe(found, impl_->layout().dense_block_bytes());
 }

@@ -1,4 +1,5 @@
 #include "cache/prefix_hasher.h"
+#include "cache/prefix_key_memo.h"
 
 #include <cctype>
 #include <numeric>
@@ -140,6 +141,54 @@ TEST(PrefixHasherTest, IdentityOfAKeyVerifiesAndAForgeryDoesNot) {
   forged.token_ids[0] ^= 1;
   EXPECT_FALSE(h.verifies(forged));
   EXPECT_FALSE(hasher(HashAlgorithm::kSha256, "llama", 0x1234, "other-tenant").verifies(id));
+}
+
+// The memo answers as the hasher does, spans into the caller's own tokens, for a prompt it has
+// seen (a hit), a prefix or an extension of one (a hit), and one it has not; a token or an extra
+// key that differs is another prompt; the least recently asked of more than its capacity is
+// hashed again.
+TEST(PrefixKeyMemoTest, AnswersAsTheHasherDoesAndHashesARepeatedPromptOnce) {
+  const PrefixHasher h = hasher();
+  PrefixKeyMemo memo(h, 2);
+  auto same = [&](const std::vector<uint32_t>& t, std::vector<std::string> extra) {
+    const std::vector<BlockKey> got = memo.keys(t, extra);
+    const std::vector<BlockKey> want = h.keys(t, extra);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].hash, want[i].hash) << "block " << i;
+      EXPECT_EQ(got[i].tokens.data(), t.data() + 16 * i)
+          << "the span points into the caller's tokens";
+      EXPECT_EQ(got[i].tokens.size(), 16u);
+    }
+  };
+  const std::vector<uint32_t> a = iota_tokens(16 * 40 + 5);
+  std::vector<uint32_t> b = a;
+  b[16 * 39 + 3] += 1;  // the last full block differs
+  same(a, {});
+  EXPECT_EQ(memo.hits(), 0u);
+  const std::vector<uint32_t> a_copy = a;  // equal tokens elsewhere: the same prompt
+  same(a_copy, {});
+  EXPECT_EQ(memo.hits(), 1u);
+  same(b, {});
+  same(a, {"lora-7"});  // extra keys are part of the prompt
+  EXPECT_EQ(memo.hits(), 1u);
+  same(b, {});
+  EXPECT_EQ(memo.hits(), 2u);
+  same(a, {});  // pushed out by the two since: hashed again
+  EXPECT_EQ(memo.hits(), 2u);
+  // Prefixes and extensions of a remembered prompt start from its hashes: all but the last
+  // token (a load after a plan), half of it, and the next turn of the conversation.
+  same(std::vector<uint32_t>(a.begin(), a.end() - 1), {});
+  same(std::vector<uint32_t>(a.begin(), a.begin() + 16 * 20), {});
+  std::vector<uint32_t> longer = a;
+  for (uint32_t t = 0; t < 50; ++t) longer.push_back(9000 + t);
+  same(longer, {});
+  EXPECT_EQ(memo.hits(), 5u);
+  same(longer, {});  // the extension is remembered in the place of what it extends
+  same(a, {});
+  EXPECT_EQ(memo.hits(), 7u);
+  same(std::vector<uint32_t>(7, 3), {});  // no full block: nothing to keep
+  same({}, {});
 }
 
 }  // namespace
