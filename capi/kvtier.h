@@ -92,6 +92,11 @@ kvtier_status kvtier_options_set_kv_events(kvtier_options* options, const char* 
 kvtier_status kvtier_options_set_kv_events_replay(kvtier_options* options, const char* endpoint);
 /* Nonzero (default): kvtier_close writes blocks only RAM holds to the SSD. */
 kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int persist);
+/* The CUDA device whose engine the cache serves: kvtier_open maps the RAM tier's budget (and an
+ * eighth more) and page-locks it before it returns, so that page-locking never stalls the engine's
+ * streams later.
+ * Needs the CUDA driver; device < 0: KVTIER_INVALID_ARGUMENT. */
+kvtier_status kvtier_options_set_cuda_device(kvtier_options* options, int device);
 
 /* ---- The cache. ---- */
 typedef struct kvtier_cache kvtier_cache;

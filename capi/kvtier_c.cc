@@ -231,6 +231,15 @@ kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int p
   });
 }
 
+kvtier_status kvtier_options_set_cuda_device(kvtier_options* options, int device) {
+  return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
+    if (device < 0)
+      return fail(KVTIER_INVALID_ARGUMENT, "cuda_device must be a CUDA ordinal (>= 0)");
+    o.cuda_device = device;
+    return KVTIER_OK;
+  });
+}
+
 kvtier_status kvtier_open(const kvtier_options* options, kvtier_cache** cache) {
   return guarded([&] {
     KVTIER_REQUIRE(cache, "cache is NULL");

@@ -355,6 +355,15 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
   auto hash = parse_hash_algorithm(o.hash);
   if (!hash.ok()) return hash.status().with_context("hash");
   KVTIER_ASSIGN_OR_RETURN(CacheStackOptions so, stack_options(o, shared_layout));
+  if (o.cuda_device && *o.cuda_device < 0) {
+    return invalid_argument("cuda_device: " + std::to_string(*o.cuda_device) +
+                            " is not a CUDA ordinal");
+  }
+  if (o.cuda_device && o.kv_cache_quantization) {
+    return invalid_argument(
+        "cuda_device: page-locking ahead serves dense blocks; the RAM tier keeps quantized ones "
+        "(kv_cache_quantization)");
+  }
 
   std::unique_ptr<EmbeddedCache> c(new EmbeddedCache(o));
   Impl& impl = *c->impl_;
@@ -373,6 +382,10 @@ Result<std::unique_ptr<EmbeddedCache>> EmbeddedCache::open(const EmbeddedCacheOp
   if (hybrid) {
     KVTIER_ASSIGN_OR_RETURN(impl.hybrid, HybridPrefixCache::create(impl.stack->cache(), *impl.hasher,
                                                                    std::move(*hybrid), impl.stack->layouts()));
+  }
+  if (o.cuda_device) {
+    KVTIER_RETURN_IF_ERROR(
+        impl.page_lock_ram(*o.cuda_device, o.ram_capacity).with_context("cuda_device"));
   }
   return c;
 }

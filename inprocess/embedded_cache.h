@@ -54,6 +54,12 @@ struct EmbeddedCacheOptions {
   std::string kv_events;
   std::string kv_events_replay;
   bool persist_on_close = true;  // close() writes what only RAM holds to the SSD, as kvtierd does
+  // The CUDA device whose engine this cache serves: open() then maps the RAM tier's budget (and
+  // an eighth more, for blocks in flight) and page-locks it before it returns. cuMemHostRegister
+  // stalls every stream of the device while it runs (10-14 ms per 64 MiB chunk measured beside an
+  // engine on the H200), so a cache that page-locks as it grows stalls the engine each time; one
+  // that did it at open never does.
+  std::optional<int> cuda_device;
   std::chrono::milliseconds close_timeout{30000};
 };
 

@@ -186,6 +186,39 @@ std::vector<LargeBufferChunk> large_buffer_chunks() {
   return out;
 }
 
+std::optional<std::vector<LargeBufferChunk>> large_buffer_reserve(size_t bytes, size_t count) {
+  const size_t size = size_class(bytes);
+  Arena& a = arena();
+  std::vector<LargeBufferChunk> held;
+  std::vector<LargeBufferChunk> created;
+  bool mapped_all = true;
+  {
+    std::lock_guard lock(a.mu);
+    size_t room = 0;
+    for (const Chunk* c : a.with_room[size]) room += c->free.size();
+    while (room < count) {
+      Chunk* c = a.new_chunk(size);
+      if (c == nullptr) {
+        mapped_all = false;
+        break;
+      }
+      room += c->free.size();
+      created.push_back({c->base, c->bytes});
+    }
+    if (mapped_all) {
+      for (Chunk* c : a.with_room[size]) {
+        if (c->holds++ == 0) a.cached -= c->cached_slots * c->slot;
+        held.push_back({c->base, c->bytes});
+      }
+    }
+  }
+  if (LargeBufferChunkListener listener = g_chunk_listener.load()) {
+    for (const LargeBufferChunk& c : created) listener(c);
+  }
+  if (!mapped_all) return std::nullopt;  // the new chunks are free slots: trimmed like any others
+  return held;
+}
+
 void* large_buffer_acquire(size_t bytes, bool* fresh) {
   const size_t size = size_class(bytes);
   Arena& a = arena();

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace kvtier {
@@ -48,6 +49,12 @@ using LargeBufferChunkListener = void (*)(LargeBufferChunk chunk);
 void set_large_buffer_chunk_listener(LargeBufferChunkListener listener);
 // Every chunk mapped now.
 std::vector<LargeBufferChunk> large_buffer_chunks();
+// Maps chunks of `bytes`' size class until it has free slots for `count` buffers, and holds every
+// chunk of the class that has free slots (release each with large_buffer_unhold_chunk): memory a
+// cache page-locks for a GPU when it opens (inprocess/cuda/cuda_host_pinning.h), so that no chunk
+// is mapped, and none registered, while an engine runs. The listener hears of each new chunk.
+// nullopt when the system is out of memory (nothing stays held then).
+std::optional<std::vector<LargeBufferChunk>> large_buffer_reserve(size_t bytes, size_t count);
 
 // Page-aligned buffers under kLargeBufferThreshold (the O_DIRECT records of the smallest blocks,
 // quantized ones of a small model). glibc's aligned allocation splits and re-merges heap chunks on

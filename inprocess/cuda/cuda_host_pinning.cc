@@ -1,5 +1,6 @@
 #include "inprocess/cuda/cuda_host_pinning.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -178,6 +179,16 @@ void CudaHostPinning::run() {
     }
     s.settled.notify_all();
   }
+}
+
+void CudaHostPinning::wait_queued() const {
+  State& s = state();
+  std::unique_lock lock(s.mu);
+  s.settled.wait(lock, [&] {
+    if (s.stopping || !s.thread.joinable()) return true;
+    return std::none_of(s.chunks.begin(), s.chunks.end(),
+                        [](const auto& c) { return c.second == ChunkState::kQueued; });
+  });
 }
 
 bool CudaHostPinning::pin(const CudaDriver& driver, const void* p, size_t bytes) {

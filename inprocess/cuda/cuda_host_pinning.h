@@ -44,6 +44,10 @@ class CudaHostPinning {
   // engine's stream). Before start(), registers the chunk now (a context must be current).
   bool pin(const CudaDriver& driver, const void* p, size_t bytes);
 
+  // Blocks until every chunk queued so far is registered (or failed): a cache that page-locks its
+  // memory when it opens waits here, before the engine's first kernel, not beside its work.
+  void wait_queued() const;
+
   size_t registered_bytes() const;
   size_t failed_registrations() const;
   // Chunks waiting for the registering thread.

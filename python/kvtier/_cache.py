@@ -201,6 +201,11 @@ class Cache:
         block entering and leaving a tier is published in vLLM's KV-event format, for prefix-aware
         routers (kvtierd's --kv-events); kv_events_replay: the replay socket for missed batches.
         ``kv_events_endpoints`` says where they were bound.
+    cuda_device: the CUDA device whose engine saves and loads through this cache: the RAM tier's
+        budget (and an eighth more) is mapped and page-locked before the constructor returns
+        (seconds for tens of GiB), because page-locking later, as the tier grows, stalls every
+        stream of the device for ~10 ms per chunk. Needs the CUDA driver; not with
+        kv_cache_quantization.
 
     Every method may be called from several threads; the GIL is released while kvtier hashes,
     reads, writes and copies. Closing (or leaving ``with``) drains the SSD writer.
@@ -229,6 +234,7 @@ class Cache:
         hybrid_layout: Union[None, str, "os.PathLike[str]", Dict[str, Any]] = None,
         kv_events: Optional[str] = None,
         kv_events_replay: Optional[str] = None,
+        cuda_device: Optional[int] = None,
     ) -> None:
         if isinstance(layout, dict):
             layout = json.dumps(layout)
@@ -263,6 +269,8 @@ class Cache:
             options["kv_events_replay"] = str(kv_events_replay)
         if kv_cache_quantization is not None:
             options["kv_cache_quantization"] = int(kv_cache_quantization)
+        if cuda_device is not None:
+            options["cuda_device"] = int(cuda_device)
         if hybrid_layout is not None:
             options["hybrid_layout"] = (json.dumps(hybrid_layout) if isinstance(hybrid_layout, dict)
                                         else os.fspath(hybrid_layout))

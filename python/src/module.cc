@@ -396,7 +396,8 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
                                 "ssd_write_budget",
                                 "hybrid_layout",
                                 "kv_events",
-                                "kv_events_replay"};
+                                "kv_events_replay",
+                                "cuda_device"};
   for (auto item : d) {
     const std::string key = item.first.cast<std::string>();
     if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
@@ -426,6 +427,7 @@ EmbeddedCacheOptions options_from(const py::dict& d) {
   if (auto v = get("ssd_admission"); !v.is_none()) o.ssd_admission = v.cast<std::string>();
   if (auto v = get("ssd_write_budget"); !v.is_none()) o.ssd_write_budget = v.cast<uint64_t>();
   if (auto v = get("persist_on_close"); !v.is_none()) o.persist_on_close = v.cast<bool>();
+  if (auto v = get("cuda_device"); !v.is_none()) o.cuda_device = v.cast<int>();
   if (auto v = get("close_timeout"); !v.is_none()) {
     o.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(v.cast<double>() * 1000));
   }

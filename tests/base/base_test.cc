@@ -240,4 +240,44 @@ TEST(LargeBufferChunksTest, TheColdestSizeClassIsTrimmedFirst) {
   set_large_buffer_cache_limit(512u << 20);
 }
 
+// A cache that page-locks its RAM budget for a CUDA engine at open reserves it first: afterwards
+// that many buffers of the class come without mapping a chunk (none is registered beside the
+// engine's work), the listener heard of every chunk the reservation mapped, and the reserved
+// chunks stay mapped, pages and all, until they are let go.
+TEST(LargeBufferChunksTest, AReservationMapsEnoughChunksAndHoldsThem) {
+  const size_t size = (6u << 20) + (128u << 10);  // a class no other test uses: 10 slots a chunk
+  const size_t count = 25;                        // three chunks
+  g_heard.clear();
+  set_large_buffer_chunk_listener(&hear_chunk);
+  const auto held = large_buffer_reserve(size, count);
+  set_large_buffer_chunk_listener(nullptr);
+  ASSERT_TRUE(held.has_value());
+  ASSERT_EQ(held->size(), 3u);
+  EXPECT_EQ(g_heard.size(), 3u) << "each chunk the reservation mapped is heard of, once";
+  const size_t mapped = large_buffer_chunks().size();
+  std::vector<void*> bufs;
+  bool fresh = false;
+  for (size_t i = 0; i < count; ++i) {
+    bufs.push_back(large_buffer_acquire(size, &fresh));
+    ASSERT_NE(bufs.back(), nullptr);
+    const bool in_reserved = std::any_of(
+        held->begin(), held->end(),
+        [&](const LargeBufferChunk& c) { return c.base == large_buffer_chunk(bufs.back()).base; });
+    EXPECT_TRUE(in_reserved) << "buffer " << i << " lies outside the reservation";
+  }
+  EXPECT_EQ(large_buffer_chunks().size(), mapped) << "no chunk mapped after the reservation";
+  std::memset(bufs[0], 0x6c, size);
+  for (void* b : bufs) large_buffer_release(b, size);
+  set_large_buffer_cache_limit(0);
+  for (const LargeBufferChunk& c : *held)
+    EXPECT_EQ(large_buffer_chunk(c.base).base, c.base) << "held";
+  EXPECT_EQ(static_cast<uint8_t*>(bufs[0])[size - 1], 0x6c) << "a held chunk keeps its pages";
+  EXPECT_FALSE(large_buffer_reserve(size_t{1} << 46, 1 << 20).has_value())
+      << "64 TiB per buffer cannot be mapped: nullopt, and nothing held";
+  for (const LargeBufferChunk& c : *held) large_buffer_unhold_chunk(c.base);
+  for (const LargeBufferChunk& c : *held)
+    EXPECT_EQ(large_buffer_chunk(c.base).base, nullptr) << "let go";
+  set_large_buffer_cache_limit(512u << 20);
+}
+
 }  // namespace kvtier

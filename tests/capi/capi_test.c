@@ -225,6 +225,14 @@ int main(void) {
     kvtier_close(first, NULL);
   }
   CHECK(kvtier_options_set_kv_cache_quantization(NULL, 8) == KVTIER_INVALID_ARGUMENT);
+  /* Page-locking for a CUDA device at open: a negative ordinal is refused when set. */
+  {
+    kvtier_options* o = kvtier_options_create();
+    CHECK(kvtier_options_set_cuda_device(o, -1) == KVTIER_INVALID_ARGUMENT);
+    CHECK(strstr(kvtier_last_error(), "CUDA ordinal") != NULL);
+    REQUIRE_OK(kvtier_options_set_cuda_device(o, 0));
+    kvtier_options_destroy(o);
+  }
 
   /* Two SSD directories (one per drive): a block stored in one run is read back in the next. */
   {

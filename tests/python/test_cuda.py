@@ -421,3 +421,28 @@ def test_a_load_from_memory_comes_a_layer_at_a_time_with_an_event_per_layer(tmp_
         assert copies == 0  # the GPU read the blocks where they lie
     else:
         assert copies > 0
+
+
+@needs_cuda
+def test_a_cache_opened_for_a_cuda_device_page_locks_its_ram_budget_at_open(tmp_path, gen):
+    # cuda_device: the RAM budget is mapped and page-locked before the constructor returns, so a
+    # save and a load afterwards register nothing more (a registration stalls the engine's streams).
+    layout = small_layout("BF16", num_layers=4, heads=8, head_dim=128)  # 64 KiB blocks
+    n = 40
+    k, v = paged_arrays(layout, n, gen)
+    tokens = tokens_for(41, 16 * n + 1)
+    c = open_cache(layout, tmp_path, ram="96M", cuda_device=0)
+    try:
+        pinned = counter(c.stats(), "kvtier_embedded_cuda_pinned_bytes")
+        assert pinned >= 96 << 20
+        assert counter(c.stats(), "kvtier_embedded_cuda_chunks_queued") == 0
+        assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
+        dk, dv = cuda_paged(layout, n, torch.Generator().manual_seed(9))
+        assert c.load_blocks(tokens, list(range(n)), dk, dv) == 16 * n
+        torch.cuda.synchronize()
+        for layer in range(4):
+            assert same_bits(dk[layer].cpu(), k[layer]) and same_bits(dv[layer].cpu(), v[layer])
+        assert counter(c.stats(), "kvtier_embedded_cuda_pinned_bytes") == pinned  # nothing registered since
+        assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
+    finally:
+        c.close()

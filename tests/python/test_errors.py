@@ -124,6 +124,13 @@ def test_bad_options_fail_at_open_with_the_reason(tmp_path):
         kvtier.Cache({**LAYOUT, "num_heads": 2})
     with pytest.raises(TypeError):
         kvtier.Cache(LAYOUT, ssd="/tmp/x")
+    with pytest.raises(ValueError, match="cuda_device: .*-1 is not a CUDA ordinal"):
+        kvtier.Cache(LAYOUT, cuda_device=-1)
+    with pytest.raises(ValueError, match="cuda_device: .*quantized"):
+        kvtier.Cache(LAYOUT, cuda_device=0, kv_cache_quantization=8)
+    if not torch.cuda.is_available():  # page-locking for a device needs its driver: said, not crashed
+        with pytest.raises(RuntimeError, match="cuda_device: .*CUDA driver"):
+            kvtier.Cache(LAYOUT, cuda_device=0)
     with open_cache(LAYOUT, tmp_path):
         with pytest.raises(OSError, match="in use by another process"):
             open_cache(LAYOUT, tmp_path)
