@@ -69,7 +69,9 @@ if triton is not None:
 
 # Programs that read blocks in place: measured on the H200 host, 32 to 528 programs looping over a
 # GiB of host rows all read at ~50 GB/s (0.91 of a pinned DMA); fewer leave more SMs to the engine.
-READ_PROGRAMS = 64
+# Beside the 8B engine's rows after an 8k prefix (torch_engine_bench, the same call): TTFT 26.6-27.0
+# ms with 32, 27.3 with 16, 28.6 with 64 (the rows ran that much slower beside 64 readers).
+READ_PROGRAMS = 32
 
 
 def _next_power_of_2(n: int) -> int:
