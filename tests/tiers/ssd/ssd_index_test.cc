@@ -67,6 +67,24 @@ void wait_ready(const SsdIndex& index) {
   ASSERT_TRUE(index.held_set_ready());
 }
 
+std::vector<BlockHash> hashes_of(uint32_t n) {
+  std::vector<BlockHash> out;
+  for (uint32_t i = 0; i < n; ++i) out.push_back(hash_of(i));
+  return out;
+}
+
+// The index at `path`, opened, with entries for hashes[0, n) committed in one batch.
+std::unique_ptr<SsdIndex> open_with(const std::string& path, const std::vector<BlockHash>& hashes,
+                                    size_t n) {
+  auto index = SsdIndex::open(path);
+  EXPECT_TRUE(index.ok()) << index.status().to_string();
+  if (!index.ok()) return nullptr;
+  SsdIndex::Batch put;
+  for (size_t i = 0; i < n; ++i) put.put(hashes[i], entry_at(i * 4096ull));
+  EXPECT_TRUE((*index)->commit(put).ok());
+  return std::move(index).value();
+}
+
 // What RocksDB holds, key by key.
 std::vector<bool> held_in_rocksdb(const SsdIndex& index, const std::vector<BlockHash>& hashes) {
   std::vector<bool> out;
@@ -77,25 +95,23 @@ std::vector<bool> held_in_rocksdb(const SsdIndex& index, const std::vector<Block
 TEST(SsdIndexTest, TheHeldSetAnswersAsRocksDbDoesAcrossCommitsAndAReopen) {
   TempDir dir;
   const std::string path = dir.str() + "/index";
-  std::vector<BlockHash> hashes;
-  for (uint32_t i = 0; i < 3000; ++i) hashes.push_back(hash_of(i));
+  const std::vector<BlockHash> hashes = hashes_of(3000);
   {
-    auto index = SsdIndex::open(path);
-    ASSERT_TRUE(index.ok()) << index.status().to_string();
-    wait_ready(**index);
-    EXPECT_EQ((*index)->holds(hashes), std::vector<bool>(hashes.size(), false));
+    auto index = open_with(path, hashes, 0);
+    ASSERT_NE(index, nullptr);
+    wait_ready(*index);
+    EXPECT_EQ(index->holds(hashes), std::vector<bool>(hashes.size(), false));
     SsdIndex::Batch put;
     for (uint32_t i = 0; i < 2000; ++i) put.put(hashes[i], entry_at(i * 4096));
-    ASSERT_TRUE((*index)->commit(put).ok());
+    ASSERT_TRUE(index->commit(put).ok());
     SsdIndex::Batch remove;
     for (uint32_t i = 0; i < 2000; i += 3) remove.remove(hashes[i], entry_at(i * 4096));
     for (uint32_t i = 1; i < 2000; i += 7) remove.remove_primary(hashes[i]);
-    ASSERT_TRUE((*index)->commit(remove).ok());
-    ASSERT_TRUE(
-        (*index)->put_raw_value(hashes[2500], "damaged").ok());  // held: a read quarantines it
-    const auto held = (*index)->holds(hashes);
+    ASSERT_TRUE(index->commit(remove).ok());
+    ASSERT_TRUE(index->put_raw_value(hashes[2500], "damaged").ok());  // held: a read quarantines it
+    const auto held = index->holds(hashes);
     ASSERT_TRUE(held.has_value());
-    EXPECT_EQ(*held, held_in_rocksdb(**index, hashes));
+    EXPECT_EQ(*held, held_in_rocksdb(*index, hashes));
     EXPECT_TRUE((*held)[2500]);
     EXPECT_FALSE((*held)[0]);
     EXPECT_TRUE((*held)[2]);
@@ -118,15 +134,8 @@ TEST(SsdIndexTest, TheHeldSetAnswersAsRocksDbDoesAcrossCommitsAndAReopen) {
 TEST(SsdIndexTest, RemovalsWhileTheSetIsBuiltStayRemoved) {
   TempDir dir;
   const std::string path = dir.str() + "/index";
-  std::vector<BlockHash> hashes;
-  for (uint32_t i = 0; i < 100000; ++i) hashes.push_back(hash_of(i));
-  {
-    auto index = SsdIndex::open(path);
-    ASSERT_TRUE(index.ok());
-    SsdIndex::Batch put;
-    for (uint32_t i = 0; i < hashes.size(); ++i) put.put(hashes[i], entry_at(i * 4096ull));
-    ASSERT_TRUE((*index)->commit(put).ok());
-  }
+  const std::vector<BlockHash> hashes = hashes_of(100000);
+  ASSERT_NE(open_with(path, hashes, hashes.size()), nullptr);  // written, closed
   auto index = SsdIndex::open(path);
   ASSERT_TRUE(index.ok());
   for (uint32_t i = 99999; i >= 90000; i -= 10) {  // from the end: the scan has not reached them
