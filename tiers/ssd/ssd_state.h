@@ -16,6 +16,7 @@
 #include "tiers/namespace_usage.h"
 #include "tiers/ssd/index/segment_table.h"
 #include "tiers/ssd/index/ssd_index.h"
+#include "tiers/ssd/namespace_traffic.h"
 #include "tiers/ssd/ssd_metrics.h"
 #include "tiers/ssd/ssd_options.h"
 
@@ -101,6 +102,7 @@ struct SsdState {
   SsdTierMetrics metrics;
   ReadTracker reads;
   WriteOutcomeSample outcomes{metrics};
+  NamespaceTraffic traffic;  // bytes written and read back per namespace
   // Bytes of records (queued or indexed) of each namespace with an SSD quota. Set at open; shared
   // by every directory of a striped tier, since a quota is the namespace's across all of them.
   std::shared_ptr<NamespaceUsage> namespaces;

@@ -303,6 +303,7 @@ size_t SsdTier::block_count() const {
 
 void SsdTier::visit_metrics(MetricVisitor& v) const {
   state_.metrics.visit(v, state_.options.capacity_bytes);
+  state_.traffic.visit_metrics(v);
   if (state_.namespaces && owns_namespaces_) state_.namespaces->visit_metrics(v);
 }
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/metrics/metrics_exporters.h"
 #include "tests/tiers/ssd/ssd_tier_fixture.h"
 
 namespace kvtier {
@@ -371,6 +372,44 @@ TEST_F(SsdTierTest, ANamespacePastItsSsdQuotaIsRefusedAndItsCountSurvivesRestart
   o.namespace_quotas = {{"a", 4 * record}};
   tier = open(o);
   EXPECT_TRUE(tier->insert(block(4, "a")).ok()) << "a larger quota takes effect at open";
+}
+
+// What the tier wrote and read back, by namespace: every spilled record's padded bytes under its
+// own namespace, reads under the namespace of the record read; past the limit of series, new
+// namespaces share "other".
+TEST_F(SsdTierTest, BytesWrittenAndReadBackAreCountedByNamespace) {
+  auto block = [&](uint64_t seed, const std::string& ns) {
+    return seeded_block(by_dtype_[2], seed, Values::kRandom, ns);
+  };
+  auto tier = open();
+  for (uint64_t s = 0; s < 4; ++s) ASSERT_TRUE(tier->insert(block(s, "a")).ok());
+  ASSERT_TRUE(tier->insert(block(9, "b")).ok());
+  tier->flush();
+  const uint64_t record =
+      (entry_of(*tier, block(0, "a")).length + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+  const NamespaceTraffic& traffic = tier->state_for_testing().traffic;
+  EXPECT_EQ(traffic.written_bytes("a"), 4 * record);
+  EXPECT_EQ(traffic.written_bytes("b"), record);
+  EXPECT_EQ(traffic.read_bytes("a"), 0u);
+  for (uint64_t s = 0; s < 2; ++s) ASSERT_TRUE(tier->read(request_for(block(s, "a"))).ok());
+  ASSERT_TRUE(tier->read(request_for(block(1, "a"))).ok());
+  EXPECT_FALSE(tier->read(request_for(block(7, "a"))).ok());  // a miss reads nothing
+  EXPECT_EQ(traffic.read_bytes("a"), 3 * record);  // the padded record, as the disk read it
+  EXPECT_EQ(traffic.read_bytes("b"), 0u);
+  // The series in the metrics, one per namespace.
+  PrometheusTextWriter text;
+  tier->visit_metrics(text);
+  EXPECT_NE(text.text().find("kvtier_ssd_namespace_written_bytes_total{namespace=\"b\"} " +
+                             std::to_string(record)),
+            std::string::npos)
+      << text.text();
+
+  NamespaceTraffic bounded;
+  for (size_t i = 0; i < NamespaceTraffic::kMaxNamespaces + 5; ++i)
+    bounded.wrote("ns" + std::to_string(i), 10);
+  EXPECT_EQ(bounded.written_bytes("ns0"), 10u);
+  EXPECT_EQ(bounded.written_bytes("ns" + std::to_string(NamespaceTraffic::kMaxNamespaces + 2)), 0u);
+  EXPECT_EQ(bounded.written_bytes(NamespaceTraffic::kOther), 50u);
 }
 
 // Reclaiming a segment gives its namespaces their bytes back.

@@ -223,6 +223,7 @@ std::vector<Result<BlockRef>> SsdReader::read_part(std::span<const BlockRequest>
         return;
       }
       served.push_back(req.hash);
+      state_.traffic.read(p.entry.namespace_id, p.done);
       out[p.request] = BlockRef(std::make_shared<const Block>(std::move(*check.block)));
     };
     auto lease_or = lease();

@@ -116,6 +116,7 @@ void account(SsdState& state, std::span<const DurableRecord> records, std::span<
     }
     state.metrics.spill_written.inc();
     state.metrics.spill_bytes_written.inc(stored);
+    state.traffic.wrote(item.namespace_id, stored);
   }
 }
 
