@@ -78,6 +78,12 @@ kvtier_status kvtier_options_add_ssd_dir(kvtier_options* options, const char* di
 kvtier_status kvtier_options_set_ssd_capacity(kvtier_options* options, uint64_t bytes);
 /* Segment files of a new SSD directory (default 256 MiB; capacity must hold two). */
 kvtier_status kvtier_options_set_ssd_segment_size(kvtier_options* options, uint64_t bytes);
+/* Which blocks leaving RAM the SSD writes: "all" (default) or "seen-twice" (blocks used twice),
+ * kvtierd's --ssd-admission. Checked by kvtier_open. */
+kvtier_status kvtier_options_set_ssd_admission(kvtier_options* options, const char* rule);
+/* Bytes a day the SSD tier may write (a drive's warranted drive-writes per day); 0 = no budget
+ * (default). Admission tightens as it runs out, counted (kvtierd's --ssd-write-budget). */
+kvtier_status kvtier_options_set_ssd_write_budget(kvtier_options* options, uint64_t bytes_per_day);
 /* 0 = off (default), 8 or 4: keep blocks quantized in RAM (lossy; group size 64). */
 kvtier_status kvtier_options_set_kv_cache_quantization(kvtier_options* options, int bits);
 /* Bytes of a GPU tier (a Vulkan device) on top; 0 = none (default). */

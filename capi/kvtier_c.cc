@@ -231,6 +231,14 @@ kvtier_status kvtier_options_set_persist_on_close(kvtier_options* options, int p
   });
 }
 
+kvtier_status kvtier_options_set_ssd_admission(kvtier_options* options, const char* rule) {
+  return set_string(options, rule, &kvtier::EmbeddedCacheOptions::ssd_admission,
+                    "ssd admission rule");
+}
+kvtier_status kvtier_options_set_ssd_write_budget(kvtier_options* options, uint64_t bytes_per_day) {
+  return set_bytes(options, bytes_per_day, &kvtier::EmbeddedCacheOptions::ssd_write_budget);
+}
+
 kvtier_status kvtier_options_set_cuda_device(kvtier_options* options, int device) {
   return set_option(options, [&](kvtier::EmbeddedCacheOptions& o) {
     if (device < 0)

@@ -258,6 +258,32 @@ int main(void) {
     }
   }
 
+  /* SSD admission and a write budget, as kvtierd's flags: the budget shows in the stats; an
+   * unknown rule is refused at open, with the reason. */
+  {
+    kvtier_options* o = kvtier_options_create();
+    char* stats = NULL;
+    REQUIRE_OK(kvtier_options_set_layout(o, "tiny"));
+    REQUIRE_OK(kvtier_options_set_ssd_dir(o, dir));
+    REQUIRE_OK(kvtier_options_set_ssd_capacity(o, 64u << 20));
+    REQUIRE_OK(kvtier_options_set_ssd_segment_size(o, 8u << 20));
+    REQUIRE_OK(kvtier_options_set_ssd_admission(o, "seen-twice"));
+    REQUIRE_OK(kvtier_options_set_ssd_write_budget(o, 3u << 30));
+    CHECK(kvtier_options_set_ssd_admission(o, NULL) == KVTIER_INVALID_ARGUMENT);
+    REQUIRE_OK(kvtier_open(o, &c));
+    REQUIRE_OK(kvtier_stats_json(c, &stats));
+    CHECK(strstr(stats, "kvtier_ssd_write_budget_bytes_per_day") != NULL);
+    CHECK(strstr(stats, "3221225472") != NULL);
+    kvtier_free(stats);
+    kvtier_close(c, NULL);
+    REQUIRE_OK(kvtier_options_set_ssd_admission(o, "sometimes"));
+    c = (kvtier_cache*)&o;
+    CHECK(kvtier_open(o, &c) == KVTIER_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK(strstr(kvtier_last_error(), "sometimes") != NULL);
+    kvtier_options_destroy(o);
+  }
+
   /* A hybrid cache: a state snapshot stored after two blocks comes back byte for byte, from RAM
    * and after a reopen from the SSD; lookups end at it; wrong sizes and plain caches are refused. */
   {
