@@ -147,6 +147,10 @@ Result<std::unique_ptr<SsdIndex>> SsdIndex::open(const std::string& path) {
   std::unique_ptr<SsdIndex> index(new SsdIndex(db));
   // In the background: open stays as quick as it was whatever the index holds (a scan of tens of
   // millions of small blocks' keys takes seconds); lookups ask RocksDB until the set is built.
+  // The builder logs: spdlog's registry is made on first use, inside the (uninstrumented)
+  // library, so it is made here, before the thread starts, not first on the builder's thread
+  // (ThreadSanitizer then saw every later log line race with its construction).
+  (void)spdlog::default_logger_raw();
   index->builder_ = std::thread([raw = index.get()] { raw->build_held_set(); });
   return index;
 }
@@ -171,13 +175,15 @@ void SsdIndex::build_held_set() {
                  st.message());
     return;
   }
+  size_t bytes = 0;
   {
     std::unique_lock lock(held_mu_);
     removed_while_building_ = FingerprintSet();
     held_ready_.store(true, std::memory_order_release);
+    bytes = held_.memory_bytes();  // under the lock: commits grow the table from here on
   }
   spdlog::debug(
-      "ssd index: {} held blocks in memory ({} bytes) after {:.0f} ms", seen, held_.memory_bytes(),
+      "ssd index: {} held blocks in memory ({} bytes) after {:.0f} ms", seen, bytes,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
           .count());
 }
