@@ -241,6 +241,12 @@ class EmbeddedCache {
   // A CUDA failure the engine's side of the door met on a thread of its own (waiting for a load's
   // event, say): counted in kvtier_embedded_cuda_failures_total and logged, as the door's own are.
   void report_device_failure(std::string_view what);
+  // The engine's side of the door gave up a fast path and took a slower one that moves the same
+  // bits: "slot_kernel" (Triton's slot kernel failed: torch's kernels), "read_in_place" (a
+  // layerwise load copies instead), "graph_capture" (a slot's kernels launched one by one). Counted
+  // in kvtier_embedded_cuda_fallbacks_total{path} and logged (throttled); another path is
+  // kInvalidArgument.
+  Status report_device_fallback(std::string_view path, std::string_view why);
   // Blocks [first_block, first_block + max_blocks) of the cached prefix, pinned where they lie in
   // host memory for CUDA device `device` to read in place (through unified addressing: kvtier's
   // chunks are page-locked and mapped), counted as loaded. nullptr when one of them is not in

@@ -172,6 +172,20 @@ void EmbeddedCache::report_device_failure(std::string_view what) {
   impl_->device_log.warn("a CUDA transfer failed: {}", what);
 }
 
+Status EmbeddedCache::report_device_fallback(std::string_view path, std::string_view why) {
+  Counter* c = path == "slot_kernel"     ? &impl_->metrics.cuda_fallback_slot_kernel
+               : path == "read_in_place" ? &impl_->metrics.cuda_fallback_read_in_place
+               : path == "graph_capture" ? &impl_->metrics.cuda_fallback_graph_capture
+                                         : nullptr;
+  if (c == nullptr) {
+    return invalid_argument("unknown CUDA fallback path '" + std::string(path) +
+                            "' (slot_kernel, read_in_place, graph_capture)");
+  }
+  c->inc();
+  impl_->device_log.warn("CUDA door: {} given up for a slower path: {}", path, why);
+  return ok_status();
+}
+
 Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Prompt& prompt,
                                                                      size_t first_block,
                                                                      size_t max_blocks,

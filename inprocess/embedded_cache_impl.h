@@ -38,6 +38,10 @@ struct EmbeddedCacheMetrics {
   Counter bytes_in;
   Counter bytes_out;
   Counter cuda_failures;  // a CUDA transfer that failed for a reason other than bad input
+  // The CUDA door's slower ways round (report_device_fallback), by the path given up.
+  Counter cuda_fallback_slot_kernel;
+  Counter cuda_fallback_read_in_place;
+  Counter cuda_fallback_graph_capture;
 };
 
 // Shared by the cache and every FetchedBlocks it handed out, so pins can be given back (and views

@@ -49,6 +49,14 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
     v.counter("kvtier_embedded_cuda_failures_total",
               "CUDA transfers that failed (no driver, a driver error), other than bad input", {},
               metrics.cuda_failures.value());
+    const char* fallback_help =
+        "Times the CUDA door gave up a fast path for a slower one that moves the same bits";
+    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "slot_kernel"}},
+              metrics.cuda_fallback_slot_kernel.value());
+    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "read_in_place"}},
+              metrics.cuda_fallback_read_in_place.value());
+    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "graph_capture"}},
+              metrics.cuda_fallback_graph_capture.value());
     v.gauge("kvtier_embedded_cuda_pinned_bytes",
             "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));

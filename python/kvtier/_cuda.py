@@ -347,6 +347,7 @@ class CudaMover:
                 return
             except Exception as e:  # a Triton that cannot compile here: torch's kernels instead
                 warnings.warn(f"kvtier: the Triton slot kernel failed, using torch's kernels: {e}")
+                self._c.report_device_fallback("slot_kernel", str(e))
                 plan.kernel = None
         if count == self.slot_blocks and USE_GRAPHS:
             graph = self._graph(plan, kind, slot)
@@ -380,6 +381,7 @@ class CudaMover:
                                 self._after(d.side, started, None, held)
                                 raise
                             warnings.warn(f"kvtier: reading blocks in place failed, copying them instead: {e}")
+                            self._c.report_device_fallback("read_in_place", str(e))
                             plan.kernel = None
                             return None
                         event = torch.cuda.Event()
@@ -414,6 +416,7 @@ class CudaMover:
                     graph.capture_end()
         except RuntimeError as e:  # capture refused (an old driver, an op that syncs)
             warnings.warn(f"kvtier: CUDA graph capture failed, launching kernels one by one: {e}")
+            self._c.report_device_fallback("graph_capture", str(e))
             graph = None
         plan.graphs[key] = graph
         return graph

@@ -290,6 +290,9 @@ class PyCache {
   }
 
   void report_device_failure(const std::string& what) { cache_->report_device_failure(what); }
+  void report_device_fallback(const std::string& path, const std::string& why) {
+    call([&] { return cache_->report_device_fallback(path, why); });
+  }
 
   std::optional<Fetched> pin_for_device(py::handle tokens, const std::vector<std::string>& extra,
                                         size_t first_block, size_t max_blocks, int device) {
@@ -487,6 +490,7 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("fetch", &PyCache::fetch)
       .def("pin_for_device", &PyCache::pin_for_device)
       .def("report_device_failure", &PyCache::report_device_failure)
+      .def("report_device_fallback", &PyCache::report_device_fallback)
       .def("check_paged", &PyCache::check_paged)
       .def("missing_blocks", &PyCache::missing_blocks)
       .def("check_block_ids", &PyCache::check_block_ids)

@@ -446,3 +446,34 @@ def test_a_cache_opened_for_a_cuda_device_page_locks_its_ram_budget_at_open(tmp_
         assert counter(c.stats(), "kvtier_embedded_cuda_unpinned_copies_total") == 0
     finally:
         c.close()
+
+
+@needs_cuda
+def test_kernels_that_fail_fall_back_to_the_same_bits_and_are_counted(tmp_path, gen, monkeypatch):
+    # The Triton slot kernel and the in-place reads failing (a Triton that cannot compile here):
+    # the copies go through torch's kernels, a layerwise load copies instead, the bits are the
+    # same, and each fallback is counted by its path.
+    import kvtier._cuda_kernels as kk
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(kk.SlotKernel, "run", broken)
+    monkeypatch.setattr(kk.SlotKernel, "read_host", broken)
+    layout = small_layout("BF16", num_layers=4, heads=8, head_dim=128)
+    n = 24
+    k, v = paged_arrays(layout, n, gen)
+    tokens = tokens_for(43, 16 * n + 1)
+    with open_cache(layout, tmp_path, ram="64M") as c:
+        with pytest.warns(UserWarning, match="Triton slot kernel failed"):
+            assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
+        dk, dv = cuda_paged(layout, n, torch.Generator().manual_seed(3))
+        with pytest.warns(UserWarning):
+            loaded = c.load_blocks(tokens, list(range(n)), dk, dv, layerwise=True)
+        assert loaded == 16 * n
+        torch.cuda.synchronize()
+        for layer in range(4):
+            assert same_bits(dk[layer].cpu(), k[layer]) and same_bits(dv[layer].cpu(), v[layer])
+        stats = c.stats()
+        assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="slot_kernel") >= 1
+        assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="read_in_place") == 1

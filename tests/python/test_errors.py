@@ -163,3 +163,19 @@ def test_an_ssd_write_budget_is_shown_and_needs_an_ssd(tmp_path):
         assert "kvtier_ssd_admission_refused_total{reason=\"write_budget\"} 0" in cache.metrics_text()
     with pytest.raises(ValueError, match="ssd_write_budget: there is no SSD tier"):
         kvtier.Cache("tiny", ssd_write_budget="2G")
+
+
+def test_a_fallback_is_counted_by_path_and_an_unknown_path_refused(tmp_path):
+    # The CUDA door's slower ways round are counted (kvtier_embedded_cuda_fallbacks_total{path}) by
+    # the call its Python side makes when it takes one (test_cuda.py makes them happen on a GPU);
+    # here, the count and the refusal of a path that does not exist.
+    with open_cache(LAYOUT, tmp_path) as c:
+        assert counter(c.stats(), "kvtier_embedded_cuda_fallbacks_total", path="read_in_place") == 0
+        c._c.report_device_fallback("read_in_place", "a test")
+        stats = c.stats()
+        assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="read_in_place") == 1
+        assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="slot_kernel") == 0
+        assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="graph_capture") == 0
+        with pytest.raises(ValueError, match="unknown CUDA fallback path"):
+            c._c.report_device_fallback("somewhere", "a test")
+
