@@ -160,7 +160,7 @@ bool SsdTier::contains_locked(const BlockHash& hash) const {
     std::lock_guard lock(pending_mu_);
     if (pending_.count(hash)) return true;
   }
-  if (auto held = state_.index->holds(std::span(&hash, 1))) return (*held)[0];
+  if (auto held = state_.index->holds(hash)) return *held;
   auto e = state_.index->get(hash);
   return !e.ok() || e->has_value();  // a damaged entry counts as held until a read quarantines it
 }
@@ -304,6 +304,21 @@ size_t SsdTier::block_count() const {
 void SsdTier::visit_metrics(MetricVisitor& v) const {
   state_.metrics.visit(v, state_.options.capacity_bytes);
   state_.traffic.visit_metrics(v);
+  bool ready = false;
+  bool failed = false;
+  {
+    std::shared_lock life(life_mu_);  // close() resets the index under it
+    ready = state_.index && state_.index->held_set_ready();
+    failed = state_.index && state_.index->held_set_failed();
+  }
+  v.gauge("kvtier_ssd_index_in_memory",
+          "SSD directories whose lookups are answered from the in-memory set of held blocks (0 "
+          "while it is built after start-up, or if building it failed)",
+          {}, ready ? 1.0 : 0.0);
+  v.counter("kvtier_ssd_index_memory_build_failures_total",
+            "SSD directories whose in-memory set of held blocks could not be built (logged; "
+            "lookups read the index instead)",
+            {}, failed ? 1 : 0);
   if (state_.namespaces && owns_namespaces_) state_.namespaces->visit_metrics(v);
 }
 

@@ -130,7 +130,7 @@ Result<IndexEntry> decode_index_entry(std::string_view v) {
   return e;
 }
 
-Result<std::unique_ptr<SsdIndex>> SsdIndex::open(const std::string& path) {
+Result<std::unique_ptr<SsdIndex>> SsdIndex::open(const std::string& path, SsdIndexOptions options) {
   rocksdb::Options o;
   o.create_if_missing = true;
   o.compression = rocksdb::kNoCompression;
@@ -145,19 +145,26 @@ Result<std::unique_ptr<SsdIndex>> SsdIndex::open(const std::string& path) {
   rocksdb::DB* db = nullptr;
   KVTIER_RETURN_IF_ERROR(to_status(rocksdb::DB::Open(o, path, &db), "open index " + path));
   std::unique_ptr<SsdIndex> index(new SsdIndex(db));
+  if (!options.held_in_memory) {
+    index->held_off_ = true;
+    return index;
+  }
   // In the background: open stays as quick as it was whatever the index holds (a scan of tens of
   // millions of small blocks' keys takes seconds); lookups ask RocksDB until the set is built.
   // The builder logs: spdlog's registry is made on first use, inside the (uninstrumented)
   // library, so it is made here, before the thread starts, not first on the builder's thread
   // (ThreadSanitizer then saw every later log line race with its construction).
   (void)spdlog::default_logger_raw();
-  index->builder_ = std::thread([raw = index.get()] { raw->build_held_set(); });
+  index->builder_ = std::thread([raw = index.get(), hook = std::move(options.after_scan_snapshot)] {
+    raw->build_held_set(hook);
+  });
   return index;
 }
 
-void SsdIndex::build_held_set() {
+void SsdIndex::build_held_set(const std::function<void(SsdIndex&)>& after_snapshot) {
   const auto started = std::chrono::steady_clock::now();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  if (after_snapshot) after_snapshot(*this);
   size_t seen = 0;
   for (it->Seek("b"); it->Valid() && it->key().starts_with("b"); it->Next()) {
     if (stopping_.load(std::memory_order_relaxed)) return;
@@ -170,9 +177,18 @@ void SsdIndex::build_held_set() {
     ++seen;
   }
   if (Status st = to_status(it->status(), "index scan"); !st.ok()) {
-    // Lookups keep asking RocksDB: slower, never wrong.
-    spdlog::warn("ssd index: the in-memory set of held blocks could not be built: {}",
-                 st.message());
+    // Lookups keep asking RocksDB: slower, never wrong. Commits stop keeping a set no one reads.
+    {
+      std::unique_lock lock(held_mu_);
+      held_off_ = true;
+      held_ = FingerprintSet();
+      removed_while_building_ = FingerprintSet();
+    }
+    held_failed_.store(true, std::memory_order_release);
+    spdlog::warn(
+        "ssd index: the in-memory set of held blocks could not be built, lookups read "
+        "the index: {}",
+        st.message());
     return;
   }
   size_t bytes = 0;
@@ -191,6 +207,7 @@ void SsdIndex::build_held_set() {
 void SsdIndex::apply_held_changes(const std::vector<std::pair<uint64_t, bool>>& changes) {
   if (changes.empty()) return;
   std::unique_lock lock(held_mu_);
+  if (held_off_) return;
   const bool building = !held_ready_.load(std::memory_order_relaxed);
   for (const auto& [f, put] : changes) {
     if (put) {
@@ -209,6 +226,12 @@ std::optional<std::vector<bool>> SsdIndex::holds(std::span<const BlockHash> hash
   for (size_t i = 0; i < hashes.size(); ++i)
     out[i] = held_.contains(FingerprintSet::fingerprint(hashes[i]));
   return out;
+}
+
+std::optional<bool> SsdIndex::holds(const BlockHash& hash) const {
+  if (!held_ready_.load(std::memory_order_acquire)) return std::nullopt;
+  std::shared_lock lock(held_mu_);
+  return held_.contains(FingerprintSet::fingerprint(hash));
 }
 
 size_t SsdIndex::held_in_memory() const {

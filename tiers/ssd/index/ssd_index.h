@@ -15,8 +15,9 @@
 // Tuned for small values: no compression, a bloom filter on whole keys, a 64 MiB block cache.
 // Which blocks it holds is also kept in memory (a FingerprintSet, built by a thread of its own
 // after open and kept in step by every commit): a prefix's lookup asks hundreds of keys at once,
-// and MultiGet answered 511 of them in 1.6-3.1 ms on the H200 host (a cold block cache after a
-// restart), where a plan's whole budget is a few percent of a 44 ms prefill.
+// and a plan over 511 blocks on the SSD took 1.6-3.1 ms on the H200 host (a cold block cache after
+// a restart; 0.65-1.0 ms on this project's VM, 0.16 with the set), where a plan's whole budget is
+// a few percent of a 44 ms prefill.
 // Writes are WriteBatches (a spill batch's entries commit at once); the WAL is written without
 // fsync: a process crash loses nothing (the OS holds it), a power loss may lose index entries
 // whose data is on disk, which become orphaned bytes — never wrong data.
@@ -66,10 +67,22 @@ struct SegmentRecord {
   uint64_t created_unix = 0;
 };
 
+class SsdIndex;
+
+struct SsdIndexOptions {
+  // The in-memory set of held blocks (holds()): a tier's lookups want it; kvtier-fsck, which reads
+  // every entry itself, does not.
+  bool held_in_memory = true;
+  // Tests: called on the builder's thread once its scan's snapshot is taken, before it reads a
+  // key, so commits made here are ones the snapshot cannot see.
+  std::function<void(SsdIndex&)> after_scan_snapshot;
+};
+
 // Thread-safe (RocksDB is).
 class SsdIndex {
  public:
-  static Result<std::unique_ptr<SsdIndex>> open(const std::string& path);
+  static Result<std::unique_ptr<SsdIndex>> open(const std::string& path,
+                                                SsdIndexOptions options = {});
   ~SsdIndex();
 
   // nullopt when absent; kCorruption when the stored value fails its checks.
@@ -80,9 +93,12 @@ class SsdIndex {
   // in-memory set is built (then ask get/multi_get). A yes may be wrong with probability 2^-64
   // per held block (FingerprintSet); a no is exact.
   std::optional<std::vector<bool>> holds(std::span<const BlockHash> hashes) const;
-  // Entries the in-memory set holds, and whether it is built.
+  std::optional<bool> holds(const BlockHash& hash) const;  // one block's, without a vector
+  // Entries the in-memory set holds, whether it is built, and whether building it failed (the
+  // scan met an error, logged: lookups then ask RocksDB for as long as the index is open).
   size_t held_in_memory() const;
   bool held_set_ready() const { return held_ready_.load(std::memory_order_acquire); }
+  bool held_set_failed() const { return held_failed_.load(std::memory_order_acquire); }
 
   // Accumulates changes for one atomic commit.
   class Batch {
@@ -122,7 +138,7 @@ class SsdIndex {
 
  private:
   explicit SsdIndex(rocksdb::DB* db) : db_(db) {}
-  void build_held_set();  // the builder thread
+  void build_held_set(const std::function<void(SsdIndex&)>& after_snapshot);  // the builder thread
   void apply_held_changes(const std::vector<std::pair<uint64_t, bool>>& changes);
   rocksdb::DB* db_;
 
@@ -132,6 +148,10 @@ class SsdIndex {
   // back.
   FingerprintSet removed_while_building_;
   std::atomic<bool> held_ready_{false};
+  std::atomic<bool> held_failed_{false};  // the build's scan met an error
+  // Under held_mu_: no set is kept (held_in_memory was false, or the build failed), so commits do
+  // not grow one that nobody reads.
+  bool held_off_ = false;
   std::atomic<bool> stopping_{false};
   std::thread builder_;
 };
