@@ -54,9 +54,6 @@ void EmbeddedCache::Impl::close_device() {
 }
 
 Status EmbeddedCache::Impl::page_lock_ram(int device, uint64_t ram_capacity) {
-  if (device < 0) {
-    return invalid_argument("cuda_device " + std::to_string(device) + " is not a CUDA ordinal");
-  }
   const size_t bb = layout().dense_block_bytes();
   KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, device_transfers());
   // The budget and an eighth (at least 256 MiB): a save allocates its blocks before the tier
@@ -66,8 +63,8 @@ Status EmbeddedCache::Impl::page_lock_ram(int device, uint64_t ram_capacity) {
   const uint64_t headroom = std::max<uint64_t>(ram_capacity / 8, 256ull << 20);
   auto held = large_buffer_reserve(bb, (ram_capacity + headroom) / bb);
   if (!held) {
-    return resource_exhausted("cuda_device: could not map " + format_byte_size(ram_capacity) +
-                              " of host memory for the RAM tier");
+    return resource_exhausted("could not map " + format_byte_size(ram_capacity + headroom) +
+                              " of host memory for the RAM tier (its budget and an eighth)");
   }
   {
     std::lock_guard lock(device_mu);

@@ -116,7 +116,8 @@ struct EmbeddedCache::Impl {
   Result<cuda::DeviceTransfers*> device_transfers();
   // Waits for uploads in flight and lets the host chunks be unregistered (close()).
   void close_device();
-  // EmbeddedCacheOptions::cuda_device: the RAM budget's chunks mapped, held and page-locked now.
+  // EmbeddedCacheOptions::cuda_device (a valid ordinal: open() checked it): the RAM budget's
+  // chunks mapped, held and page-locked now.
   Status page_lock_ram(int device, uint64_t ram_capacity);
   std::vector<LargeBufferChunk> reserved;  // held by page_lock_ram until close_device
   std::mutex device_mu;  // guards device
