@@ -9,6 +9,13 @@
 namespace kvtier::bench {
 namespace {
 
+std::optional<double> to_double(std::string_view s) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
 std::optional<int64_t> to_int(std::string_view s) {
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -83,10 +90,12 @@ GgmlPeer GgmlPeer::parse(std::string_view text) {
     line = std::regex_replace(line, colour, "");
     std::smatch m;
     if (!std::regex_search(line, m, line_re)) continue;
+    const std::optional<double> us = to_double(m[3].str());
+    if (!us) continue;  // "." or "1.2.3": not a time, so not a perf line
     GgmlPeerCase c;
     c.op = m[1].str();
     c.params = split_params(m[2].str());
-    c.us_per_run = std::stod(m[3].str());
+    c.us_per_run = *us;
     peer.cases_.push_back(std::move(c));
   }
   return peer;

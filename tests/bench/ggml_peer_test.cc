@@ -61,6 +61,9 @@ TEST(GgmlPeerTest, ReadsEveryPerfLineAndItsParameters) {
   EXPECT_TRUE(first.has("mask_pattern", "causal"));
   EXPECT_FALSE(first.integer("prec").has_value());  // "f32" is no integer
   EXPECT_TRUE(first.integers("kv").empty());        // nor "4096" a list
+  // A line whose time is no number is not a perf line (it once threw out of std::stod).
+  const GgmlPeer odd = GgmlPeer::parse("  MUL_MAT(m=1,n=1,k=1):   3 runs -   . us/run\n");
+  EXPECT_TRUE(odd.cases().empty());
 }
 
 TEST(GgmlPeerTest, MatmulTakesTheFastestF32AccumulatingVariant) {
