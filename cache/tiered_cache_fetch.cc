@@ -119,6 +119,10 @@ void TieredCache::PrefixFetch::pin_top() {
       top_presence_[i] = pins[k].presence;
       continue;
     }
+    if (pins[k].block) {  // read with its pin
+      blocks_[i] = pins[k].block;
+      continue;
+    }
     auto r = top_.read({keys_[i].hash, keys_[i].tokens});
     if (r.ok()) blocks_[i] = *r;
     else failed_[i] = 1;

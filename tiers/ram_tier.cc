@@ -212,6 +212,25 @@ bool RamTier::pin(const BlockHash& hash) {
   return true;
 }
 
+std::vector<Tier::PinResult> RamTier::pin_many(std::span<const BlockRequest> requests) {
+  std::vector<PinResult> out(requests.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto it = index_.find(requests[i].hash);
+    if (it == index_.end()) continue;  // leaving or gone: the caller reads or relocates it
+    if (it->second.pins++ == 0) {
+      policy_->pinned(requests[i].hash);
+      unpinned_bytes_ -= it->second.bytes;
+      metrics_.pinned_blocks.add(1);
+    }
+    policy_->accessed(requests[i].hash);
+    metrics_.hits.inc();
+    out[i].pinned = true;
+    out[i].block = it->second.block;
+  }
+  return out;
+}
+
 void RamTier::unpin(const BlockHash& hash) {
   std::lock_guard lock(mu_);
   auto it = index_.find(hash);

@@ -62,6 +62,9 @@ class RamTier final : public Tier {
   bool erase(const BlockHash& hash) override;
   bool pin(const BlockHash& hash) override;
   void unpin(const BlockHash& hash) override;
+  // One lock for the batch, each block read with its pin: a 511-block prefix took ~0.2 ms of
+  // pins and reads block by block on the H200 host, on the way to the engine's first kernel.
+  std::vector<PinResult> pin_many(std::span<const BlockRequest> requests) override;
   uint64_t capacity_bytes() const override { return options_.capacity_bytes; }
   uint64_t used_bytes() const override;
   size_t block_count() const override;

@@ -101,6 +101,9 @@ class Tier {
     // For a block with a slot, probe()'s answer once pinned (blocks read from the tier are checked
     // by what the read returns).
     Presence presence = Presence::kAbsent;
+    // Where the tier hands its block out with the pin (RAM, under the same lock): what read()
+    // would return, counted as read() counts it; the caller need not read it again.
+    BlockRef block;
   };
   virtual std::vector<PinResult> pin_many(std::span<const BlockRequest> requests);
   virtual void unpin_many(std::span<const BlockHash> hashes);

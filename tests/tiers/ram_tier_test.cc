@@ -91,6 +91,29 @@ TEST(RamTierTest, PinsNest) {
   EXPECT_TRUE(f.tier->insert(b).ok());
 }
 
+TEST(RamTierTest, PinManyPinsAndReadsEachHeldBlockAsPinAndReadWould) {
+  Fixture f(3);
+  auto a = block(1), b = block(2), c = block(3), absent = block(4), d = block(5);
+  for (auto& x : {a, b, c}) ASSERT_TRUE(f.tier->insert(x).ok());
+  const uint64_t hits = f.tier->metrics().hits.value();
+  const std::vector<BlockRequest> asked = {req(b), req(absent), req(a)};
+  const std::vector<Tier::PinResult> got = f.tier->pin_many(asked);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].pinned);
+  EXPECT_EQ(got[0].block, b) << "the held block itself, not a copy";
+  EXPECT_FALSE(got[1].pinned);
+  EXPECT_EQ(got[1].block, nullptr);
+  EXPECT_TRUE(got[2].pinned);
+  EXPECT_EQ(got[2].block, a);
+  EXPECT_EQ(f.tier->metrics().hits.value(), hits + 2) << "counted as two reads";
+  EXPECT_EQ(f.tier->metrics().pinned_blocks.value(), 2);
+  // Pinned: a full tier evicts c, the one left unpinned, though a and b are older.
+  ASSERT_TRUE(f.tier->insert(d).ok());
+  EXPECT_EQ(f.evicted, std::vector<BlockHash>{c->hash()});
+  f.tier->unpin_many(std::vector<BlockHash>{a->hash(), b->hash()});
+  EXPECT_EQ(f.tier->metrics().pinned_blocks.value(), 0);
+}
+
 TEST(RamTierTest, BlockLargerThanTheTierIsRejected) {
   Fixture f(1);
   auto big = block(1, testing::share(KvLayout::uniform("big", 2, 1, 8, 4, DType::kBF16)));
