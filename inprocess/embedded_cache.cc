@@ -485,22 +485,25 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::fetch(const Prompt& prompt
 }
 
 std::shared_ptr<FetchedBlocks> fetch_keys(const std::shared_ptr<EmbeddedCache::Impl>& impl,
-                                          std::span<const BlockKey> keys, bool views) {
+                                          std::span<const BlockKey> keys, bool views,
+                                          const LookupResult* located) {
   auto state = std::make_unique<FetchedBlocks::State>();
   state->impl = impl;
   state->block_size = static_cast<size_t>(impl->layout().block_size);
-  state->pinned = impl->cache().fetch(keys);
+  state->pinned = located ? impl->cache().fetch(keys, *located) : impl->cache().fetch(keys);
   std::vector<FetchedBlock> blocks;
+  blocks.reserve(state->pinned.entries().size());
+  state->held.reserve(state->pinned.entries().size());
   for (const PinnedBlocks::Entry& e : state->pinned.entries()) {
     auto b = impl->host_block(e);
     if (!b.ok()) break;  // counted by the GPU tier; the prefix ends here
     const Block& block = **b;
     FetchedBlock f;
     f.hash = e.hash;
-    f.tier = std::string(impl->cache().tiers()[e.source_tier]->name());
-    f.tokens = block.identity().token_ids;
     f.bytes = block.data().data();
     if (views) {
+      f.tier = std::string(impl->cache().tiers()[e.source_tier]->name());
+      f.tokens = block.identity().token_ids;
       f.layers = dense_block_views(block.layout(), block.data().data(), /*read_only=*/true);
       for (int l = 0; l < block.layout().num_layers; ++l)
         f.dequantized_from.push_back(block.dequantized_from(l));

@@ -197,19 +197,26 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Promp
     std::span<const BlockKey> wanted =
         std::span(keys).subspan(first, std::min(max_blocks, keys.size() - first));
     // Only a prefix all in memory: one on the SSD would be read here, on the engine's time, where
-    // the copying load reads it ahead of its copies. The cached prefix may end in memory.
+    // the copying load reads it ahead of its copies. The cached prefix may end in memory. Asked
+    // in one batch (one lock), and the answer is the fetch's: it does not locate the blocks again.
     const auto& tiers = impl_->cache().tiers();
-    for (size_t i = 0; i < wanted.size(); ++i) {
-      if (tiers.front()->contains(wanted[i].hash)) continue;
-      const bool below = std::any_of(tiers.begin() + 1, tiers.end(),
-                                     [&](const auto& t) { return t->contains(wanted[i].hash); });
-      if (below) return std::shared_ptr<FetchedBlocks>();
-      wanted = wanted.first(i);
-      break;
+    std::vector<BlockHash> hashes;
+    hashes.reserve(wanted.size());
+    for (const BlockKey& k : wanted) hashes.push_back(k.hash);
+    const std::vector<bool> in_memory = tiers.front()->contains_many(hashes);
+    LookupResult located;
+    for (size_t i = 0; i < wanted.size() && in_memory[i]; ++i)
+      located.blocks.push_back({wanted[i].hash, 0});
+    if (located.blocks.size() < wanted.size()) {
+      const BlockHash& next = wanted[located.blocks.size()].hash;
+      if (std::any_of(tiers.begin() + 1, tiers.end(),
+                      [&](const auto& t) { return t->contains(next); }))
+        return std::shared_ptr<FetchedBlocks>();
+      wanted = wanted.first(located.blocks.size());
     }
     KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
     KVTIER_ASSIGN_OR_RETURN(cuda::ScopedDeviceContext ctx, d->enter(device));
-    std::shared_ptr<FetchedBlocks> fetched = fetch_keys(impl_, wanted, /*views=*/false);
+    std::shared_ptr<FetchedBlocks> fetched = fetch_keys(impl_, wanted, /*views=*/false, &located);
     const size_t bb = layout().dense_block_bytes();
     // Asked once per chunk, not per block: a prompt's blocks share a few dozen chunks, and every
     // ask takes the registry's lock on the path to the engine's first kernel.

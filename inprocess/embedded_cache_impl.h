@@ -125,9 +125,11 @@ struct EmbeddedCache::Impl {
 };
 
 // The blocks of `keys` that the cache holds, in order up to the first it does not, pinned (fetch()
-// and pin_for_device()). Without `views`, only their bytes' addresses (a view per layer and part
-// cost ~1 ms for 511 blocks of 32 layers).
+// and pin_for_device()). Without `views`, only their hashes and bytes' addresses (a view per layer
+// and part cost ~1 ms for 511 blocks of 32 layers). `located`: where the caller found them already
+// (the fetch does not ask the tiers again).
 std::shared_ptr<FetchedBlocks> fetch_keys(const std::shared_ptr<EmbeddedCache::Impl>& impl,
-                                          std::span<const BlockKey> keys, bool views);
+                                          std::span<const BlockKey> keys, bool views,
+                                          const LookupResult* located = nullptr);
 
 }  // namespace kvtier

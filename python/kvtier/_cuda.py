@@ -218,13 +218,14 @@ class CudaMover:
     def _caller(self, stream: Any, device: int) -> Any:
         return self._torch.cuda.current_stream(device) if stream is None else stream
 
-    def _ids_on(self, d: "_Device", ids: Sequence[int]) -> Any:
-        """The block ids on the device, sent on the current stream (the side stream, which runs
-        every kernel that reads them) from one of two pinned buffers kept per device: a fresh
-        pinned tensor per call cost ~0.1 ms, and a pageable copy would make the host wait for
-        every stream the current one waits on, the engine's included."""
+    def _ids_on(self, d: "_Device", *runs: Any) -> Any:
+        """The block ids (or addresses: the runs one after another) on the device, sent on the
+        current stream (the side stream, which runs every kernel that reads them) from one of two
+        pinned buffers kept per device: a fresh pinned tensor per call cost ~0.1 ms, and a pageable
+        copy would make the host wait for every stream the current one waits on, the engine's
+        included."""
         torch = self._torch
-        n = len(ids)
+        n = sum(len(run) for run in runs)
         if d.ids_device is None or d.ids_device.shape[0] < n:
             size = max(1024, 1 << max(0, n - 1).bit_length())
             for sent in d.ids_sent:
@@ -237,7 +238,10 @@ class CudaMover:
         host, sent = d.ids_host[d.ids_turn], d.ids_sent[d.ids_turn]
         if sent is not None:
             sent.synchronize()  # the copy out of this buffer two calls ago has run
-        host.numpy()[:n] = ids
+        words, at = host.numpy(), 0
+        for run in runs:
+            words[at:at + len(run)] = run
+            at += len(run)
         out = d.ids_device[:n]
         out.copy_(host[:n], non_blocking=True)
         d.ids_sent[d.ids_turn] = torch.cuda.Event()
@@ -372,7 +376,7 @@ class CudaMover:
             layer_events: List[Any] = []
             with torch.cuda.stream(d.side):
                 if n:
-                    table = self._ids_on(d, used[:n] + held.addresses())  # one transfer: ids, then addresses
+                    table = self._ids_on(d, used[:n], held.addresses())  # one transfer: ids, then addresses
                     for layer in range(num_layers):
                         try:
                             plan.kernel.read_host(table[n:], table[:n], n, 2 * layer, 2)

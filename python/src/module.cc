@@ -1,6 +1,7 @@
 // _kvtier: the thin C extension under `import kvtier`. It converts arguments, releases the GIL
 // around every call into the cache (hashing, I/O, copies) and turns a Status into the exception a
 // Python user expects. Names, defaults and docstrings live in the pure-Python layer (kvtier/).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -103,11 +104,13 @@ class Fetched {
     return BlockTensor(f_, &(part == 0 ? kv.k : kv.v).parts[0]);
   }
   void release_pins() { f_->release_pins(); }
-  // Each block's dense bytes, where they lie (pin_for_device: a kernel reads them there).
-  std::vector<uint64_t> addresses() const {
-    std::vector<uint64_t> out;
-    out.reserve(size());
-    for (const FetchedBlock& b : f_->blocks()) out.push_back(reinterpret_cast<uint64_t>(b.bytes));
+  // Each block's dense bytes, where they lie (pin_for_device: a kernel reads them there), as an
+  // int64 array: copied into the GPU's address table as one run of bytes, not 511 Python ints.
+  py::array_t<int64_t> addresses() const {
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(size()));
+    int64_t* p = out.mutable_data();
+    for (const FetchedBlock& b : f_->blocks())
+      *p++ = static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.bytes));
     return out;
   }
 
