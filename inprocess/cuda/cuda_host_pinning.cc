@@ -41,8 +41,12 @@ CudaHostPinning& CudaHostPinning::instance() {
 }
 
 CudaHostPinning::State& CudaHostPinning::state() const {
-  static State s;
-  return s;
+  // Never destroyed: a process that ends with a cache still open (a Python script that never
+  // closed it) would otherwise destroy the registering thread while it runs, and std::thread's
+  // destructor ends such a process with std::terminate (seen on the H200 host). At exit the
+  // thread sleeps on `wake` and goes with the process.
+  static State* s = new State;
+  return *s;
 }
 
 namespace {

@@ -477,3 +477,29 @@ def test_kernels_that_fail_fall_back_to_the_same_bits_and_are_counted(tmp_path, 
         stats = c.stats()
         assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="slot_kernel") >= 1
         assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="read_in_place") == 1
+
+
+@needs_cuda
+def test_a_script_that_never_closes_its_cache_still_exits_cleanly(tmp_path):
+    # The CUDA door's page-locking thread lives for the process: a script that ends with its cache
+    # open (no close(), no `with`) used to end in std::terminate, killed by SIGABRT after its work
+    # was done.
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import torch, kvtier\n"
+        "layout = {'num_layers': 2, 'num_kv_heads': 2, 'head_dim': 64, 'block_size': 16, 'dtype': 'BF16'}\n"
+        "c = kvtier.Cache(layout, ram='64M', cuda_device=0)\n"
+        "k = [torch.randn(4, 16, 2, 64, device='cuda').to(torch.bfloat16) for _ in range(2)]\n"
+        "t = list(range(65))\n"
+        "assert c.save_blocks(t, [0, 1, 2, 3], k, k).stored == 4\n"
+        "assert c.load_blocks(t, [0, 1, 2, 3], k, k, layerwise=True) == 64\n"
+        "torch.cuda.synchronize()\n"
+        "print('done', flush=True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env=env)
+    assert run.stdout.splitlines()[-1:] == ["done"], run.stderr  # its work was done, then it exited
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "terminate" not in run.stderr
