@@ -101,17 +101,17 @@ def hit(eng, cache, tokens, policy=None, split=None, with_logits=False):
         plan, s, deadline, loads = None, split, None, True
     if not loads:  # recompute everything: one prefill, as the uncached run
         t_front = time.perf_counter()
-        logits = eng.forward(torch.tensor(tokens, device="cuda"), 0)
+        logits = eng.forward(tokens.cuda(), 0)
         torch.cuda.synchronize()
         end = time.perf_counter()
         cache.observe_prefill(len(tokens), end - t_front)
         return end - t0, 0.0, None, s, 0, logits if with_logits else None
     # The load first: its set-up (pinning the blocks, their addresses to the GPU) is on the way to
-    # the first byte, the prompt's conversion to a GPU tensor is not.
+    # the first byte, the prompt's copy to the GPU is not (the prompt is a CPU tensor already).
     enqueued = concurrent.futures.Future()
     fut = LOADER.submit(load_async, cache, tokens, ids, eng, s, deadline, enqueued)
     t_submit = time.perf_counter()
-    tok = torch.tensor(tokens, device="cuda")
+    tok = tokens.cuda()
     stream = torch.cuda.current_stream()
     front_end, waited, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     if s > 0:
@@ -160,7 +160,7 @@ def restore_check(eng, tokens, computed, resume, kv_hit, got, got_logits, steps)
     differently a 16-row forward rounds."""
     def own_run():
         eng.clear()
-        tok = torch.tensor(tokens, device="cuda")
+        tok = tokens.cuda()
         eng.forward(tok, 0)
         if computed:
             eng.forward(tok[:computed * BS], 0)
@@ -256,7 +256,7 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
                 assert tiers == {"ssd"}, (m, tiers)
             split = int(float(m[5:]) * ((n - 1) // BS)) if m.startswith("split") else None
             if split:  # the front's shapes run once before they are timed
-                eng.forward(torch.tensor(tokens[:split * BS], device="cuda"), 0)
+                eng.forward(tokens[:split * BS].cuda(), 0)
             untimed = m in ("load", "cost") and (i == 0 or modes[i - 1] != m)
             if m in ("load", "cost") and not untimed:  # the reference, round by round
                 eng.clear()
@@ -325,7 +325,7 @@ def invariance_check(eng, c, n=2048, rows=16):
     """What --deterministic rests on: the last `rows` rows computed after the rest give the same
     logits, bit for bit, as the whole prompt at once (row-invariant kernels), and those logits are
     the default engine's within rounding (the kernels compute the same model)."""
-    tokens = torch.tensor(prompt(3, n, c["vocab"]), device="cuda")
+    tokens = prompt(3, n, c["vocab"]).cuda()
     eng.clear()
     whole = eng.forward(tokens, 0)
     eng.clear()
