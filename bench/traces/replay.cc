@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <unordered_set>
 
+#include "bench/traces/next_use_admission.h"
 #include "cache/cache_stack.h"
 #include "cache/prefix_hasher.h"
 #include "serialize/format/block_codec.h"
@@ -49,6 +50,10 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {
   so.ram.capacity_bytes = o.ram_blocks * replay_ram_bytes_per_block(o.block_tokens);
   so.ram.eviction = o.eviction;
   so.ssd_admission = o.admission;
+  const Result<NextUseAdmission::Rule> oracle_rule = NextUseAdmission::parse(o.admission);
+  if (!oracle_rule.ok() && oracle_rule.status().code() != StatusCode::kNotFound)
+    return oracle_rule.status();
+  if (oracle_rule.ok()) so.ssd_admission = "all";  // replaced below, once the stack is open
   if (o.ssd_blocks > 0) {
     SsdTierOptions s;
     s.dir = (std::filesystem::path(o.scratch_dir) / "ssd").string();
@@ -62,10 +67,28 @@ Result<ReplayResult> replay(const Trace& trace, const ReplayOptions& o) {
   KVTIER_ASSIGN_OR_RETURN(auto stack, CacheStack::open(so));
   const PrefixHasher hasher(HashAlgorithm::kXxh3, Namespace{"replay", layout->fingerprint(), ""}, layout->block_size);
   const auto& tiers = stack->cache().tiers();
+  NextUseAdmission* oracle = nullptr;
+  if (oracle_rule.ok() && o.ssd_blocks > 0) {
+    std::unordered_map<BlockHash, std::vector<uint32_t>> uses;
+    for (size_t r = 0; r < trace.requests.size(); ++r) {
+      for (const BlockHash& h : hasher.hash_prefix(trace.requests[r].expand(), {})) {
+        std::vector<uint32_t>& u = uses[h];
+        if (u.empty() || u.back() != r) u.push_back(static_cast<uint32_t>(r));
+      }
+    }
+    auto policy = std::make_unique<NextUseAdmission>(std::move(uses), oracle_rule->horizon,
+                                                     oracle_rule->min_uses);
+    oracle = policy.get();
+    for (size_t t = 0; t < tiers.size(); ++t) {
+      if (tiers[t]->name() == "ssd") stack->cache().set_admission(t, std::move(policy));
+    }
+  }
   ReplayResult out;
   std::unordered_set<BlockHash> read_back;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const TraceRequest& r : trace.requests) {
+  for (size_t request = 0; request < trace.requests.size(); ++request) {
+    const TraceRequest& r = trace.requests[request];
+    if (oracle) oracle->at_request(static_cast<uint32_t>(request));
     const std::vector<uint32_t> tokens = r.expand();
     out.prompt_tokens += tokens.size();
     const std::vector<BlockKey> keys = hasher.keys(tokens, {});

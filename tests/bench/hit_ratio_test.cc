@@ -10,6 +10,7 @@
 
 #include "bench/traces/belady.h"
 #include "bench/traces/mooncake_trace.h"
+#include "bench/traces/next_use_admission.h"
 #include "bench/traces/replay.h"
 #include "bench/traces/trace_generator.h"
 #include "tests/support/temp_dir.h"
@@ -198,6 +199,61 @@ TEST(HitRatioTest, SeenTwiceAdmissionWritesLessToTheSsdAndCountsWhatItRefuses) {
   EXPECT_GT(twice.not_admitted, 0u);
   EXPECT_EQ(all.not_admitted, 0u);
   EXPECT_GT(twice.hit_tokens_ssd, 0u) << "what is used twice still reaches the SSD";
+}
+
+TEST(NextUseAdmissionTest, AdmitsWhatTheTraceUsesAgainWithinTheHorizon) {
+  const auto hash = [](uint8_t v) {
+    BlockHash h;
+    h.bytes[0] = v;
+    return h;
+  };
+  const BlockHash soon = hash(1), late = hash(2), never = hash(3), unknown = hash(4);
+  const std::unordered_map<BlockHash, std::vector<uint32_t>> uses = {
+      {soon, {0, 2}}, {late, {0, 5}}, {never, {0}}};
+  NextUseAdmission forever(uses, NextUseAdmission::kForever), within3(uses, 3);
+  for (NextUseAdmission* p : {&forever, &within3}) p->at_request(1);
+  EXPECT_TRUE(forever.admit(soon, 0));
+  EXPECT_TRUE(forever.admit(late, 0));
+  EXPECT_FALSE(forever.admit(never, 0)) << "not used after request 1";
+  EXPECT_FALSE(forever.admit(unknown, 0));
+  EXPECT_TRUE(within3.admit(soon, 0)) << "next use 1 request away";
+  EXPECT_FALSE(within3.admit(late, 0)) << "next use 4 requests away";
+  within3.at_request(2);
+  EXPECT_TRUE(within3.admit(late, 0)) << "3 away now";
+  forever.at_request(5);
+  EXPECT_FALSE(forever.admit(late, 0)) << "its last use is this request";
+
+  NextUseAdmission twice_more(uses, NextUseAdmission::kForever, 2);
+  twice_more.at_request(0);
+  EXPECT_FALSE(twice_more.admit(soon, 0)) << "one use to come";
+  const std::unordered_map<BlockHash, std::vector<uint32_t>> popular = {{soon, {0, 2, 7}}};
+  NextUseAdmission popular_twice(popular, NextUseAdmission::kForever, 2);
+  popular_twice.at_request(1);
+  EXPECT_TRUE(popular_twice.admit(soon, 0)) << "two uses to come";
+
+  EXPECT_EQ(NextUseAdmission::parse("oracle")->horizon, NextUseAdmission::kForever);
+  EXPECT_EQ(NextUseAdmission::parse("oracle:30")->horizon, 30u);
+  EXPECT_EQ(NextUseAdmission::parse("oracle:30")->min_uses, 1u);
+  EXPECT_EQ(NextUseAdmission::parse("oracle:inf:3")->horizon, NextUseAdmission::kForever);
+  EXPECT_EQ(NextUseAdmission::parse("oracle:inf:3")->min_uses, 3u);
+  EXPECT_EQ(NextUseAdmission::parse("all").status().code(), StatusCode::kNotFound);
+  for (const char* bad :
+       {"oracle:soon", "oracle:", "oracle:30:", "oracle:30:inf", "oracle:1234567890"})
+    EXPECT_EQ(NextUseAdmission::parse(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+}
+
+TEST(NextUseAdmissionTest, InAReplayItKeepsAdmitAllsHitsAndWritesOnlyWhatIsReadBack) {
+  // An SSD as large as the working set: admit-all loses nothing to the SSD's own evictions, so
+  // the clairvoyant rule must hit exactly as often, writing only blocks a later request reads.
+  Replays r = replays("chat", 0.05, 0.10, 1.0);
+  const ReplayResult all = r.run("chain-lru", "all");
+  const ReplayResult oracle = r.run("chain-lru", "oracle");
+  EXPECT_EQ(oracle.hit_tokens_ram + oracle.hit_tokens_ssd, all.hit_tokens_ram + all.hit_tokens_ssd);
+  EXPECT_GT(oracle.ssd_blocks_written, 0u);
+  EXPECT_LT(oracle.ssd_blocks_written, all.ssd_blocks_written);
+  EXPECT_EQ(oracle.ssd_blocks_read_back, oracle.ssd_blocks_written) << "no write is never read";
+  EXPECT_LT(all.ssd_blocks_read_back, all.ssd_blocks_written);
+  EXPECT_FALSE(replay(r.trace, {"chain-lru", "oracle:x", r.ram, r.ssd, r.dir->str()}).ok());
 }
 
 }  // namespace
