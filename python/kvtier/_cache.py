@@ -1,8 +1,10 @@
 """The Python face of kvtier: names, defaults and docstrings over the C extension _kvtier."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -175,6 +177,20 @@ class FetchedBlocks(Sequence[FetchedBlock]):
         self.release()
 
 
+# Caches still open when the interpreter exits are closed first, while torch and the CUDA driver
+# are whole: what only RAM holds reaches the SSD as close() writes it, and the CUDA door's streams
+# and page-locked memory go before the process tears its libraries down (a script on the H200 host
+# that never closed its cache died by SIGABRT in that teardown now and then).
+_OPEN: "weakref.WeakSet[Cache]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_caches() -> None:
+    for cache in list(_OPEN):
+        if not cache.closed:
+            cache.close()
+
+
 class Cache:
     """A tiered KV cache for one model (its KV layout) in one namespace.
 
@@ -281,6 +297,7 @@ class Cache:
         self._namespace = namespace
         self._closed = False
         self._cuda: Optional[CudaMover] = None
+        _OPEN.add(self)
 
     def _mover(self) -> CudaMover:
         if self._cuda is None:

@@ -226,3 +226,31 @@ def test_close_onto_a_full_disk_returns_what_it_could_not_write_and_a_reopen_ser
         assert served == n - lost, "what close() said it wrote, and nothing more, comes back"
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+def test_a_cache_left_open_at_exit_is_closed_before_the_interpreter_tears_down(tmp_path):
+    """A script that never closes its cache: kvtier closes it at exit, before the interpreter tears
+    its modules down (a handler the script registered before importing kvtier runs after kvtier's
+    and sees it closed), and what only RAM held is on the SSD for the next process."""
+    import subprocess
+    import sys
+    ssd = tmp_path / "ssd"
+    script = (
+        "import atexit\n"
+        "state = {}\n"
+        "atexit.register(lambda: print('at exit the cache was', 'closed' if state['c'].closed else 'open', flush=True))\n"
+        "import kvtier\n"
+        f"c = kvtier.Cache('tiny', ram='64M', ssd_dir={str(ssd)!r}, ssd_capacity='64M', ssd_segment_size='8M')\n"
+        "state['c'] = c\n"
+        "import torch\n"
+        "L = c.layout\n"
+        "k = [torch.ones(1, 16, L['num_kv_heads'], L['head_dim'], dtype=torch.bfloat16) for _ in range(L['num_layers'])]\n"
+        "assert c.save_blocks(list(range(17)), [0], k, k).stored == 1\n"
+        "print('stored', flush=True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [line for line in run.stdout.splitlines() if not line.startswith("[")]
+    assert lines == ["stored", "at exit the cache was closed"], run.stdout
+    with kvtier.Cache("tiny", ram="64M", ssd_dir=str(ssd), ssd_capacity="64M", ssd_segment_size="8M") as c:
+        assert [b.tier for b in c.lookup(list(range(16))).blocks] == ["ssd"]
