@@ -200,15 +200,19 @@ bool RamTier::erase_locked(const BlockHash& hash, BlockRef& dropped) {
   return true;
 }
 
+void RamTier::pin_locked(const BlockHash& hash, Entry& e) {
+  if (e.pins++ == 0) {
+    policy_->pinned(hash);
+    unpinned_bytes_ -= e.bytes;
+    metrics_.pinned_blocks.add(1);
+  }
+}
+
 bool RamTier::pin(const BlockHash& hash) {
   std::lock_guard lock(mu_);
   auto it = index_.find(hash);
   if (it == index_.end()) return false;
-  if (it->second.pins++ == 0) {
-    policy_->pinned(hash);
-    unpinned_bytes_ -= it->second.bytes;
-    metrics_.pinned_blocks.add(1);
-  }
+  pin_locked(hash, it->second);
   return true;
 }
 
@@ -218,12 +222,8 @@ std::vector<Tier::PinResult> RamTier::pin_many(std::span<const BlockRequest> req
   for (size_t i = 0; i < requests.size(); ++i) {
     auto it = index_.find(requests[i].hash);
     if (it == index_.end()) continue;  // leaving or gone: the caller reads or relocates it
-    if (it->second.pins++ == 0) {
-      policy_->pinned(requests[i].hash);
-      unpinned_bytes_ -= it->second.bytes;
-      metrics_.pinned_blocks.add(1);
-    }
-    policy_->accessed(requests[i].hash);
+    pin_locked(requests[i].hash, it->second);
+    policy_->accessed(requests[i].hash);  // and read, as read() counts it
     metrics_.hits.inc();
     out[i].pinned = true;
     out[i].block = it->second.block;

@@ -94,6 +94,7 @@ class RamTier final : public Tier {
     uint64_t bytes = 0;
     int pins = 0;
   };
+  void pin_locked(const BlockHash& hash, Entry& e);  // one more pin of a held block
 
   const RamTierOptions options_;
   mutable std::mutex mu_;  // guards index_, leaving_, policy_, used_, unpinned_bytes_
