@@ -1,6 +1,7 @@
 // EmbeddedCache's metrics: the door's own counters, the CUDA transfers', then every tier's, as JSON
 // and as Prometheus text.
 #include <mutex>
+#include <utility>
 
 #include "base/metrics/metrics_exporters.h"
 #include "cache/cache_stack.h"
@@ -49,14 +50,14 @@ void EmbeddedCache::Impl::visit_metrics(MetricVisitor& v) {
     v.counter("kvtier_embedded_cuda_failures_total",
               "CUDA transfers that failed (no driver, a driver error), other than bad input", {},
               metrics.cuda_failures.value());
-    const char* fallback_help =
-        "Times the CUDA door gave up a fast path for a slower one that moves the same bits";
-    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "slot_kernel"}},
-              metrics.cuda_fallback_slot_kernel.value());
-    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "read_in_place"}},
-              metrics.cuda_fallback_read_in_place.value());
-    v.counter("kvtier_embedded_cuda_fallbacks_total", fallback_help, {{"path", "graph_capture"}},
-              metrics.cuda_fallback_graph_capture.value());
+    for (const auto& [path, count] :
+         {std::pair{"slot_kernel", &metrics.cuda_fallback_slot_kernel},
+          std::pair{"read_in_place", &metrics.cuda_fallback_read_in_place},
+          std::pair{"graph_capture", &metrics.cuda_fallback_graph_capture}}) {
+      v.counter("kvtier_embedded_cuda_fallbacks_total",
+                "Times the CUDA door gave up a fast path for a slower one that moves the same bits",
+                {{"path", path}}, count->value());
+    }
     v.gauge("kvtier_embedded_cuda_pinned_bytes",
             "Host memory page-locked for CUDA copies (process-wide)", {},
             static_cast<double>(cuda::CudaHostPinning::instance().registered_bytes()));
