@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -187,8 +188,12 @@ _OPEN: "weakref.WeakSet[Cache]" = weakref.WeakSet()
 @atexit.register
 def _close_open_caches() -> None:
     for cache in list(_OPEN):
-        if not cache.closed:
+        if cache.closed:
+            continue
+        try:
             cache.close()
+        except Exception as e:  # one cache's failure does not keep the others open
+            print(f"kvtier: closing {cache!r} at exit failed: {e}", file=sys.stderr)
 
 
 class Cache:
