@@ -214,8 +214,9 @@ def kv_layout(c):
 
 def prompt(seed, n, vocab):
     """A prompt's token ids as a CPU int64 tensor, as an engine holds them (vLLM: a numpy array
-    per request): a Python list costs kvtier ~0.1-0.5 ms more per call to import on the H200
-    host, and its conversion to a GPU tensor held the GIL while kvtier's thread set up a load."""
+    per request): with a Python list, pinning a load's blocks took 0.1-0.5 ms longer on the H200
+    host (a probe, list and tensor in the same process), and its conversion to a GPU tensor held
+    the GIL while kvtier's thread set up a load."""
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (n,), generator=g)
 
