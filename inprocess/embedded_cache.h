@@ -249,10 +249,15 @@ class EmbeddedCache {
   Status report_device_fallback(std::string_view path, std::string_view why);
   // Blocks [first_block, first_block + max_blocks) of the cached prefix, pinned where they lie in
   // host memory for CUDA device `device` to read in place (through unified addressing: kvtier's
-  // chunks are page-locked and mapped), counted as loaded. nullptr when one of them is not in
-  // memory or its memory cannot be mapped: the caller copies them instead (load_device_blocks).
+  // chunks are page-locked and mapped). nullptr when one of them is not in memory or its memory
+  // cannot be mapped: the caller copies them instead (load_device_blocks). Not counted as loaded
+  // until the caller says its reads are queued (report_read_in_place): a caller whose first read
+  // fails copies the blocks instead, and they would count twice.
   Result<std::shared_ptr<FetchedBlocks>> pin_for_device(const Prompt& prompt, size_t first_block,
                                                         size_t max_blocks, int device);
+  // `blocks` pinned by pin_for_device are being read by the device: counted as loaded, and their
+  // bytes as sent to the device.
+  Status report_read_in_place(size_t blocks);
   // One block by hash into `dst` (block_bytes(), dense). With `tokens`, the held block's tokens
   // must equal them. False on a miss.
   Result<bool> load_block_bytes(const BlockHash& hash, std::span<const uint32_t> tokens,

@@ -229,10 +229,16 @@ Result<std::shared_ptr<FetchedBlocks>> EmbeddedCache::pin_for_device(const Promp
       mapped_from = chunk.base;
       mapped_to = chunk.base + chunk.bytes;
     }
-    impl_->count_load(fetched->blocks().size());
-    d->count_read_in_place(fetched->blocks().size() * bb);
     return fetched;
   }());
+}
+
+Status EmbeddedCache::report_read_in_place(size_t blocks) {
+  KVTIER_ASSIGN_OR_RETURN(auto call, enter());
+  KVTIER_ASSIGN_OR_RETURN(cuda::DeviceTransfers * d, impl_->device_transfers());
+  impl_->count_load(blocks);
+  d->count_read_in_place(blocks * layout().dense_block_bytes());
+  return ok_status();
 }
 
 }  // namespace kvtier

@@ -391,6 +391,7 @@ class CudaMover:
                         event = torch.cuda.Event()
                         event.record(d.side)
                         layer_events.append(event)
+                    self._c.report_read_in_place(n)  # counted once its reads are queued, not before
             if not layer_events:
                 event = torch.cuda.Event()
                 event.record(d.side)

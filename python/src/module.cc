@@ -293,6 +293,9 @@ class PyCache {
   }
 
   void report_device_failure(const std::string& what) { cache_->report_device_failure(what); }
+  void report_read_in_place(size_t blocks) {
+    call([&] { return cache_->report_read_in_place(blocks); });
+  }
   void report_device_fallback(const std::string& path, const std::string& why) {
     call([&] { return cache_->report_device_fallback(path, why); });
   }
@@ -492,6 +495,7 @@ PYBIND11_MODULE(_kvtier, m) {
       .def("load_blocks", &PyCache::load_blocks)
       .def("fetch", &PyCache::fetch)
       .def("pin_for_device", &PyCache::pin_for_device)
+      .def("report_read_in_place", &PyCache::report_read_in_place)
       .def("report_device_failure", &PyCache::report_device_failure)
       .def("report_device_fallback", &PyCache::report_device_fallback)
       .def("check_paged", &PyCache::check_paged)

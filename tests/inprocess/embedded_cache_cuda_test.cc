@@ -68,6 +68,15 @@ TEST_F(EmbeddedCacheCudaTest, WithoutADriverEveryDeviceCallFailsClearlyAndStores
   EXPECT_EQ(rejected(*cache_), 1);
 }
 
+TEST_F(EmbeddedCacheCudaTest, ReadsInPlaceAreCountedOnlyWhenReportedAndNeverWithoutADriver) {
+  // pin_for_device counts nothing itself (a caller whose first read fails copies the blocks and
+  // they count then); the report counts them, and needs a device to have read them.
+  auto reported = cache_->report_read_in_place(4);
+  ASSERT_FALSE(reported.ok());
+  EXPECT_EQ(reported.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(metric(*cache_, "kvtier_embedded_loaded_blocks_total"), 0);
+}
+
 TEST_F(EmbeddedCacheCudaTest, MissingBlocksAreThoseTheCacheDoesNotHold) {
   const std::vector<uint32_t> tokens = prompt(64 + 5, 3);
   std::vector<uint8_t> block(cache_->block_bytes(), 7);

@@ -399,7 +399,9 @@ def test_a_load_from_memory_comes_a_layer_at_a_time_with_an_event_per_layer(tmp_
         dk, dv = cuda(paged_arrays(layout, n + first)[0]), cuda(paged_arrays(layout, n + first)[1])
         ids = list(range(n + first - 1, first - 1, -1))  # reversed and shifted
         copies = counter(c.stats(), "kvtier_embedded_cuda_copies_total")
+        counted = counter(c.stats(), "kvtier_embedded_loaded_blocks_total")
         loaded = c.load_blocks(tokens, ids, dk, dv, first_block=first, wait=False, layerwise=True)
+        assert counter(c.stats(), "kvtier_embedded_loaded_blocks_total") - counted == n - first  # once
         assert (loaded.first_block, loaded.blocks) == (first, n - first)
         assert len(loaded.layer_events) == 6
         # Layer by layer from memory, read in place wherever the blocks lie; whole blocks when any
@@ -477,6 +479,8 @@ def test_kernels_that_fail_fall_back_to_the_same_bits_and_are_counted(tmp_path, 
         stats = c.stats()
         assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="slot_kernel") >= 1
         assert counter(stats, "kvtier_embedded_cuda_fallbacks_total", path="read_in_place") == 1
+        # The blocks pinned for the failed read and then copied count once.
+        assert counter(stats, "kvtier_embedded_loaded_blocks_total") == n
 
 
 @needs_cuda
