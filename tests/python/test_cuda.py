@@ -507,3 +507,76 @@ def test_a_script_that_never_closes_its_cache_still_exits_cleanly(tmp_path):
     assert run.stdout.splitlines()[-1:] == ["done"], run.stderr  # its work was done, then it exited
     assert run.returncode == 0, run.stderr[-2000:]
     assert "terminate" not in run.stderr
+
+
+def test_a_plan_is_found_again_by_identity_only_for_the_same_tensors_at_the_same_addresses():
+    # What lets a load skip working out its tensors' signature (plain Python, run on CPU tensors):
+    # the same list of the same tensors at the same addresses. A layer replaced in the list, or a
+    # tensor whose storage was swapped, is not the same, nor is another list object.
+    from kvtier._cuda import _SameTensors
+    k = [torch.zeros(4, 16, 2, 8) for _ in range(3)]
+    v = [torch.zeros(4, 16, 2, 8) for _ in range(3)]
+    plan = object()
+    same = _SameTensors((k, v, "blocks", None), plan)
+    assert same.same((k, v, "blocks", None)) and same.plan is plan
+    assert not same.same((k, v, "vllm", None))
+    assert not same.same((list(k), v, "blocks", None))
+    old = k[1]
+    k[1] = torch.zeros(4, 16, 2, 8)
+    assert not same.same((k, v, "blocks", None))
+    k[1] = old
+    assert same.same((k, v, "blocks", None))
+    v[2].set_(torch.zeros(4, 16, 2, 8))  # the same object, a new storage
+    assert not same.same((k, v, "blocks", None))
+    pairs = [(a, b) for a, b in zip(k, v)]  # (k, v) pairs, one argument
+    assert _SameTensors((pairs, None, "blocks", None), plan).same((pairs, None, "blocks", None))
+
+
+@needs_cuda
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_a_load_goes_where_the_engine_list_points_now(tmp_path, gen, layerwise):
+    # An engine that replaces a layer's tensor in its list, or swaps a tensor's storage, between
+    # two loads: the second load writes the new memory and leaves the old alone.
+    layout = small_layout("BF16", num_layers=3, heads=8, head_dim=128)
+    n = 6
+    k, v = paged_arrays(layout, n, gen)
+    tokens = tokens_for(44, 16 * n + 1)
+    with open_cache(layout, tmp_path, ssd=False) as c:
+        assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
+        dk, dv = cuda(paged_arrays(layout, n)[0]), cuda(paged_arrays(layout, n)[1])
+        c.load_blocks(tokens[:-1], list(range(n)), dk, dv, layerwise=layerwise).event.synchronize()
+        old_k, old_v = dk[0], dv[2]
+        old_k.zero_()
+        old_v.zero_()
+        dk[0] = torch.zeros_like(old_k)  # replaced in the same list
+        dv[2].set_(torch.zeros_like(old_v))  # the same tensor, new memory
+        assert dv[2] is old_v and dv[2].data_ptr() != 0
+        c.load_blocks(tokens[:-1], list(range(n)), dk, dv, layerwise=layerwise).event.synchronize()
+        assert same_bits(dk[0].cpu(), k[0]) and same_bits(dv[2].cpu(), v[2])
+        assert torch.count_nonzero(old_k.view(torch.int16)) == 0
+
+
+@needs_cuda
+def test_a_layerwise_load_checks_the_block_ids_before_it_pins_or_counts_anything(tmp_path, gen):
+    # The in-place load checks the engine's ids in the same call that pins the blocks: a bad id
+    # is a ValueError, nothing is written, counted or left pinned; a good call then loads.
+    layout = small_layout("BF16", num_layers=3, heads=8, head_dim=128)
+    n = 8
+    k, v = paged_arrays(layout, n, gen)
+    tokens = tokens_for(45, 16 * n + 1)
+    with open_cache(layout, tmp_path, ssd=False) as c:
+        assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
+        dk, dv = cuda(paged_arrays(layout, n)[0]), cuda(paged_arrays(layout, n)[1])
+        counted = counter(c.stats(), "kvtier_embedded_loaded_blocks_total")
+        for bad, says in ((list(range(n - 1)) + [n], "outside"), ([0, 1, 2, 3, 3, 5, 6, 7], "more than once"),
+                          ([0, 1, -1, 3, 4, 5, 6, 7], "outside")):
+            with pytest.raises(ValueError, match=says):
+                c.load_blocks(tokens[:-1], bad, dk, dv, layerwise=True)
+        torch.cuda.synchronize()
+        assert counter(c.stats(), "kvtier_embedded_loaded_blocks_total") == counted
+        assert all(torch.count_nonzero(t.view(torch.int16)) == 0 for t in dk + dv)
+        loaded = c.load_blocks(tokens[:-1], list(range(n)), dk, dv, layerwise=True)
+        loaded.event.synchronize()
+        assert loaded.blocks == n
+        assert counter(c.stats(), "kvtier_embedded_loaded_blocks_total") == counted + n
+        assert all(same_bits(a.cpu(), b) for a, b in zip(dk + dv, k + v))
