@@ -532,6 +532,16 @@ def test_a_plan_is_found_again_by_identity_only_for_the_same_tensors_at_the_same
     assert _SameTensors((pairs, None, "blocks", None), plan).same((pairs, None, "blocks", None))
 
 
+def saved_from_cuda(c, layout, n, gen, seed):
+    """n random blocks of a prompt saved from CUDA tensors, and zeroed CUDA tensors to load them
+    into: (k, v, tokens, dk, dv)."""
+    k, v = paged_arrays(layout, n, gen)
+    tokens = tokens_for(seed, 16 * n + 1)
+    assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
+    zk, zv = paged_arrays(layout, n)
+    return k, v, tokens, cuda(zk), cuda(zv)
+
+
 @needs_cuda
 @pytest.mark.parametrize("layerwise", [False, True])
 def test_a_load_goes_where_the_engine_list_points_now(tmp_path, gen, layerwise):
@@ -539,11 +549,8 @@ def test_a_load_goes_where_the_engine_list_points_now(tmp_path, gen, layerwise):
     # two loads: the second load writes the new memory and leaves the old alone.
     layout = small_layout("BF16", num_layers=3, heads=8, head_dim=128)
     n = 6
-    k, v = paged_arrays(layout, n, gen)
-    tokens = tokens_for(44, 16 * n + 1)
     with open_cache(layout, tmp_path, ssd=False) as c:
-        assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
-        dk, dv = cuda(paged_arrays(layout, n)[0]), cuda(paged_arrays(layout, n)[1])
+        k, v, tokens, dk, dv = saved_from_cuda(c, layout, n, gen, 44)
         c.load_blocks(tokens[:-1], list(range(n)), dk, dv, layerwise=layerwise).event.synchronize()
         old_k, old_v = dk[0], dv[2]
         old_k.zero_()
@@ -562,11 +569,8 @@ def test_a_layerwise_load_checks_the_block_ids_before_it_pins_or_counts_anything
     # is a ValueError, nothing is written, counted or left pinned; a good call then loads.
     layout = small_layout("BF16", num_layers=3, heads=8, head_dim=128)
     n = 8
-    k, v = paged_arrays(layout, n, gen)
-    tokens = tokens_for(45, 16 * n + 1)
     with open_cache(layout, tmp_path, ssd=False) as c:
-        assert c.save_blocks(tokens, list(range(n)), cuda(k), cuda(v)).stored == n
-        dk, dv = cuda(paged_arrays(layout, n)[0]), cuda(paged_arrays(layout, n)[1])
+        k, v, tokens, dk, dv = saved_from_cuda(c, layout, n, gen, 45)
         counted = counter(c.stats(), "kvtier_embedded_loaded_blocks_total")
         for bad, says in ((list(range(n - 1)) + [n], "outside"), ([0, 1, 2, 3, 3, 5, 6, 7], "more than once"),
                           ([0, 1, -1, 3, 4, 5, 6, 7], "outside")):
@@ -574,6 +578,7 @@ def test_a_layerwise_load_checks_the_block_ids_before_it_pins_or_counts_anything
                 c.load_blocks(tokens[:-1], bad, dk, dv, layerwise=True)
         torch.cuda.synchronize()
         assert counter(c.stats(), "kvtier_embedded_loaded_blocks_total") == counted
+        assert counter(c.stats(), "kvtier_tier_pinned_blocks", tier="ram") == 0
         assert all(torch.count_nonzero(t.view(torch.int16)) == 0 for t in dk + dv)
         loaded = c.load_blocks(tokens[:-1], list(range(n)), dk, dv, layerwise=True)
         loaded.event.synchronize()
