@@ -104,8 +104,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> kinds{"chat", "rag", "agent", "scan",
                                  "file:" KVTIER_TRACE_DATA_DIR "/mooncake_synthetic_trace.jsonl"};
   double head = 1.0;
-  std::vector<std::string> configs{"lru/all", "chain-lru/all", "s3fifo/all", "s3fifo-chain/all",
-                                   "chain-lru/seen-twice", "s3fifo-chain/seen-twice"};
+  std::vector<std::string> configs{"lru/all",
+                                   "chain-lru/all",
+                                   "s3fifo/all",
+                                   "s3fifo-chain/all",
+                                   "adaptive/all",
+                                   "chain-lru/seen-twice",
+                                   "s3fifo-chain/seen-twice"};
   app.add_option("--scale", scale, "Trace size (1.0: the benchmark's)")->capture_default_str();
   app.add_option("--ram-fraction", ram_fraction, "RAM capacity / working set")->capture_default_str();
   app.add_option("--ssd-fraction", ssd_fraction, "SSD capacity / working set")->capture_default_str();

@@ -74,8 +74,11 @@ void add_flags(CLI::App& app, RawFlags& f) {
                  "with its attention layers'; GDN state snapshots at /v1/states");
   app.add_option("--ram-capacity", f.ram_capacity, "Host RAM tier size, e.g. 512M, 8G")
       ->capture_default_str();
-  app.add_option("--eviction", f.eviction,
-                 "RAM tier eviction: chain-lru (LRU, leaves and orphans first), lru, s3fifo or s3fifo-chain")
+  app.add_option(
+         "--eviction", f.eviction,
+         "RAM tier eviction: chain-lru (LRU, leaves and orphans first), lru, s3fifo, s3fifo-chain "
+         "or "
+         "adaptive (chain-lru or s3fifo, whichever hits more lately; for RAM without an SSD)")
       ->capture_default_str();
   app.add_option("--ssd-admission", f.ssd_admission,
                  "Which blocks leaving RAM are written to the SSD: all, or seen-twice (used at least twice)")

@@ -14,6 +14,7 @@ RamTier::RamTier(RamTierOptions options)
   auto policy = make_eviction_policy(options_.eviction);
   assert(policy.ok() && "RamTierOptions::eviction names no policy");
   policy_ = std::move(policy).value();
+  policy_->set_capacity(options_.capacity_bytes);
 }
 
 void RamTier::release_locked(const Block& block, uint64_t bytes) {
@@ -21,6 +22,16 @@ void RamTier::release_locked(const Block& block, uint64_t bytes) {
 }
 
 std::string_view RamTier::eviction_policy() const { return policy_->name(); }
+
+std::string RamTier::eviction_policy_active() const {
+  std::lock_guard lock(mu_);
+  return std::string(policy_->active());
+}
+
+uint64_t RamTier::eviction_policy_changes() const {
+  std::lock_guard lock(mu_);
+  return policy_->active_changes();
+}
 
 Result<InsertOutcome> RamTier::insert(BlockRef block) {
   if (contains(block->hash())) {
@@ -287,6 +298,11 @@ void RamTier::visit_metrics(MetricVisitor& v) const {
             metrics_.quantize_skipped.value());
   v.counter("kvtier_ram_orphans_demoted_total", "Blocks handed down because their parent had left (chain-aware policies)",
             t, metrics_.orphans_demoted.value());
+  v.gauge("kvtier_ram_eviction_active",
+          "The eviction policy choosing victims (adaptive: the one it follows)",
+          {{"tier", options_.name}, {"policy", eviction_policy_active()}}, 1);
+  v.counter("kvtier_ram_eviction_changes_total",
+            "Times adaptive eviction changed the policy it follows", t, eviction_policy_changes());
   v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(metrics_.used_bytes.value()));
   v.gauge("kvtier_tier_capacity_bytes", "Capacity", t, static_cast<double>(options_.capacity_bytes));
   v.gauge("kvtier_tier_blocks", "Blocks held", t, static_cast<double>(metrics_.blocks.value()));

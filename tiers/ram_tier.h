@@ -72,6 +72,10 @@ class RamTier final : public Tier {
 
   const RamTierMetrics& metrics() const { return metrics_; }
   std::string_view eviction_policy() const;
+  // The policy choosing victims now (for adaptive, the candidate it follows) and how often that
+  // changed.
+  std::string eviction_policy_active() const;
+  uint64_t eviction_policy_changes() const;
   // Hashes of the unpinned blocks, for tests and debugging.
   size_t unpinned_count() const;
   // Every block held, pinned or not. For shutdown, which writes what only RAM holds to the SSD.

@@ -208,7 +208,8 @@ class Cache:
         a Redis Cluster shared with other hosts (kvtierd's --remote). namespace and hash must match kvtierd's
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
     eviction: the RAM tier's policy — chain-lru (LRU, leaves and orphans of chains first), lru,
-        s3fifo, s3fifo-chain. ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
+        s3fifo, s3fifo-chain, or adaptive (follows chain-lru or s3fifo, whichever has been hitting
+        more on this traffic: for RAM without an SSD below). ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
         ssd_write_budget: bytes a day the SSD tier may write ("3.5T": one drive-write a day of a 3.5 TB
         drive); admission tightens as it runs out (kvtierd's --ssd-write-budget).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.

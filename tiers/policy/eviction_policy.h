@@ -21,6 +21,9 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
+  // The tier's capacity, told once before anything enters. Only a policy that simulates the
+  // tier (adaptive) needs it.
+  virtual void set_capacity(uint64_t /*bytes*/) {}
 
   // A block entered the tier, unpinned. `parent` is its chain parent (a namespace root for a
   // prompt's first block, which is never resident).
@@ -38,6 +41,10 @@ class EvictionPolicy {
   virtual void unpinned(const BlockHash& hash) = 0;
   // The block left the tier (a victim the tier evicted, or an erase).
   virtual void removed(const BlockHash& hash) = 0;
+  // The policy evicting now: this one, or for one that follows others (adaptive), the one it
+  // follows; and how often that changed.
+  virtual std::string_view active() const { return name(); }
+  virtual uint64_t active_changes() const { return 0; }
   // The block to evict next, or nullopt when every block is pinned. The tier then removes it.
   virtual std::optional<BlockHash> victim() = 0;
   // For a chain-aware policy: an unpinned orphan (a block whose parent the tier gave up), which
@@ -45,7 +52,7 @@ class EvictionPolicy {
   virtual std::optional<BlockHash> orphan() { return std::nullopt; }
 };
 
-// "lru", "chain-lru", "s3fifo", "s3fifo-chain" (see policy_names()).
+// "lru", "chain-lru", "s3fifo", "s3fifo-chain", "adaptive" (see eviction_policy_names()).
 Result<std::unique_ptr<EvictionPolicy>> make_eviction_policy(std::string_view name);
 std::vector<std::string_view> eviction_policy_names();
 

@@ -116,7 +116,8 @@ TEST(EvictionPolicyTest, S3FifoSendsABlockTheGhostRemembersToMain) {
 TEST(EvictionPolicyTest, UnknownNamesAreRefusedWithTheKnownOnes) {
   auto p = make_eviction_policy("arc");
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("lru, chain-lru, s3fifo, s3fifo-chain"), std::string::npos);
+  EXPECT_NE(p.status().message().find("lru, chain-lru, s3fifo, s3fifo-chain, adaptive"),
+            std::string::npos);
   EXPECT_FALSE(make_admission_policy("sometimes").ok());
 }
 
@@ -308,7 +309,9 @@ std::string policy_test_name(const ::testing::TestParamInfo<const char*>& info) 
   return n;
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, RamTierPolicyTest, ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain"),
+INSTANTIATE_TEST_SUITE_P(Policies, RamTierPolicyTest,
+                         ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain",
+                                           "adaptive"),
                          policy_test_name);
 INSTANTIATE_TEST_SUITE_P(Policies, ChainAwarePolicyTest, ::testing::Values("chain-lru", "s3fifo-chain"),
                          policy_test_name);
