@@ -234,6 +234,8 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
     # RAM for every prompt while they are written (close() then writes them all to the SSD), one
     # prompt and a half while they are read.
     opts = dict(ram=f"{max(256, int(prompt_bytes * (prompts + 0.5)) >> 20)}M")
+    if a.eviction:
+        opts["eviction"] = a.eviction
     if where != "ram":
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
@@ -475,6 +477,8 @@ def main():
     p.add_argument("--switch-interval", type=float, default=0.0,
                    help="sys.setswitchinterval for the run (0: Python's default, 5 ms): how soon the loader "
                         "thread gets the GIL back from the engine's thread")
+    p.add_argument("--eviction", default=None, help="the RAM tier's eviction policy (default: the library's, "
+                   "auto: adaptive for RAM alone, chain-lru above an SSD)")
     p.add_argument("--out", default=os.environ.get("KVTIER_BENCH_OUT", "bench-results"))
     a = p.parse_args()
     a.plan_reps = a.reps if a.plan_reps is None else a.plan_reps

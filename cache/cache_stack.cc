@@ -23,6 +23,7 @@ Result<std::unique_ptr<CacheStack>> CacheStack::open(CacheStackOptions o) {
     s->gpu_ = std::move(gpu);
     tiers.push_back(s->gpu_);
   }
+  o.ram.eviction = std::string(resolve_eviction_policy(o.ram.eviction, o.ssd || o.remote));
   s->ram_ = std::make_shared<RamTier>(o.ram);
   tiers.push_back(s->ram_);
   s->layouts_ = std::make_shared<LayoutRegistry>();

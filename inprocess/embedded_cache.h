@@ -38,7 +38,9 @@ struct EmbeddedCacheOptions {
   std::string ns = "default";         // the namespace, as kvtierd's API names it (the model id)
   std::string hash = "sha256";        // or "xxh3"; must match the server's to share blocks
   uint64_t ram_capacity = 1ull << 30;
-  std::string eviction = "chain-lru";  // the RAM tier's policy: chain-lru, lru, s3fifo, s3fifo-chain
+  // The RAM tier's policy: auto (adaptive for RAM alone, chain-lru above an SSD), chain-lru, lru,
+  // s3fifo, s3fifo-chain, adaptive.
+  std::string eviction = "auto";
   std::string ssd_admission = "all";   // which blocks leaving RAM reach the SSD: all, seen-twice
   uint64_t ssd_write_budget = 0;       // bytes a day the SSD tier may write (0: no budget)
   std::optional<int> kv_cache_quantization;  // 8 or 4: keep blocks quantized in RAM (group 64)

@@ -25,7 +25,7 @@ struct RawFlags {
   std::string layout = "llama-3-8b";
   std::string hybrid_layout;
   std::string ram_capacity = "4G";
-  std::string eviction = "chain-lru";
+  std::string eviction = "auto";
   std::string ssd_admission = "all";
   std::string ssd_write_budget;
   std::vector<std::string> ssd_cache_dirs;
@@ -76,9 +76,10 @@ void add_flags(CLI::App& app, RawFlags& f) {
       ->capture_default_str();
   app.add_option(
          "--eviction", f.eviction,
-         "RAM tier eviction: chain-lru (LRU, leaves and orphans first), lru, s3fifo, s3fifo-chain "
-         "or "
-         "adaptive (chain-lru or s3fifo, whichever hits more lately; for RAM without an SSD)")
+         "RAM tier eviction: auto (adaptive for RAM alone, chain-lru above an SSD or remote tier), "
+         "chain-lru (LRU, leaves and orphans first), lru, s3fifo, s3fifo-chain or adaptive "
+         "(chain-lru "
+         "or s3fifo, whichever hits more lately)")
       ->capture_default_str();
   app.add_option("--ssd-admission", f.ssd_admission,
                  "Which blocks leaving RAM are written to the SSD: all, or seen-twice (used at least twice)")

@@ -300,7 +300,10 @@ void RamTier::visit_metrics(MetricVisitor& v) const {
             t, metrics_.orphans_demoted.value());
   v.gauge("kvtier_ram_eviction_active",
           "The eviction policy choosing victims (adaptive: the one it follows)",
-          {{"tier", options_.name}, {"policy", eviction_policy_active()}}, 1);
+          {{"tier", options_.name},
+           {"rule", std::string(eviction_policy())},
+           {"policy", eviction_policy_active()}},
+          1);
   v.counter("kvtier_ram_eviction_changes_total",
             "Times adaptive eviction changed the policy it follows", t, eviction_policy_changes());
   v.gauge("kvtier_tier_used_bytes", "Bytes held", t, static_cast<double>(metrics_.used_bytes.value()));

@@ -207,9 +207,10 @@ class Cache:
     gpu_memory: a GPU tier (Vulkan) of this size on top. remote: "redis://[user:password@]host:port[,...]",
         a Redis Cluster shared with other hosts (kvtierd's --remote). namespace and hash must match kvtierd's
         to share blocks with it. kv_cache_quantization: 8 or 4 keeps RAM blocks quantized (lossy).
-    eviction: the RAM tier's policy — chain-lru (LRU, leaves and orphans of chains first), lru,
-        s3fifo, s3fifo-chain, or adaptive (follows chain-lru or s3fifo, whichever has been hitting
-        more on this traffic: for RAM without an SSD below). ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
+    eviction: the RAM tier's policy — "auto" (adaptive for RAM alone, chain-lru above an SSD or
+        remote tier), chain-lru (LRU, leaves and orphans of chains first), lru, s3fifo, s3fifo-chain,
+        or adaptive (follows chain-lru or s3fifo, whichever has been hitting more on this traffic).
+        ssd_admission: "all", or "seen-twice" (spill only blocks used twice).
         ssd_write_budget: bytes a day the SSD tier may write ("3.5T": one drive-write a day of a 3.5 TB
         drive); admission tightens as it runs out (kvtierd's --ssd-write-budget).
     persist_on_close: close() writes what only RAM holds to the SSD, as kvtierd's shutdown does.
@@ -246,7 +247,7 @@ class Cache:
         namespace: str = "default",
         hash: str = "sha256",
         kv_cache_quantization: Optional[int] = None,
-        eviction: str = "chain-lru",
+        eviction: str = "auto",
         ssd_admission: str = "all",
         ssd_write_budget: Optional[Size] = None,
         compression: str = "none",

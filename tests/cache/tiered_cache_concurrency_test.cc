@@ -144,7 +144,9 @@ TEST(TieredCacheGpuConcurrencyTest, FetchesPinningGpuPrefixesWhileOthersEvictKee
   EXPECT_EQ(pool->blocks_in_use(), 0u) << "every pin released";
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, TieredCacheConcurrencyTest, ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain"),
+INSTANTIATE_TEST_SUITE_P(Policies, TieredCacheConcurrencyTest,
+                         ::testing::Values("lru", "chain-lru", "s3fifo", "s3fifo-chain",
+                                           "adaptive"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

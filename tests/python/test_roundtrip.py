@@ -254,3 +254,23 @@ def test_a_cache_left_open_at_exit_is_closed_before_the_interpreter_tears_down(t
     assert lines == ["stored", "at exit the cache was closed"], run.stdout
     with kvtier.Cache("tiny", ram="64M", ssd_dir=str(ssd), ssd_capacity="64M", ssd_segment_size="8M") as c:
         assert [b.tier for b in c.lookup(list(range(16))).blocks] == ["ssd"]
+
+
+def eviction_rule(c):
+    """The RAM tier's eviction policy as it was resolved, and the one choosing victims now."""
+    (sample,) = c.stats()["kvtier_ram_eviction_active"]
+    return sample["labels"]["rule"], sample["labels"]["policy"]
+
+
+def test_the_default_eviction_is_adaptive_for_ram_alone_and_chain_lru_above_an_ssd(tmp_path):
+    # "auto": adaptive where RAM is the last tier (it follows chain-lru until s3fifo hits clearly
+    # more), chain-lru where an SSD takes RAM's evictions; a policy named is the policy used.
+    layout = small_layout()
+    with open_cache(layout, ssd=False) as c:
+        assert eviction_rule(c) == ("adaptive", "chain-lru")
+    with open_cache(layout, tmp_path / "a") as c:
+        assert eviction_rule(c) == ("chain-lru", "chain-lru")
+    with open_cache(layout, ssd=False, eviction="s3fifo") as c:
+        assert eviction_rule(c) == ("s3fifo", "s3fifo")
+    with pytest.raises(ValueError, match="adaptive, auto"):
+        open_cache(layout, ssd=False, eviction="arc")

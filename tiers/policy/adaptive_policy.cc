@@ -20,9 +20,9 @@ std::unique_ptr<EvictionPolicy> candidate(size_t i) {
 constexpr double kLeadMargin = 1.10;
 constexpr double kWindowTierFulls = 8.0;
 // The log is replayed on the insert path, at most kReplayPerEviction references per victim asked
-// for (a bounded pause under the tier's lock: ~1.3 ms on this project's VM); past kLogLimit
-// references pending (reads while nothing was evicted, which the lead did not matter to), new
-// ones are not logged.
+// for (a bounded pause under the tier's lock: ~1.3 ms on this project's VM). Past kLogLimit
+// references pending (reads while nothing was evicted, when the lead does not matter), the
+// shadows miss the new ones and a read tells the other candidate at once.
 constexpr size_t kLogLimit = 8192;
 constexpr size_t kReplayPerEviction = 1024;
 
@@ -45,15 +45,31 @@ void AdaptivePolicy::Shadow::evict_one(const BlockHash& hash) {
   held.erase(it);
 }
 
-void AdaptivePolicy::log(const BlockHash& hash, const BlockHash& parent, uint64_t bytes,
-                         bool snapshot) {
-  if (log_.size() < kLogLimit) log_.push_back(Reference{hash, parent, bytes, snapshot});
+void AdaptivePolicy::log(const Reference& r) {
+  if (log_.size() < kLogLimit) {
+    log_.push_back(r);
+  } else if (r.read) {  // the shadows will not see it; the other candidate must
+    for (size_t i = 0; i < kCandidates; ++i) {
+      if (i != r.told) real_[i]->accessed(r.hash);
+    }
+  }
 }
 
 void AdaptivePolicy::simulate_log() {
   for (size_t i = 0; i < kReplayPerEviction && !log_.empty(); ++i) {
-    simulate(log_.front());
+    Reference r = log_.front();
     log_.pop_front();
+    if (r.read) {
+      for (size_t c = 0; c < kCandidates; ++c) {
+        if (c != r.told) real_[c]->accessed(r.hash);  // one gone meanwhile is ignored
+      }
+      auto it = resident_.find(r.hash);
+      if (it == resident_.end()) continue;  // left the tier before the replay: the shadows skip it
+      r.parent = it->second.parent;
+      r.bytes = it->second.bytes;
+      r.snapshot = it->second.snapshot;
+    }
+    simulate(r);
   }
   choose_leader();
 }
@@ -103,20 +119,19 @@ void AdaptivePolicy::choose_leader() {
 void AdaptivePolicy::inserted(const BlockHash& hash, const BlockHash& parent, uint64_t bytes) {
   for (auto& p : real_) p->inserted(hash, parent, bytes);
   resident_[hash] = Resident{parent, bytes, false};
-  log(hash, parent, bytes, false);
+  log(Reference{hash, parent, bytes, false, false, 0});
 }
 
 void AdaptivePolicy::inserted_snapshot(const BlockHash& hash, const BlockHash& parent,
                                        uint64_t bytes) {
   for (auto& p : real_) p->inserted_snapshot(hash, parent, bytes);
   resident_[hash] = Resident{parent, bytes, true};
-  log(hash, parent, bytes, true);
+  log(Reference{hash, parent, bytes, true, false, 0});
 }
 
 void AdaptivePolicy::accessed(const BlockHash& hash) {
-  for (auto& p : real_) p->accessed(hash);
-  if (auto it = resident_.find(hash); it != resident_.end())
-    log(hash, it->second.parent, it->second.bytes, it->second.snapshot);
+  real_[leader_]->accessed(hash);
+  log(Reference{hash, {}, 0, false, true, static_cast<uint8_t>(leader_)});
 }
 
 void AdaptivePolicy::pinned(const BlockHash& hash) {

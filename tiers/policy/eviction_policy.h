@@ -52,8 +52,12 @@ class EvictionPolicy {
   virtual std::optional<BlockHash> orphan() { return std::nullopt; }
 };
 
-// "lru", "chain-lru", "s3fifo", "s3fifo-chain", "adaptive" (see eviction_policy_names()).
+// "lru", "chain-lru", "s3fifo", "s3fifo-chain", "adaptive" or "auto" (see eviction_policy_names()).
 Result<std::unique_ptr<EvictionPolicy>> make_eviction_policy(std::string_view name);
 std::vector<std::string_view> eviction_policy_names();
+// What "auto" (the default) means for a RAM tier: adaptive when nothing is below it, chain-lru
+// when an SSD or remote tier is (there adaptive lost hits and wrote more: hit_ratio_bench, issue
+// 54). Any other name is itself.
+std::string_view resolve_eviction_policy(std::string_view name, bool tier_below);
 
 }  // namespace kvtier

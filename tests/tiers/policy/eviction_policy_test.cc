@@ -116,9 +116,18 @@ TEST(EvictionPolicyTest, S3FifoSendsABlockTheGhostRemembersToMain) {
 TEST(EvictionPolicyTest, UnknownNamesAreRefusedWithTheKnownOnes) {
   auto p = make_eviction_policy("arc");
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("lru, chain-lru, s3fifo, s3fifo-chain, adaptive"),
+  EXPECT_NE(p.status().message().find("lru, chain-lru, s3fifo, s3fifo-chain, adaptive, auto"),
             std::string::npos);
   EXPECT_FALSE(make_admission_policy("sometimes").ok());
+}
+
+TEST(EvictionPolicyTest, AutoIsAdaptiveForTheLastTierAndChainLruAboveAnother) {
+  EXPECT_EQ(resolve_eviction_policy("auto", /*tier_below=*/false), "adaptive");
+  EXPECT_EQ(resolve_eviction_policy("auto", /*tier_below=*/true), "chain-lru");
+  EXPECT_EQ(resolve_eviction_policy("s3fifo", true), "s3fifo")
+      << "a policy named is the policy used";
+  EXPECT_EQ(resolve_eviction_policy("lru", false), "lru");
+  EXPECT_EQ(policy("auto")->name(), "adaptive") << "a tier alone has nothing below it";
 }
 
 TEST(SeenTwiceAdmissionTest, AdmitsABlockUsedTwiceAndItsParentsWheneverItsChildren) {
