@@ -19,13 +19,13 @@ plan (checks, merged views, views of the ring) is kept per set of engine tensors
 torch is imported only when a CUDA tensor arrives."""
 from __future__ import annotations
 
-import operator
 import queue
 import threading
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ._engine_tensors import SameTensors, signature
 from ._kv_layouts import as_blocks
 
 # Bytes of one staging slot (whole blocks): a transfer of more goes round the two-slot ring. The
@@ -68,15 +68,6 @@ def _allocation(t: Any) -> int:
     """Where the memory `t` views was allocated (older torch has no untyped_storage)."""
     storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
     return storage.data_ptr()
-
-
-def _signature(x: Any) -> Any:
-    """What identifies an engine's tensors across calls: where each lies and how it is shaped."""
-    if x is None:
-        return None
-    if isinstance(x, (list, tuple)):
-        return tuple(_signature(t) for t in x)
-    return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device.index)
 
 
 def _per_layer(x: Any) -> List[Any]:
@@ -128,35 +119,6 @@ class _Plan:
                 _torch().index_select(view, 1, idx, out=staged)
 
 
-class _SameTensors:
-    """A plan and the engine tensors it was found for, held (so their ids are not reused) with
-    their addresses: the same objects at the same addresses have the same plan. A tensor whose
-    storage was swapped (set_) moves its address, so the signature is looked up again."""
-
-    def __init__(self, engine: Tuple[Any, Any, str, Optional[int]], plan: _Plan) -> None:
-        self.engine = engine
-        self.tensors = _tensors(engine[0]) + _tensors(engine[1])
-        self.addresses = [t.data_ptr() for t in self.tensors]
-        self.plan = plan
-
-    def same(self, engine: Tuple[Any, Any, str, Optional[int]]) -> bool:
-        e = self.engine
-        if not (engine[0] is e[0] and engine[1] is e[1] and engine[2] == e[2] and engine[3] == e[3]):
-            return False
-        tensors = _tensors(engine[0]) + _tensors(engine[1])  # a list may have been changed in place
-        return (len(tensors) == len(self.tensors) and all(map(operator.is_, tensors, self.tensors))
-                and [t.data_ptr() for t in tensors] == self.addresses)
-
-
-def _tensors(x: Any) -> List[Any]:
-    """The tensors of an engine argument (a tensor, a list of them or of (k, v) pairs), flat."""
-    if x is None:
-        return []
-    if isinstance(x, (list, tuple)):
-        return [t for item in x for t in _tensors(item)]
-    return [x]
-
-
 class CudaMover:
     """One Cache's CUDA transfers. Thread-safe: transfers on one device take turns on its ring."""
 
@@ -184,7 +146,7 @@ class CudaMover:
         self.slot_blocks = max(1, SLOT_BYTES // offset)
         self._devices: Dict[int, _Device] = {}
         self._plans: Dict[Any, _Plan] = {}
-        self._last_plan: Dict[bool, _SameTensors] = {}  # by write: the last engine tensors' plan
+        self._last_plan: Dict[bool, SameTensors] = {}  # by write: the last engine tensors' plan
         self._lock = threading.Lock()  # guards _devices, _plans and _timer
         # Pure loads waiting for their copies to retire, to tell the planner what they took (a load
         # returns once enqueued, so only a thread that waits on its event sees it end).
@@ -300,11 +262,11 @@ class CudaMover:
         last = self._last_plan.get(write)
         if last is not None and last.same(engine):
             return last.plan
-        key = (write, engine[2], engine[3], _signature(engine[0]), _signature(engine[1]))
+        key = (write, engine[2], engine[3], signature(engine[0]), signature(engine[1]))
         with self._lock:
             plan = self._plans.get(key)
         if plan is not None:
-            self._last_plan[write] = _SameTensors(engine, plan)
+            self._last_plan[write] = SameTensors(engine, plan)
             return plan
         k, v = as_blocks(engine[2], engine[0], engine[1], self._layout, engine[3])
         k, v = _per_layer(k), _per_layer(v)
@@ -326,7 +288,7 @@ class CudaMover:
             if len(self._plans) >= _PLANS_KEPT:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[key] = plan
-        self._last_plan[write] = _SameTensors(engine, plan)
+        self._last_plan[write] = SameTensors(engine, plan)
         return plan
 
     @staticmethod

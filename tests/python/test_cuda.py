@@ -513,11 +513,11 @@ def test_a_plan_is_found_again_by_identity_only_for_the_same_tensors_at_the_same
     # What lets a load skip working out its tensors' signature (plain Python, run on CPU tensors):
     # the same list of the same tensors at the same addresses. A layer replaced in the list, or a
     # tensor whose storage was swapped, is not the same, nor is another list object.
-    from kvtier._cuda import _SameTensors
+    from kvtier._engine_tensors import SameTensors
     k = [torch.zeros(4, 16, 2, 8) for _ in range(3)]
     v = [torch.zeros(4, 16, 2, 8) for _ in range(3)]
     plan = object()
-    same = _SameTensors((k, v, "blocks", None), plan)
+    same = SameTensors((k, v, "blocks", None), plan)
     assert same.same((k, v, "blocks", None)) and same.plan is plan
     assert not same.same((k, v, "vllm", None))
     assert not same.same((list(k), v, "blocks", None))
@@ -529,7 +529,7 @@ def test_a_plan_is_found_again_by_identity_only_for_the_same_tensors_at_the_same
     v[2].set_(torch.zeros(4, 16, 2, 8))  # the same object, a new storage
     assert not same.same((k, v, "blocks", None))
     pairs = [(a, b) for a, b in zip(k, v)]  # (k, v) pairs, one argument
-    assert _SameTensors((pairs, None, "blocks", None), plan).same((pairs, None, "blocks", None))
+    assert SameTensors((pairs, None, "blocks", None), plan).same((pairs, None, "blocks", None))
 
 
 def saved_from_cuda(c, layout, n, gen, seed):
