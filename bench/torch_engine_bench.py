@@ -262,8 +262,9 @@ def bench_where(kvtier, eng, c, n, where, dirs, a, reference):
         rows = {"load": [], "cost": [], "split": {}}
         check, uncached = None, []
         paired = {"load": [], "cost": []}  # the uncached sample of each timed round, by mode
-        # The pinned copy's rate drifts run to run (measured 54.2-55.4 GB/s on one H100, 1-2 % of
-        # the load's ratio): each timed load round has its own, taken just before it.
+        # The pinned copy's rate drifts within a run (measured on the H200 host: 53.2-54.9 GB/s in
+        # one run's rounds against 55.5 at its start): each timed load round has its own, taken
+        # just before it.
         pinned_rounds = []
         for i, m in enumerate(modes):
             tokens = prompt(seeds[i], n, c["vocab"])

@@ -405,13 +405,16 @@ class CudaMover:
                     event = torch.cuda.Event()
                     event.record(d.side)
                     layer_events.append(event)
-                self._c.report_read_in_place(n)  # counted once its reads are queued, not before
         if not layer_events:
             event = torch.cuda.Event()
             event.record(d.side)
             layer_events = [event] * num_layers
         # Pinned until the kernels have read them; a pure load tells the planner what it took.
         self._after(d.side, started, (0, n, False, 0) if first_block == 0 and n else None, held)
+        if n:
+            # Counted once its reads are queued, not before; and after `held` went to the timer, so
+            # a report that raised (the cache closed meanwhile) could not unpin blocks being read.
+            self._c.report_read_in_place(n)
         return layer_events[-1], layer_events
 
     def _graph(self, plan: _Plan, kind: str, slot: int) -> Optional[Any]:

@@ -136,6 +136,38 @@ TEST_F(AdaptiveEvictionTest, ChangesBackWhenTheTrafficChanges) {
   EXPECT_EQ(tier.eviction_policy(), "adaptive");
 }
 
+TEST_F(AdaptiveEvictionTest, BlocksPinnedAcrossAChangeOfLeadStayAndTheBytesAddUp) {
+  // The candidate that takes over learns of reads late (from the log), but of pins at once: a
+  // block pinned before the change is never its victim.
+  std::vector<Prompt> requests = hot_and_scans(300);
+  RamTierOptions o;
+  o.eviction = "adaptive";
+  const uint64_t block_bytes = testing::make_block(layout_, 0).size_bytes();
+  o.capacity_bytes = 40 * block_bytes;
+  RamTier tier(o);
+  std::vector<BlockRef> evicted;
+  tier.set_eviction_sink([&](BlockRef b) { evicted.push_back(std::move(b)); });
+  std::vector<BlockHash> pinned;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    serve(tier, requests[r]);
+    if (r == 20) {  // a one-off block and a hot one, pinned while chain-lru still leads
+      for (const BlockRef& b : {requests[18].front(), requests[0].front()}) {
+        ASSERT_TRUE(tier.pin(b->hash()));
+        pinned.push_back(b->hash());
+      }
+    }
+  }
+  ASSERT_EQ(tier.eviction_policy_active(), "s3fifo")
+      << "the lead must have changed for this test to mean anything";
+  for (const BlockHash& h : pinned) {
+    EXPECT_TRUE(tier.contains(h));
+    for (const BlockRef& e : evicted) EXPECT_NE(e->hash(), h) << "a pinned block was evicted";
+  }
+  EXPECT_LE(tier.used_bytes(), o.capacity_bytes);
+  EXPECT_EQ(tier.used_bytes(), tier.block_count() * block_bytes);
+  for (const BlockHash& h : pinned) tier.unpin(h);
+}
+
 TEST_F(AdaptiveEvictionTest, AFixedPolicyIsItsOwnActivePolicyAndNeverChanges) {
   const Outcome chain = replay("chain-lru", hot_and_scans(20), 0, 40);
   EXPECT_EQ(chain.active, "chain-lru");
