@@ -20,7 +20,6 @@ int32_t argmax(std::span<const float> logits) {
 struct HybridGenerator::Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated
   size_t prompt_len = 0;
-  size_t final_len = 0;  // tokens whose K/V and state this call computes (the last one is not fed)
   int32_t slot = 0;
   std::vector<int32_t> table;  // GPU block ids, in order
   std::vector<int32_t> owned;  // of those, the ones this call allocated
@@ -33,6 +32,10 @@ struct HybridGenerator::Sequence {
 };
 
 bool HybridGenerator::snapshot_point(size_t blocks, size_t last) const {
+  // Only where a chunk of the GDN layers' chunk form ends: a prompt resumed there gives the bits
+  // of computing it in one forward (LlamaModel::GdnRows).
+  const size_t bs = static_cast<size_t>(cache_.hasher().block_size());
+  if (blocks * bs % GatedDeltaRule::kChunk != 0) return false;
   return blocks > 0 && (blocks == last || (options_.snapshot_every_blocks > 0 && blocks % options_.snapshot_every_blocks == 0));
 }
 
@@ -102,7 +105,6 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
     Sequence& s = seqs[i];
     s.tokens = prompts[i];
     s.prompt_len = prompts[i].size();
-    s.final_len = s.prompt_len + max_new_tokens - 1;
     s.slot = static_cast<int32_t>(i);
     max_blocks = std::max(max_blocks, (s.prompt_len + max_new_tokens + bs - 1) / bs);
   }
@@ -182,16 +184,15 @@ Result<std::vector<Generation>> HybridGenerator::generate_batch(const std::vecto
       std::vector<float> mine(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
       s.out.tokens.push_back(argmax(mine));
       s.out.logits.push_back(std::move(mine));
-      const size_t done = rows[r].to;  // tokens whose state the slot now holds
-      if (use_cache && done % bs == 0 && snapshot_point(done / bs, s.final_len / bs)) {
-        KVTIER_RETURN_IF_ERROR(take_snapshot(s, done / bs));
-      }
     }
   }
-  // Publish every full block whose K/V this call computed (the prompt's and the generated ones').
+  // Publish the full blocks whose K/V this call computed in whole chunks of the prompt. A block
+  // with a decode step's token (or the prompt's rows after its last whole chunk) has the bits of
+  // the token-by-token form, which a prefill of the same text would not give.
   if (use_cache) {
     for (Sequence& s : seqs) {
-      const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.begin() + s.final_len);
+      const size_t exact = s.prompt_len / GatedDeltaRule::kChunk * GatedDeltaRule::kChunk;
+      const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.begin() + exact);
       const auto keys = cache_.hasher().keys(tokens, {});
       for (size_t i = s.restored_blocks; i < keys.size(); ++i) {
         (void)gpu_.publish(s.table[i], cache_.hasher().identity(keys, i, {}));

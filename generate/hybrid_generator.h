@@ -2,10 +2,13 @@
 // layers beside attention). A prompt's cached prefix is restorable only up to its last
 // block with a state snapshot (HybridPrefixCache::lookup): its KV blocks are fetched into the GPU
 // tier, the snapshot is uploaded into the sequence's state slot, and the rest is computed. While
-// computing, the state is snapshotted at the prompt's last block end before its last token, at
-// the end of the generation's last full block, and every `snapshot_every_blocks` blocks, and stored after the KV blocks are
-// published (so chain-aware eviction takes a chain's blocks past its last snapshot first). Restored prefixes give the bits a computation gives (the contract parity tests hold it
-// to): every GDN kernel runs token after token from the state it is handed, in a fixed order.
+// computing, the state is snapshotted at the prompt's last block end before its last token and
+// every `snapshot_every_blocks` blocks, where a 16-token chunk ends, and stored after the KV
+// blocks are published (so chain-aware eviction takes a chain's blocks past its last snapshot
+// first). Restored prefixes give the bits a computation gives (the contract parity tests hold it
+// to): the GDN layers take a prompt's whole aligned chunks in the chunk form and the rest token by
+// token (LlamaModel::GdnRows), so only blocks a prompt's chunks filled are published — not those
+// decode steps filled, which a prefill of the same text computes in the chunk form.
 #pragma once
 
 #include <span>

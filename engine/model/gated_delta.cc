@@ -14,8 +14,12 @@ struct GatedDeltaParams {
   uint64_t ranges;
   uint32_t part, pad;
 };
-struct GatedDeltaChunkedParams {
-  uint64_t q, k, v, g, beta, out, state, cu_tokens, state_slots, ranges;
+struct ChunkPrepareParams {
+  uint64_t q, k, v, g, beta, scratch, cu_tokens, ranges;
+  uint32_t heads, d_v, chunk_begin, pad;
+};
+struct ChunkScanParams {
+  uint64_t q, k, scratch, out, state, cu_tokens, state_slots, ranges;
   uint32_t heads, d_v;
   float scale;
   uint32_t chunk_begin, chunk_count, pad;
@@ -43,20 +47,41 @@ Status GatedDeltaRule::check(const GatedDeltaBatch& b) const {
 
 Status GatedDeltaRule::record_chunks(CommandBatch& batch, const GatedDeltaBatch& b) {
   KVTIER_RETURN_IF_ERROR(check(b));
-  if (b.ranges == 0) return invalid_argument("gated delta rule: the chunk form needs each sequence's ranges");
+  if (b.ranges == 0 || b.chunk_scratch == 0) {
+    return invalid_argument(
+        "gated delta rule: the chunk form needs each sequence's ranges and its scratch");
+  }
+  if (!chunk_form_takes(b.d_k)) {
+    return invalid_argument("gated delta rule: the chunk form takes d_k in multiples of 16, not " +
+                            std::to_string(b.d_k));
+  }
   if (b.sequences == 0 || b.max_chunks == 0) return ok_status();
-  if (!chunked_ || chunked_dk_ != b.d_k) {
-    KVTIER_ASSIGN_OR_RETURN(chunked_, ctx_.pipeline("gated_delta_chunked", {b.d_k}, sizeof(GatedDeltaChunkedParams)));
+  if (!chunk_scan_ || chunked_dk_ != b.d_k) {
+    KVTIER_ASSIGN_OR_RETURN(chunk_prepare_, ctx_.pipeline("gated_delta_chunk_prepare", {b.d_k},
+                                                          sizeof(ChunkPrepareParams)));
+    KVTIER_ASSIGN_OR_RETURN(
+        chunk_scan_, ctx_.pipeline("gated_delta_chunk_scan", {b.d_k}, sizeof(ChunkScanParams)));
     chunked_dk_ = b.d_k;
   }
-  // A chunk costs each invocation about kChunk (3 d_k + kChunk) loop iterations where lavapipe
+  // Every chunk of every sequence at once (grid x is chunks, at most 65535 a launch).
+  constexpr uint32_t kGridX = 65535;
+  for (uint32_t begin = 0; begin < b.max_chunks; begin += kGridX) {
+    const ChunkPrepareParams p{b.q,         b.k,      b.v,     b.g,   b.beta, b.chunk_scratch,
+                               b.cu_tokens, b.ranges, b.heads, b.d_v, begin,  0};
+    batch.dispatch(*chunk_prepare_, p, std::min(kGridX, b.max_chunks - begin), b.heads,
+                   b.sequences);
+  }
+  batch.barrier();
+  // The state's pass. A chunk costs an invocation about 2 d_k + 32 loop iterations where lavapipe
   // does not unroll them.
-  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (kChunk * (3 * b.d_k + kChunk)));
+  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (2 * b.d_k + 2 * kChunk));
+  const uint32_t column_groups = (b.d_v + 15) / 16;
   for (uint32_t begin = 0; begin < b.max_chunks; begin += stretch) {
     if (begin > 0) batch.barrier();
-    const GatedDeltaChunkedParams p{b.q, b.k, b.v, b.g, b.beta, b.out, b.state, b.cu_tokens, b.state_slots, b.ranges,
-                                    b.heads, b.d_v, b.scale, begin, stretch, 0};
-    batch.dispatch(*chunked_, p, b.heads, b.sequences);
+    const ChunkScanParams p{b.q,         b.k,           b.chunk_scratch, b.out,   b.state,
+                            b.cu_tokens, b.state_slots, b.ranges,        b.heads, b.d_v,
+                            b.scale,     begin,         stretch,         0};
+    batch.dispatch(*chunk_scan_, p, column_groups, b.heads, b.sequences);
   }
   return ok_status();
 }
@@ -95,7 +120,7 @@ namespace {
 
 struct CausalConvParams {
   uint64_t x, weight, bias, window, y, cu_tokens, window_slots;
-  uint32_t channels, width, token_begin, token_count;
+  uint32_t channels, part;
 };
 
 }  // namespace
@@ -105,17 +130,26 @@ Status CausalConv1d::record(CommandBatch& batch, const CausalConvBatch& b) {
     return invalid_argument("causal conv1d: width " + std::to_string(b.width) + " must be 1 to " +
                             std::to_string(kMaxWidth) + ", with at least one channel");
   }
-  if (b.sequences == 0) return ok_status();
-  if (!pipeline_) {
-    KVTIER_ASSIGN_OR_RETURN(pipeline_, ctx_.pipeline("causal_conv1d", {}, sizeof(CausalConvParams)));
+  if (b.sequences == 0 || b.max_tokens == 0) return ok_status();
+  if (!pipeline_ ||
+      pipeline_width_ != b.width) {  // one pipeline per width (a specialization constant)
+    KVTIER_ASSIGN_OR_RETURN(pipeline_,
+                            ctx_.pipeline("causal_conv1d", {b.width}, sizeof(CausalConvParams)));
+    pipeline_width_ = b.width;
   }
-  const uint32_t stretch = std::max<uint32_t>(1, loop_budget(ctx_) / (2 * b.width + 1));
-  for (uint32_t begin = 0; begin < b.max_tokens; begin += stretch) {
-    if (begin > 0) batch.barrier();  // the windows the previous stretch wrote
-    const CausalConvParams p{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
-                             b.channels, b.width, begin, stretch};
-    batch.dispatch(*pipeline_, p, (b.channels + 63) / 64, b.sequences);
-  }
+  // Outputs: every 16 rows of every sequence at once (kernel's TOKENS). Then, once all have read
+  // the windows, the windows.
+  constexpr uint32_t kTokens = 16;
+  const uint32_t groups = (b.channels + 63) / 64;
+  batch.dispatch(*pipeline_,
+                 CausalConvParams{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
+                                  b.channels, 0},
+                 groups, (b.max_tokens + kTokens - 1) / kTokens, b.sequences);
+  batch.barrier();
+  batch.dispatch(*pipeline_,
+                 CausalConvParams{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
+                                  b.channels, 1},
+                 groups, 1, b.sequences);
   return ok_status();
 }
 

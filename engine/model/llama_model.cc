@@ -182,6 +182,10 @@ Status LlamaModel::ensure_scratch(size_t rows, size_t logit_rows, size_t meta_in
       KVTIER_RETURN_IF_ERROR(make(gg_, n * g.heads));
       KVTIER_RETURN_IF_ERROR(make(gbeta_, n * g.heads));
       KVTIER_RETURN_IF_ERROR(make(gout_, n * vd));
+      KVTIER_ASSIGN_OR_RETURN(
+          gchunks_,
+          GpuBuffer::create(ctx_, n * GatedDeltaRule::chunk_scratch_bytes(g.heads, g.d_k, g.d_v),
+                            MemoryKind::kDevice));
     }
     rows_capacity_ = n;
   }
@@ -219,18 +223,38 @@ Status LlamaModel::record_half_copy(CommandBatch& cb, const MatmulWeights& w, co
   return ok_status();
 }
 
-Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
-                              uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences) {
+std::vector<int32_t> LlamaModel::gdn_ranges(const ForwardBatch& b, GdnRows& rows) {
+  constexpr int32_t kChunk = static_cast<int32_t>(GatedDeltaRule::kChunk);
+  std::vector<int32_t> ranges;
+  for (size_t s = 0; s + 1 < b.cu_seqlens_q.size(); ++s) {
+    const int32_t n = b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s];
+    const int32_t first = n > 0 ? b.positions[b.cu_seqlens_q[s]] : 0;
+    const int32_t before = std::min(n, (kChunk - first % kChunk) % kChunk);
+    const int32_t chunks = (n - before) / kChunk * kChunk;
+    ranges.insert(ranges.end(), {before, chunks, n - before - chunks});
+    rows.max_before = std::max<uint32_t>(rows.max_before, before);
+    rows.max_chunks = std::max<uint32_t>(rows.max_chunks, chunks / kChunk);
+    rows.max_after = std::max<uint32_t>(rows.max_after, n - before - chunks);
+  }
+  return ranges;
+}
+
+Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows,
+                              uint32_t max_q, uint64_t cu, uint64_t slots, GdnStatePool& states,
+                              uint32_t sequences, const GdnRows& parts,
+                              const std::function<void(const char*)>& stage) {
   const GdnSpec& g = config_.gdn;
   KVTIER_ASSIGN_OR_RETURN(auto p_prepare, ctx_.pipeline("gdn_prepare", {}, sizeof(GdnPrepareParams)));
   KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_qkv, qkv_.address(), rows, false));
   KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(hn_), w.w_ab, ab_.address(), rows, false));
   cb.barrier();
+  stage("gdn: qkv, a/b matmuls");
   const CausalConvBatch conv{qkv_.address(), w.conv_w.address(), 0, states.window_address(gdn_index), conv_.address(),
                              cu, slots, sequences, static_cast<uint32_t>(g.conv_channels),
                              static_cast<uint32_t>(g.conv_width), max_q};
   KVTIER_RETURN_IF_ERROR(conv1d_.record(cb, conv));
   cb.barrier();
+  stage("gdn: conv1d");
   const uint32_t heads = static_cast<uint32_t>(g.heads);
   cb.dispatch(*p_prepare,
               GdnPrepareParams{conv_.address(), ab_.address(), w.a_log.address(), w.dt_bias.address(), gq_.address(),
@@ -238,12 +262,33 @@ Status LlamaModel::record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_i
                                static_cast<uint32_t>(g.d_k), static_cast<uint32_t>(g.d_v), 1e-6f},
               groups(static_cast<uint64_t>(rows) * heads, 64));
   cb.barrier();
-  const GatedDeltaBatch rule{gq_.address(), gk_.address(), gv_.address(), gg_.address(), gbeta_.address(),
-                             gout_.address(), states.state_address(gdn_index), cu, slots, sequences, heads,
-                             static_cast<uint32_t>(g.d_k), static_cast<uint32_t>(g.d_v), max_q,
-                             1.0f / std::sqrt(static_cast<float>(g.d_k))};
-  KVTIER_RETURN_IF_ERROR(rule_.record(cb, rule));
+  stage("gdn: prepare");
+  GatedDeltaBatch rule{gq_.address(),
+                       gk_.address(),
+                       gv_.address(),
+                       gg_.address(),
+                       gbeta_.address(),
+                       gout_.address(),
+                       states.state_address(gdn_index),
+                       cu,
+                       slots,
+                       sequences,
+                       heads,
+                       static_cast<uint32_t>(g.d_k),
+                       static_cast<uint32_t>(g.d_v),
+                       max_q,
+                       1.0f / std::sqrt(static_cast<float>(g.d_k))};
+  if (parts.max_chunks > 0) {
+    rule.ranges = parts.ranges;
+    rule.max_before = parts.max_before, rule.max_chunks = parts.max_chunks,
+    rule.max_after = parts.max_after;
+    rule.chunk_scratch = gchunks_.address();
+    KVTIER_RETURN_IF_ERROR(rule_.record_all_parts(cb, rule));
+  } else {
+    KVTIER_RETURN_IF_ERROR(rule_.record(cb, rule));
+  }
   cb.barrier();
+  stage("gdn: delta rule");
   KVTIER_RETURN_IF_ERROR(
       record_half_copy(cb, w.w_out, gout_, static_cast<uint64_t>(rows) * g.heads * g.d_v));
   KVTIER_RETURN_IF_ERROR(matmul_.record(cb, input(gout_), w.w_out, x_.address(), rows, true));
@@ -290,10 +335,16 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const size_t o_tokens = append(b.tokens), o_pos = append(b.positions), o_slots = append(b.slot_mapping),
                o_cu = append(b.cu_seqlens_q), o_lens = append(b.seq_lens), o_tables = append(b.block_tables),
                o_state_slots = append(b.state_slots);
+  GdnRows gdn_rows;
+  if (c.gdn_layers() > 0 && GatedDeltaRule::chunk_form_takes(static_cast<uint32_t>(c.gdn.d_k))) {
+    gdn_rows.ranges =
+        append(gdn_ranges(b, gdn_rows));  // an offset until the buffer's address is known
+  }
   KVTIER_RETURN_IF_ERROR(ensure_scratch(rows, std::max<size_t>(nlog, 1), meta.size() + 4));
   std::memcpy(meta_.mapped(), meta.data(), meta.size() * 4);
   KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta.size() * 4));
   auto at = [&](size_t ints) { return meta_.address() + ints * 4; };
+  gdn_rows.ranges = at(gdn_rows.ranges);
 
   KVTIER_ASSIGN_OR_RETURN(auto p_embed, ctx_.pipeline("embedding", {}, sizeof(EmbeddingParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_norm, ctx_.pipeline("rms_norm", {}, sizeof(RmsNormParams)));
@@ -334,9 +385,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     cb.barrier();
     stage("rms_norm");
     if (c.is_gdn(l)) {
-      KVTIER_RETURN_IF_ERROR(record_gdn(cb, w, gdn_index++, r32, max_q, at(o_cu), at(o_state_slots), *states,
-                                        static_cast<uint32_t>(num_seqs)));
-      stage("gated deltanet");
+      KVTIER_RETURN_IF_ERROR(record_gdn(cb, w, gdn_index++, r32, max_q, at(o_cu), at(o_state_slots),
+                                        *states, static_cast<uint32_t>(num_seqs), gdn_rows, stage));
+      stage("gdn: output matmul");
     } else {
       if (w.wqkv.k > 0) {
         const uint32_t kvd = static_cast<uint32_t>(c.num_kv_heads * c.head_dim);

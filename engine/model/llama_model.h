@@ -12,6 +12,7 @@
 // the same properties.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -97,9 +98,21 @@ class LlamaModel {
         varlen_(ctx, PagedAttentionVarlen::SplitPolicy::kAuto, path),
         rule_(ctx),
         conv1d_(ctx) {}
+  // Which rows of a forward the GDN layers take in the chunk form: each sequence's whole aligned
+  // 16-token chunks (by position), the rows before and after them token by token. A token's form
+  // thus depends on its position and on whether its aligned chunk came whole in one forward, so a
+  // prompt split at multiples of 16 tokens (where snapshots are taken) gives the bits of one
+  // forward, and decode steps (one row) stay token by token.
+  struct GdnRows {
+    uint64_t ranges = 0;  // i32 [sequences, 3] in the batch's metadata
+    uint32_t max_before = 0, max_chunks = 0, max_after = 0;
+  };
+  static std::vector<int32_t> gdn_ranges(const ForwardBatch& b, GdnRows& rows);
   // Records GDN layer `gdn_index`'s token mixing: x += out_proj(rule(prepare(conv(qkv(hn))))).
-  Status record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows, uint32_t max_q,
-                    uint64_t cu, uint64_t slots, GdnStatePool& states, uint32_t sequences);
+  Status record_gdn(CommandBatch& cb, const LayerWeights& w, int gdn_index, uint32_t rows,
+                    uint32_t max_q, uint64_t cu, uint64_t slots, GdnStatePool& states,
+                    uint32_t sequences, const GdnRows& parts,
+                    const std::function<void(const char*)>& stage);
   Status ensure_scratch(size_t rows, size_t logit_rows, size_t meta_ints);
   // A matmul's input: `rows`'s f32 values, and x16_ where the tensor-load kernel runs (the
   // producer, or record_half_copy, wrote them there).
@@ -135,7 +148,7 @@ class LlamaModel {
   // Scratch, grown on demand.
   size_t rows_capacity_ = 0, logits_capacity_ = 0, meta_capacity_ = 0;
   GpuBuffer x_, hn_, q_, k_, v_, attn_, gate_, up_, act_, logits_, meta_, x16_, act16_;
-  GpuBuffer qkv_, conv_, ab_, gq_, gk_, gv_, gg_, gbeta_, gout_;  // GDN layers
+  GpuBuffer qkv_, conv_, ab_, gq_, gk_, gv_, gg_, gbeta_, gout_, gchunks_;  // GDN layers
   GpuBuffer logits_host_;
   ForwardTiming last_timing_;
   std::unique_ptr<GpuTimer> timer_;  // with time_on_gpu(true)

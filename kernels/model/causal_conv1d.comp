@@ -2,14 +2,18 @@
 // causal_conv1d: the causal depthwise conv1d + SiLU of Gated DeltaNet layers
 // (engine/reference/reference_gated_delta.h), for a batch of sequences, each continuing from (and
 // leaving) its window of the last width - 1 inputs in a window pool: the conv state a hybrid
-// prefix snapshot keeps beside the recurrent state. One invocation per (channel, sequence); the
-// window lives in its registers; sums in the reference's order, no fused multiply-adds. One launch
-// takes tokens [token_begin, token_begin + token_count) of every sequence (llvmpipe's loop limit:
-// see gated_delta_recurrent.comp).
+// prefix snapshot keeps beside the recurrent state. An output needs only its own input and the
+// width - 1 before it (from the sequence's rows, or its window before its first row), so the
+// outputs launch runs every (16 tokens, channel) of every sequence at once; the window launch,
+// after it, writes each sequence's last width - 1 inputs back. Sums in the reference's order, no
+// fused multiply-adds, so outputs have the reference's bits but for exp.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common/bda.glsl"
 
-#define MAX_PAST 7  // width <= 8
+layout(constant_id = 0) const uint WIDTH = 4;  // <= 8; fixed per pipeline, so the window is registers
+#define PAST (WIDTH - 1)
+#define TOKENS 16  // outputs per invocation, one after another (each input loaded once)
 layout(local_size_x = 64) in;
 layout(push_constant) uniform Params {
   uint64_t x;            // f32 [tokens, channels]
@@ -20,37 +24,47 @@ layout(push_constant) uniform Params {
   uint64_t cu_tokens;    // i32 [sequences + 1]
   uint64_t window_slots; // i32 [sequences]
   uint channels;
-  uint width;
-  uint token_begin;
-  uint token_count;
+  uint part;             // 0: outputs (grid y: blocks of TOKENS rows); 1: the windows
 } pc;
 
 float load(uint64_t base, uint64_t i) { return F32Ref(base).v[uint(i)]; }
 void store(uint64_t base, uint64_t i, float v) { F32Ref(base).v[uint(i)] = v; }
 
+// Input `rel` rows after the sequence's first (negative: from its window, oldest first).
+float input_at(int rel, uint seq_first, uint c, uint64_t window_at) {
+  return rel >= 0 ? load(pc.x, uint64_t(seq_first + uint(rel)) * pc.channels + c)
+                  : load(pc.window, window_at + uint(int(PAST) + rel));
+}
+
 void main() {
   const uint c = gl_GlobalInvocationID.x;
-  const uint seq = gl_WorkGroupID.y;
+  const uint seq = gl_WorkGroupID.z;
   if (c >= pc.channels) return;
-  const uint C = pc.channels, W = pc.width, past = W - 1;
+  const uint C = pc.channels;
   const uint seq_first = uint(I32Ref(pc.cu_tokens).v[seq]);
-  const uint seq_last = uint(I32Ref(pc.cu_tokens).v[seq + 1]);
-  const uint first = min(seq_first + pc.token_begin, seq_last);
-  const uint last = min(first + pc.token_count, seq_last);
-  if (first == last) return;
-  const uint64_t window_at = (uint64_t(I32Ref(pc.window_slots).v[seq]) * C + c) * past;
-
-  float win[MAX_PAST];  // win[p]: the input p - past tokens before the current one (oldest first)
-  for (uint p = 0; p < past; ++p) win[p] = load(pc.window, window_at + p);
-  const float b = pc.bias == 0ul ? 0.0 : load(pc.bias, c);
-  for (uint t = first; t < last; ++t) {
-    const float xt = load(pc.x, uint64_t(t) * C + c);
-    precise float s = b;
-    for (uint tap = 0; tap < past; ++tap) s = s + load(pc.weight, uint64_t(c) * W + tap) * win[tap];
-    s = s + load(pc.weight, uint64_t(c) * W + past) * xt;
-    store(pc.y, uint64_t(t) * C + c, s / (1.0 + exp(-s)));
-    for (uint p = 0; p + 1 < past; ++p) win[p] = win[p + 1];
-    if (past > 0) win[past - 1] = xt;
+  const int n = I32Ref(pc.cu_tokens).v[seq + 1] - int(seq_first);
+  const uint64_t window_at = (uint64_t(I32Ref(pc.window_slots).v[seq]) * C + c) * PAST;
+  if (pc.part == 1) {  // the last PAST inputs, read before any is written
+    float last[PAST + 1];
+    [[unroll]] for (uint p = 0; p < PAST; ++p) last[p] = input_at(n - int(PAST) + int(p), seq_first, c, window_at);
+    [[unroll]] for (uint p = 0; p < PAST; ++p) store(pc.window, window_at + p, last[p]);
+    return;
   }
-  for (uint p = 0; p < past; ++p) store(pc.window, window_at + p, win[p]);
+  const int first = int(gl_WorkGroupID.y * TOKENS);
+  if (first >= n) return;
+  float win[PAST + 1];  // win[p]: the input PAST - p rows before the current one
+  [[unroll]] for (uint p = 0; p < PAST; ++p) win[p] = input_at(first - int(PAST) + int(p), seq_first, c, window_at);
+  float w[WIDTH];
+  [[unroll]] for (uint tap = 0; tap < WIDTH; ++tap) w[tap] = load(pc.weight, uint64_t(c) * WIDTH + tap);
+  const float b = pc.bias == 0ul ? 0.0 : load(pc.bias, c);
+  const int last = min(first + TOKENS, n);
+  for (int t = first; t < last; ++t) {
+    const float xt = load(pc.x, uint64_t(seq_first + uint(t)) * C + c);
+    precise float s = b;
+    [[unroll]] for (uint tap = 0; tap < PAST; ++tap) s = s + w[tap] * win[tap];
+    s = s + w[PAST] * xt;
+    store(pc.y, uint64_t(seq_first + uint(t)) * C + c, s / (1.0 + exp(-s)));
+    [[unroll]] for (uint p = 0; p + 1 < PAST; ++p) win[p] = win[p + 1];
+    if (PAST > 0) win[PAST - 1] = xt;
+  }
 }

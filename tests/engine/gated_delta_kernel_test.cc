@@ -5,14 +5,14 @@
 // may differ from the C library's: Vulkan allows 3 + 2|x| ulp, here |g| <= 0.23, so ~4e-7
 // relative per step; the update is a contraction (decays <= 1, beta <= 1, |k| = 1), so the
 // differences do not grow along the sequence and stay near that size times the values (<= a few
-// units): 1e-5 absolute bounds them with room (the CPU chunked-vs-recurrent test shows a wrong decay
-// moves outputs by 1e-2).
+// units): 1e-5 absolute bounds them with room (the CPU chunked-vs-recurrent test shows a wrong
+// decay moves outputs by 1e-2).
 //
-// gated_delta_chunked.comp (the chunk form) is compared with the CPU's chunk form and with the
-// recurrence within 1e-4 absolute: the same algebra, its sums in another order (the corrections
-// solved against the state directly, not in two steps), so each chunk adds rounding of sums of at
-// most d_k + 16 terms of size <= 1 (~1e-5) and the contraction keeps it from growing; a wrong
-// decay or coefficient moves outputs by 1e-2 or more.
+// The chunk form (gated_delta_chunk_prepare.comp and gated_delta_chunk_scan.comp) is compared with
+// the CPU's chunk form and with the recurrence within 1e-4 absolute: the same algebra, its sums in
+// another order (the corrections as U - W S, W and U solved first), so each chunk adds rounding of
+// sums of at most d_k + 16 terms of size <= 1 (~1e-5) and the contraction keeps it from growing; a
+// wrong decay or coefficient moves outputs by 1e-2 or more.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +119,10 @@ struct Batch {
     b.sequences = uint32_t(lengths.size()), b.heads = heads, b.d_k = d_k, b.d_v = d_v, b.scale = scale;
     b.max_tokens = uint32_t(*std::max_element(lengths.begin(), lengths.end()));
     GpuBuffer granges = to_gpu(ranges.empty() ? std::vector<int32_t>{0} : ranges);
+    const size_t scratch_floats =
+        size_t(cu.back()) * GatedDeltaRule::chunk_scratch_bytes(heads, d_k, d_v) / 4;
+    GpuBuffer gscratch = to_gpu(std::vector<float>(scratch_floats, 0.0f));
+    b.chunk_scratch = gscratch.address();
     GatedDeltaRule rule(gpu());
     KVTIER_ASSIGN_OR_RETURN(CommandBatch batch, CommandBatch::begin(gpu()));
     if (ranges.empty()) {
@@ -181,6 +185,39 @@ TEST(GatedDeltaKernelTest, TheChunkFormIsTheSameBitsWhateverSharesItsLaunch) {
   const size_t n = alone_out.size(), per_state = size_t(2) * 64 * 64;
   EXPECT_EQ(std::memcmp(both_out.data(), alone_out.data(), n * 4), 0);
   EXPECT_EQ(std::memcmp(both_state.data(), alone_state.data(), per_state * 4), 0);
+}
+
+TEST(GatedDeltaKernelTest, TheChunkFormSplitAtAChunkEdgeGivesTheBitsOfOneCall) {
+  // d_k = d_v = 128 (a full set of column groups); 1900 rows, more chunks than lavapipe's one
+  // launch of the state's pass takes, so that call is cut into stretches too.
+  Batch whole(1, 128, 128, {1900}, {0}, /*decays=*/true, 41);
+  whole.ranges = {5, 1888, 7};
+  std::vector<float> whole_out, whole_state, want_out, want_state;
+  ASSERT_TRUE(whole.gpu_run(whole_out, whole_state).ok());
+  whole.reference(want_out, want_state);
+  EXPECT_LT(max_abs_diff(whole_out, want_out), 1e-4f);
+  EXPECT_LT(max_abs_diff(whole_state, want_state), 1e-4f);
+  // The same rows in two calls, the state carried through memory: rows [0, 965), then the rest.
+  auto part = [&](size_t from, size_t to, std::vector<int32_t> ranges) {
+    Batch p(1, 128, 128, {int32_t(to - from)}, {0}, /*decays=*/true, 41);
+    auto rows = [&](const std::vector<float>& x, size_t width) {
+      return std::vector<float>(x.begin() + from * width, x.begin() + to * width);
+    };
+    p.q = rows(whole.q, 128), p.k = rows(whole.k, 128), p.v = rows(whole.v, 128);
+    p.g = rows(whole.g, 1), p.beta = rows(whole.beta, 1);
+    p.ranges = std::move(ranges);
+    return p;
+  };
+  Batch first = part(0, 965, {5, 960, 0}), second = part(965, 1900, {0, 928, 7});
+  std::vector<float> out1, state1, out2, state2;
+  first.state = whole.state;
+  ASSERT_TRUE(first.gpu_run(out1, state1).ok());
+  second.state = state1;
+  ASSERT_TRUE(second.gpu_run(out2, state2).ok());
+  out1.insert(out1.end(), out2.begin(), out2.end());
+  EXPECT_EQ(std::memcmp(out1.data(), whole_out.data(), whole_out.size() * 4), 0)
+      << "max difference " << max_abs_diff(out1, whole_out);
+  EXPECT_EQ(std::memcmp(state2.data(), whole_state.data(), whole_state.size() * 4), 0);
 }
 
 TEST(GatedDeltaKernelTest, WithoutDecayItGivesTheReferencesBits) {
