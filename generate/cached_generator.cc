@@ -153,7 +153,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
   // The keys point into `tokens`, which must outlive them.
   auto cacheable_keys = [&](const Sequence& s, std::vector<uint32_t>& tokens) {
     tokens.assign(s.tokens.begin(), s.tokens.end());
-    auto keys = hasher_.keys(tokens, {});
+    auto keys = key_memo_.keys(tokens, {});
     keys.resize(std::min(keys.size(), (s.prompt_len - 1) / bs));
     return keys;
   };
@@ -381,7 +381,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     for (Sequence& s : seqs) {
       const size_t computed = s.prompt_len + max_new_tokens - 1;  // the last token has no K/V yet
       const std::vector<uint32_t> tokens(s.tokens.begin(), s.tokens.begin() + computed);
-      auto keys = hasher_.keys(tokens, {});
+      auto keys = key_memo_.keys(tokens, {});
       for (size_t i = 0; i < keys.size(); ++i) {
         if (i < s.restored_block.size() && s.restored_block[i]) continue;
         (void)gpu_.publish(s.table[i], hasher_.identity(keys, i, {}));

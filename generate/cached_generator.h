@@ -20,6 +20,7 @@
 
 #include "cache/plan/hit_planner.h"
 #include "cache/prefix_hasher.h"
+#include "cache/prefix_key_memo.h"
 #include "cache/tiered_cache.h"
 #include "engine/model/llama_model.h"
 #include "tiers/gpu_tier.h"
@@ -85,6 +86,8 @@ class CachedGenerator {
  public:
   CachedGenerator(LlamaModel& model, GpuTier& gpu, TieredCache& cache, PrefixHasher hasher, HitOptions hit = {})
       : model_(model), gpu_(gpu), cache_(cache), hasher_(std::move(hasher)), hit_(std::move(hit)) {}
+  CachedGenerator(const CachedGenerator&) = delete;
+  CachedGenerator& operator=(const CachedGenerator&) = delete;
 
   HitOptions& hit_options() { return hit_; }
   // Times prefills of a synthetic prompt of `tokens` tokens (a short one, its first half, its
@@ -114,6 +117,11 @@ class CachedGenerator {
   GpuTier& gpu_;
   TieredCache& cache_;
   PrefixHasher hasher_;
+  // A request's keys for its hit and, after its first token, for publishing; and the next turn of
+  // a conversation (or a prompt sent again) hashes only what it added: SHA-256 of an 8192-token
+  // prompt is 0.1 ms of a 3.4 ms tiny-model prefill on the H200 host, on the path to the first
+  // token. Refers to hasher_, so the generator does not move.
+  PrefixKeyMemo key_memo_{hasher_};
   HitOptions hit_;
   LogThrottle probe_log_, split_probe_log_;
 };

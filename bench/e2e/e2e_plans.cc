@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "base/metrics/metrics_exporters.h"
 #include "bench/e2e/e2e_support.h"
+#include "bench/harness/gpu_launch_timing.h"
 #include "cache/cache_stack.h"
 #include "generate/cached_generator.h"
 
@@ -17,6 +19,7 @@ constexpr int kBlockSize = kE2eBlockSize;
 // TTFT of one way to bring the prefix in, and what it did.
 struct Measured {
   double ttft = 0;
+  double restore = 0, prefill = 0;  // medians: the host's work before the forward, the forward
   size_t recomputed = 0;  // cached blocks computed instead of loaded (the last repetition's)
   bool deadline = false;  // a load was given up at its deadline in some repetition
   bool identical = true;  // first-token logits equal the uncached run's in every repetition
@@ -54,6 +57,7 @@ std::vector<std::string> plan_columns() {
           "plan / best",
           "predicted load / compute ms",
           "probe ms",
+          "plan restore + prefill ms (uncached prefill)",
           "same logits"};
 }
 
@@ -86,6 +90,17 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"plans", layout->fingerprint(), ""},
                           kBlockSize);
       CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher);
+      // The GPU warmed up before the cost model's calibration and the first row: on a freshly
+      // started H200 host a forward ran 3-10x slower for seconds, the calibration learnt that, and
+      // the first row planned against it (bench/harness/gpu_launch_timing.h).
+      static bool first = true;
+      const auto warm_up_end =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
+      first = false;
+      do {
+        must(gen.generate(prompt, 1, false).status());
+      } while (std::chrono::steady_clock::now() < warm_up_end);
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
       std::vector<float> reference;
@@ -94,27 +109,37 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
           must(stack->evict_gpu());
           if (stack->ssd()) stack->ssd()->flush();
         }
+        // Every run starts from the same idle GPU. A hit's run came right after the eviction and
+        // the SSD's flush (milliseconds without GPU work) and the uncached runs back to back: on
+        // the H200 host a forward started after 30 ms idle took 0.15-0.2 ms longer (tiny, 8192
+        // tokens, same GPU time), which the SSD row's plan / min had counted against the plan.
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
         gen.hit_options() = hit;
         // The first token's time, not the call's: publishing the computed blocks comes after it.
         Generation out = must(gen.generate(prompt, 1, use_cache));
         const double ttft = out.first_token_seconds;
         if (reference.empty()) reference = out.logits[0];
         return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed,
-                               out.logits[0] == reference, out.cached_tokens, out.plan);
+                               out.logits[0] == reference, out.cached_tokens, out.plan,
+                               std::make_pair(out.restore_seconds, out.prefill_seconds));
       };
       auto measure = [&](bool use_cache, const HitOptions& hit) {
         Measured m;
-        std::vector<double> t;
+        std::vector<double> t, restore, prefill;
         for (int r = 0; r < o.reps; ++r) {
-          auto [ttft, recomputed, deadline, same, cached, plan] = run(use_cache, hit);
+          auto [ttft, recomputed, deadline, same, cached, plan, parts] = run(use_cache, hit);
           m.plan = plan;
           m.fewest_cached_tokens = std::min(m.fewest_cached_tokens, cached);
           t.push_back(ttft);
+          restore.push_back(parts.first);
+          prefill.push_back(parts.second);
           m.recomputed = recomputed;
           m.deadline = m.deadline || deadline;
           m.identical = m.identical && same;
         }
         m.ttft = median(t);
+        m.restore = median(restore);
+        m.prefill = median(prefill);
         return m;
       };
       run(false, {});  // warm-up, and the reference logits
@@ -156,18 +181,20 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       for (const bool b : sweep_identical) sweep_same = sweep_same && b;
       const bool same = uncached.identical && load_only.identical && sweep_same && plan.identical &&
                         probe.identical;
-      report.add_row({o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft),
-                      ms(load_only.ttft),
-                      ms(plan.ttft) + " (" + std::to_string(plan.recomputed) +
-                          (plan.deadline ? ", deadline" : "") + ")",
-                      ms(best.ttft) + " (" + std::to_string(best_s) + ")",
-                      fmt_double(plan.ttft / floor, 2), fmt_double(plan.ttft / best.ttft, 2),
-                      (plan.plan.load_only ? ms(*plan.plan.load_only) : "?") + " / " +
-                          (plan.plan.compute_only ? ms(*plan.plan.compute_only) : "?"),
-                      ms(probe.ttft) + (!probe.plan.probe ? " (no probe)"
-                                        : probe.deadline  ? " (deadline)"
-                                                          : " (loaded)"),
-                      same ? "yes" : "NO"});
+      report.add_row(
+          {o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft),
+           ms(load_only.ttft),
+           ms(plan.ttft) + " (" + std::to_string(plan.recomputed) +
+               (plan.deadline ? ", deadline" : "") + ")",
+           ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
+           fmt_double(plan.ttft / best.ttft, 2),
+           (plan.plan.load_only ? ms(*plan.plan.load_only) : "?") + " / " +
+               (plan.plan.compute_only ? ms(*plan.plan.compute_only) : "?"),
+           ms(probe.ttft) + (!probe.plan.probe ? " (no probe)"
+                             : probe.deadline  ? " (deadline)"
+                                               : " (loaded)"),
+           ms(plan.restore) + " + " + ms(plan.prefill) + " (" + ms(uncached.prefill) + ")",
+           same ? "yes" : "NO"});
     }
   }
 }

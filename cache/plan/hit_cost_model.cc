@@ -194,6 +194,24 @@ void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double sec
   const auto x = prefill_inputs(tokens, context);
   std::optional<double> estimate;
   if (const auto c = prefill_.fit()) estimate = evaluate(*c, x);
+  const bool low = estimate && *estimate > 0 && seconds * kOutlierFactor < *estimate;
+  if (low && prefill_low_.any) {
+    // Scaled, not started over: three coefficients need three kinds of prefill, and a server
+    // (or a benchmark) may see one prompt length for a long while. evaluate() is linear in a
+    // positive factor, so the estimates at these two prefills become their geometric mean's.
+    const double r = std::sqrt((prefill_low_.y / prefill_low_.estimate) * (seconds / *estimate));
+    outlier_log_.info(
+        "hit cost model: a prefill took {:.3f} ms against an estimate of {:.3f} ms, the second in "
+        "a "
+        "row under a third of it: the prefill estimates scaled by {:.3f}",
+        seconds * 1e3, *estimate * 1e3, r);
+    prefill_.scale(r);
+    prefill_low_.any = false;
+    prefill_held_.any = false;
+    prefill_.add(x, seconds);
+    return;
+  }
+  prefill_low_ = low ? Held<3>{true, x, seconds, *estimate} : Held<3>{};
   add_guarded(prefill_, prefill_held_, estimate, x, seconds, prefill_dropped_, "prefill");
 }
 

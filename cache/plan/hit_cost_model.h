@@ -53,6 +53,11 @@ class DecayingLeastSquares {
   std::optional<std::array<double, N>> fit() const;
   // Only the last input's coefficient, the others zero: for samples that never varied the rest.
   std::optional<std::array<double, N>> fit_through_origin() const;
+  // Every sample's y times r, so the fit's coefficients are r times theirs: the same shape at
+  // another speed.
+  void scale(double r) {
+    for (double& v : xy_) v *= r;
+  }
   uint64_t samples() const { return samples_; }
 
  private:
@@ -71,7 +76,10 @@ class HitCostModel {
   // made it several times its successors on the H100, and a least-squares fit of three samples
   // kept a third of that error (a 2048-token RAM hit was then planned as a recompute).
   void observe_restore(size_t tier, uint64_t bytes, double seconds);
-  // A prefill computed `tokens` rows after `context` cached ones in `seconds`.
+  // A prefill computed `tokens` rows after `context` cached ones in `seconds`. Two in a row under
+  // a third of their estimates scale the whole fit down to them: the GPU is faster than the fit
+  // learnt (one calibrated while a freshly started GPU ran 3-10x slow, whose fit then put a
+  // 2048-token prefill at 1.2 s against 1.5 ms measured, and planned every hit as a load).
   void observe_prefill(uint64_t tokens, uint64_t context, double seconds);
 
   std::optional<double> restore_seconds(size_t tier, uint64_t bytes) const;
@@ -166,6 +174,8 @@ class HitCostModel {
   // seconds ~ a + b * tokens + c * tokens * (context + tokens / 2): the attention's pairs
   DecayingLeastSquares<3> prefill_;
   Held<3> prefill_held_;
+  Held<3>
+      prefill_low_;  // a prefill far below its estimate: the next one says if the GPU got faster
   double overlap_ = 1.0;  // a moving average of split overlaps' time over their prediction
   uint64_t prefill_dropped_ = 0, restore_dropped_ = 0;
   LogThrottle outlier_log_;

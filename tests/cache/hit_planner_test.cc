@@ -230,6 +230,25 @@ TEST(HitPlannerTest, ATierWhoseBlocksKeepBeingComputedIsProbedWithAPureLoad) {
 // A probe that finds the tier far faster than believed asks for another at once, and two such
 // restores in a row replace the tier's estimate: with the default decay, old samples would
 // outweigh new ones for dozens of restores, and a tier believed slow is loaded only by probes.
+// A fit learnt while the GPU ran slow (a freshly started one, calibrated in its first seconds)
+// must come down when prefills run fast: two in a row under a third of the estimate scale it.
+// One alone is kept as a sample, not trusted as a new speed.
+TEST(HitCostModelTest, TwoPrefillsInARowFarBelowTheEstimateScaleItDown) {
+  HitCostModel m;
+  auto cost = [](double t, double ctx) { return 0.0003 + 1e-6 * t + 1e-10 * t * (ctx + t / 2); };
+  for (auto [t, ctx] :
+       {std::pair{64, 0}, {1024, 0}, {1024, 1024}, {64, 0}, {1024, 0}, {1024, 1024}})
+    m.observe_prefill(t, ctx, 8 * cost(t, ctx));  // calibrated slow
+  EXPECT_NEAR(*m.prefill_seconds(2048, 0), 8 * cost(2048, 0), 1e-9);
+  m.observe_prefill(2048, 0, cost(2048, 0));
+  EXPECT_GT(*m.prefill_seconds(2048, 0), 2 * cost(2048, 0))
+      << "one fast prefill is not a new speed";
+  m.observe_prefill(2048, 0, cost(2048, 0));
+  EXPECT_LT(*m.prefill_seconds(2048, 0), 1.5 * cost(2048, 0));
+  EXPECT_LT(*m.prefill_seconds(8192, 8192), 1.5 * cost(8192, 8192)) << "the fit's shape is kept";
+  EXPECT_GT(*m.prefill_seconds(8192, 8192), 0.5 * cost(8192, 8192));
+}
+
 TEST(HitCostModelTest, TwoRestoresInARowFarBelowTheEstimateReplaceIt) {
   const std::vector<int> ssd(4, 2);
   Costs c(20, 0.001, 1e6);
