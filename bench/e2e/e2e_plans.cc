@@ -93,14 +93,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       // The GPU warmed up before the cost model's calibration and the first row: on a freshly
       // started H200 host a forward ran 3-10x slower for seconds, the calibration learnt that, and
       // the first row planned against it (bench/harness/gpu_launch_timing.h).
-      static bool first = true;
-      const auto warm_up_end =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
-      first = false;
-      do {
-        must(gen.generate(prompt, 1, false).status());
-      } while (std::chrono::steady_clock::now() < warm_up_end);
+      warm_up([&] { must(gen.generate(prompt, 1, false).status()); });
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
       std::vector<float> reference;

@@ -34,6 +34,19 @@ inline std::unique_ptr<VulkanContext> vulkan_or_exit() {
 inline constexpr double kWarmUpSeconds = 0.25;
 inline constexpr double kFirstWarmUpSeconds = 10.0;
 
+// Runs `launch` (at least once) for kWarmUpSeconds, or kFirstWarmUpSeconds the first time in the
+// process: pipelines, scratch, and the GPU itself. Errors are left to the caller's launch.
+template <typename F>
+void warm_up(F launch) {
+  static bool first = true;  // one per F: each table warms up long before its first row
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
+  first = false;
+  do {
+    launch();
+  } while (std::chrono::steady_clock::now() < end);
+}
+
 // Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each: between
 // `timer`'s timestamps around the calls, or with no timer (--host-timed, or a device without
 // timestamps) the host's submit-and-wait. Submissions of `record` run for kWarmUpSeconds first

@@ -312,6 +312,8 @@ void HitCostModel::set_prefill(double fixed_seconds, double seconds_per_token,
                                double seconds_per_token_pair) {
   std::lock_guard lock(mu_);
   prefill_ = DecayingLeastSquares<3>(kDecay);
+  prefill_held_.any = false;
+  prefill_low_.any = false;
   for (auto [t, ctx] : {std::pair<uint64_t, uint64_t>{16, 0}, {1024, 0}, {1024, 8192}}) {
     const double pairs =
         static_cast<double>(t) * (static_cast<double>(ctx) + static_cast<double>(t) / 2);
