@@ -87,6 +87,13 @@ Result<InsertOutcome> RamTier::insert(BlockRef block) {
       assert(v && "unpinned bytes suffice, so the policy has a victim");
       evict_locked(*v, victims);
     }
+    if (const uint64_t changes = policy_->active_changes(); changes != policy_changes_logged_) {
+      policy_changes_logged_ = changes;
+      policy_change_log_.info(
+          "{} tier: eviction now follows {} (change {}): its simulation at this tier's size hit "
+          "more over the last tier-fulls",
+          options_.name, policy_->active(), changes);
+    }
     const BlockHash hash = block->hash();
     if (is_state_record(*block)) policy_->inserted_snapshot(hash, block->identity().parent_hash, bytes);
     else policy_->inserted(hash, block->identity().parent_hash, bytes);

@@ -113,6 +113,10 @@ class RamTier final : public Tier {
   NamespaceUsage namespaces_;  // quotas: charged and released under mu_, with the rest
   RamTierMetrics metrics_;
   LogThrottle quantize_skip_log_;
+  // Adaptive eviction's changes of the candidate it follows: each logged (at most one line a
+  // minute, the rest counted into it), beside kvtier_ram_eviction_changes_total.
+  uint64_t policy_changes_logged_ = 0;  // guarded by mu_
+  LogThrottle policy_change_log_{std::chrono::minutes(1)};
 };
 
 }  // namespace kvtier

@@ -1,7 +1,11 @@
 // Adaptive eviction inside a real RamTier, against its two candidates run alone on the same
 // requests: it follows the one that suits the traffic, changes when the traffic does, and never
 // changes on traffic both suit alike.
+#include <sstream>
+
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "tests/support/test_blocks.h"
 #include "tiers/ram_tier.h"
@@ -96,7 +100,14 @@ TEST_F(AdaptiveEvictionTest, FollowsS3FifoWhereItHitsMoreAndKeepsMostOfItsHits) 
   const size_t later = requests.size() / 2;
   const Outcome chain = replay("chain-lru", requests, later, 40);
   const Outcome s3 = replay("s3fifo", requests, later, 40);
+  std::ostringstream log;  // an operator is told of the change
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
   const Outcome adaptive = replay("adaptive", requests, later, 40);
+  spdlog::set_default_logger(previous);
+  EXPECT_NE(log.str().find("tier: eviction now follows s3fifo (change 1)"), std::string::npos)
+      << log.str();
   // chain-lru finds the hot prompts only on their second asking, S3-FIFO on both.
   ASSERT_GT(s3.hits * 2, chain.hits * 3)
       << "the trace must favour S3-FIFO for this test to mean anything";
