@@ -120,7 +120,7 @@ namespace {
 
 struct CausalConvParams {
   uint64_t x, weight, bias, window, y, cu_tokens, window_slots;
-  uint32_t channels, part;
+  uint32_t channels, part, block_begin, pad;
 };
 
 }  // namespace
@@ -139,17 +139,17 @@ Status CausalConv1d::record(CommandBatch& batch, const CausalConvBatch& b) {
   }
   // Outputs: every 16 rows of every sequence at once (kernel's TOKENS). Then, once all have read
   // the windows, the windows.
-  constexpr uint32_t kTokens = 16;
-  const uint32_t groups = (b.channels + 63) / 64;
-  batch.dispatch(*pipeline_,
-                 CausalConvParams{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
-                                  b.channels, 0},
-                 groups, (b.max_tokens + kTokens - 1) / kTokens, b.sequences);
+  constexpr uint32_t kTokens = 16, kGridY = 65535;
+  const uint32_t groups = (b.channels + 63) / 64, blocks = (b.max_tokens + kTokens - 1) / kTokens;
+  for (uint32_t begin = 0; begin < blocks; begin += kGridY) {  // no barrier: disjoint rows
+    const CausalConvParams p{
+        b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots, b.channels, 0, begin, 0};
+    batch.dispatch(*pipeline_, p, groups, std::min(kGridY, blocks - begin), b.sequences);
+  }
   batch.barrier();
-  batch.dispatch(*pipeline_,
-                 CausalConvParams{b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots,
-                                  b.channels, 1},
-                 groups, 1, b.sequences);
+  const CausalConvParams windows{
+      b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots, b.channels, 1, 0, 0};
+  batch.dispatch(*pipeline_, windows, groups, 1, b.sequences);
   return ok_status();
 }
 

@@ -25,6 +25,8 @@ layout(push_constant) uniform Params {
   uint64_t window_slots; // i32 [sequences]
   uint channels;
   uint part;             // 0: outputs (grid y: blocks of TOKENS rows); 1: the windows
+  uint block_begin;      // outputs: the launch's first block of rows (grid y counts from it)
+  uint pad;
 } pc;
 
 float load(uint64_t base, uint64_t i) { return F32Ref(base).v[uint(i)]; }
@@ -50,7 +52,7 @@ void main() {
     [[unroll]] for (uint p = 0; p < PAST; ++p) store(pc.window, window_at + p, last[p]);
     return;
   }
-  const int first = int(gl_WorkGroupID.y * TOKENS);
+  const int first = int((pc.block_begin + gl_WorkGroupID.y) * TOKENS);
   if (first >= n) return;
   float win[PAST + 1];  // win[p]: the input PAST - p rows before the current one
   [[unroll]] for (uint p = 0; p < PAST; ++p) win[p] = input_at(first - int(PAST) + int(p), seq_first, c, window_at);
