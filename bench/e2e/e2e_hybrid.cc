@@ -80,7 +80,7 @@ void bench_hybrid(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
     // Pipelines compiled, scratch allocated, and the GPU itself warmed up: in a freshly started
     // H200 host's first seconds this table's first row read 51.2 ms where one forward's GPU stages
     // summed to 12.8 (bench/harness/gpu_launch_timing.h).
-    warm_up([&] { must(ram_stack->gen->generate(prompt, 1, false).status()); });
+    must(warm_up([&] { return ram_stack->gen->generate(prompt, 1, false).status(); }));
     for (int r = 0; r < reps; ++r) run(*ram_stack, false, cases[0]);
     must(ram_stack->gen->generate(prompt, 1, true)
              .status());  // publishes the blocks and the snapshot

@@ -93,7 +93,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       // The GPU warmed up before the cost model's calibration and the first row: on a freshly
       // started H200 host a forward ran 3-10x slower for seconds, the calibration learnt that, and
       // the first row planned against it (bench/harness/gpu_launch_timing.h).
-      warm_up([&] { must(gen.generate(prompt, 1, false).status()); });
+      must(warm_up([&] { return gen.generate(prompt, 1, false).status(); }));
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
       std::vector<float> reference;
@@ -104,8 +104,9 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         }
         // Every run starts from the same idle GPU. A hit's run came right after the eviction and
         // the SSD's flush (milliseconds without GPU work) and the uncached runs back to back: on
-        // the H200 host a forward started after 30 ms idle took 0.15-0.2 ms longer (tiny, 8192
-        // tokens, same GPU time), which the SSD row's plan / min had counted against the plan.
+        // the H200 host an uncached forward started after 30 ms idle took 0.15-0.2 ms longer
+        // (tiny, 8192 tokens, wall time), which the SSD row's plan / min had counted against the
+        // plan.
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         gen.hit_options() = hit;
         // The first token's time, not the call's: publishing the computed blocks comes after it.

@@ -62,7 +62,7 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       // Warm-up: pipelines, scratch, and the GPU itself (bench/harness/gpu_launch_timing.h says
       // why the first one is long): forwards for kWarmUpSeconds, kFirstWarmUpSeconds the first
       // time.
-      warm_up([&] { must(model->forward(b, *pool).status()); });
+      must(warm_up([&] { return model->forward(b, *pool).status(); }));
       // Round by round: PyTorch's forward, then ours, so both see the GPU in the same state.
       std::vector<double> wall, gpu, torch_ms;
       for (int r = 0; r < o.reps; ++r) {

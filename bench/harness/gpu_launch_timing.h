@@ -34,17 +34,19 @@ inline std::unique_ptr<VulkanContext> vulkan_or_exit() {
 inline constexpr double kWarmUpSeconds = 0.25;
 inline constexpr double kFirstWarmUpSeconds = 10.0;
 
-// Runs `launch` (at least once) for kWarmUpSeconds, or kFirstWarmUpSeconds the first time in the
-// process: pipelines, scratch, and the GPU itself. Errors are left to the caller's launch.
+// Runs `launch` (a Status) at least once and for kWarmUpSeconds, or kFirstWarmUpSeconds the first
+// time at this call site: pipelines, scratch, and the GPU itself. The first error ends it.
 template <typename F>
-void warm_up(F launch) {
-  static bool first = true;  // one per F: each table warms up long before its first row
+Status warm_up(F launch) {
+  static bool first =
+      true;  // one per F, so per call site: each table warms up before its first row
   const auto end = std::chrono::steady_clock::now() +
                    std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
   first = false;
   do {
-    launch();
+    KVTIER_RETURN_IF_ERROR(launch());
   } while (std::chrono::steady_clock::now() < end);
+  return ok_status();
 }
 
 // Seconds per call of `record`, median of `reps` submissions of `per_submit` calls each: between
@@ -55,15 +57,11 @@ template <typename F>
 Result<double> time_launches(VulkanContext& ctx, GpuTimer* timer, int per_submit, int reps,
                              F record) {
   using Clock = std::chrono::steady_clock;
-  static bool first = true;
-  const auto warm_up_end =
-      Clock::now() + std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
-  first = false;
-  do {
+  KVTIER_RETURN_IF_ERROR(warm_up([&]() -> Status {
     KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));
     KVTIER_RETURN_IF_ERROR(record(b));
-    KVTIER_RETURN_IF_ERROR(b.submit_and_wait());
-  } while (Clock::now() < warm_up_end);
+    return b.submit_and_wait();
+  }));
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
     KVTIER_ASSIGN_OR_RETURN(CommandBatch b, CommandBatch::begin(ctx));

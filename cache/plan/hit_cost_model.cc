@@ -201,13 +201,11 @@ void HitCostModel::observe_prefill(uint64_t tokens, uint64_t context, double sec
     // positive factor, so the estimates at these two prefills become their geometric mean's.
     const double r = std::sqrt((prefill_low_.y / prefill_low_.estimate) * (seconds / *estimate));
     outlier_log_.info(
-        "hit cost model: a prefill took {:.3f} ms against an estimate of {:.3f} ms, the second in "
-        "a "
-        "row under a third of it: the prefill estimates scaled by {:.3f}",
+        "hit cost model: a prefill took {:.3f} ms against an estimate of {:.3f} ms, the second "
+        "in a row under a third of it: the prefill estimates scaled by {:.3f}",
         seconds * 1e3, *estimate * 1e3, r);
     prefill_.scale(r);
-    prefill_low_.any = false;
-    prefill_held_.any = false;
+    prefill_low_.any = false;  // (a held slow sample was settled by the first low one)
     prefill_.add(x, seconds);
     return;
   }

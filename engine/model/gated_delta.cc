@@ -63,12 +63,13 @@ Status GatedDeltaRule::record_chunks(CommandBatch& batch, const GatedDeltaBatch&
         chunk_scan_, ctx_.pipeline("gated_delta_chunk_scan", {b.d_k}, sizeof(ChunkScanParams)));
     chunked_dk_ = b.d_k;
   }
-  // Every chunk of every sequence at once (grid x is chunks, at most 65535 a launch).
-  constexpr uint32_t kGridX = 65535;
-  for (uint32_t begin = 0; begin < b.max_chunks; begin += kGridX) {
+  // Every chunk of every sequence at once (grid x is chunks: as many a launch as the device takes,
+  // at least Vulkan's minimum of 65535).
+  const uint32_t grid_x = std::max(65535u, ctx_.info().max_workgroup_count[0]);
+  for (uint32_t begin = 0; begin < b.max_chunks; begin += grid_x) {
     const ChunkPrepareParams p{b.q,         b.k,      b.v,     b.g,   b.beta, b.chunk_scratch,
                                b.cu_tokens, b.ranges, b.heads, b.d_v, begin,  0};
-    batch.dispatch(*chunk_prepare_, p, std::min(kGridX, b.max_chunks - begin), b.heads,
+    batch.dispatch(*chunk_prepare_, p, std::min(grid_x, b.max_chunks - begin), b.heads,
                    b.sequences);
   }
   batch.barrier();
@@ -139,12 +140,13 @@ Status CausalConv1d::record(CommandBatch& batch, const CausalConvBatch& b) {
   }
   // Outputs: every 16 rows of every sequence at once (kernel's TOKENS). Then, once all have read
   // the windows, the windows.
-  constexpr uint32_t kTokens = 16, kGridY = 65535;
+  constexpr uint32_t kTokens = 16;
+  const uint32_t grid_y = std::max(65535u, ctx_.info().max_workgroup_count[1]);
   const uint32_t groups = (b.channels + 63) / 64, blocks = (b.max_tokens + kTokens - 1) / kTokens;
-  for (uint32_t begin = 0; begin < blocks; begin += kGridY) {  // no barrier: disjoint rows
+  for (uint32_t begin = 0; begin < blocks; begin += grid_y) {  // no barrier: disjoint rows
     const CausalConvParams p{
         b.x, b.weight, b.bias, b.window, b.y, b.cu_tokens, b.window_slots, b.channels, 0, begin, 0};
-    batch.dispatch(*pipeline_, p, groups, std::min(kGridY, blocks - begin), b.sequences);
+    batch.dispatch(*pipeline_, p, groups, std::min(grid_y, blocks - begin), b.sequences);
   }
   batch.barrier();
   const CausalConvParams windows{

@@ -338,6 +338,11 @@ TEST(GatedDeltaKernelTest, RefusesHeadDimsPastItsRegisters) {
   EXPECT_EQ(rule.record(batch, b).code(), StatusCode::kInvalidArgument);
   b.d_k = 64, b.d_v = 0;
   EXPECT_EQ(rule.record(batch, b).code(), StatusCode::kInvalidArgument);
+  // The chunk form needs its ranges and scratch, and d_k in multiples of 16.
+  b.d_v = 64, b.max_chunks = 1, b.ranges = 0x1000;
+  EXPECT_EQ(rule.record_chunks(batch, b).code(), StatusCode::kInvalidArgument) << "no scratch";
+  b.chunk_scratch = 0x2000, b.d_k = 24;
+  EXPECT_EQ(rule.record_chunks(batch, b).code(), StatusCode::kInvalidArgument) << "d_k 24";
 }
 
 }  // namespace
