@@ -410,6 +410,14 @@ int main(int argc, char** argv) {
   app.add_option("--sweep-deadline", sweep_deadline,
                  "Hit-plan table: give the sweep's loads up after this multiple of their predicted "
                  "time (0: never)");
+  int plan_pause_ms = 0, plan_busy_ms = 30;
+  app.add_option("--plan-pause-ms", plan_pause_ms,
+                 "Hit-plan table: idle milliseconds before every run")
+      ->capture_default_str();
+  app.add_option("--plan-busy-ms", plan_busy_ms,
+                 "Hit-plan table: then milliseconds of other forwards, so every run starts on a "
+                 "GPU at work")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const HitPolicy policy = must(parse_hit_policy(hit_policy));
   for (int p : prompts) {
@@ -533,7 +541,9 @@ int main(int argc, char** argv) {
                         reps,
                         sweep_points,
                         dir,
-                        sweep_deadline};
+                        sweep_deadline,
+                        plan_pause_ms,
+                        plan_busy_ms};
     Report r("e2e, " + m + " Llama (BF16 KV), whole prefix cached: TTFT by how it reaches the GPU",
              plan_columns());
     bench_plans(*ctx, po, r);

@@ -24,6 +24,12 @@ struct PlanBenchOptions {
   // The sweep's loads are given up after this multiple of their predicted time (0: never): with a
   // tiny factor every split becomes "front computed, the rest computed as a second chunk".
   double sweep_deadline_factor = 0;
+  // Before every run (uncached or hit alike, after a hit's eviction and flush): this long idle,
+  // then this long of short forwards on a pool of their own, so every run starts from the same
+  // GPU state. Idle alone measured the GPU's wake-up: after 200 ms idle a 16-token forward took
+  // 2.9 ms, not 0.5 (H200; docs/benchmarks.md).
+  int pause_ms = 0;
+  int busy_ms = 30;
 };
 
 // Appends one row per (prompt, source) to `report`, whose columns are plan_columns().

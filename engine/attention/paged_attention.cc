@@ -179,7 +179,8 @@ PagedAttentionVarlen::Path PagedAttentionVarlen::default_path(const VulkanContex
 }
 
 Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const PagedKvView& cache,
-                                                                     uint32_t gqa) const {
+                                                                     uint32_t gqa,
+                                                                     uint32_t max_q_rows) const {
   const DeviceInfo& info = ctx_.info();
   if (preferred_ == Path::kCoopMat2 && info.coopmat2 && cache.head_dim % 16 == 0 && cache.head_dim <= 128 &&
       kCoopMat2Rows % gqa == 0) {
@@ -215,7 +216,15 @@ Result<PagedAttentionVarlen::Launch> PagedAttentionVarlen::configure(const Paged
         const uint32_t subgroups = rb * gqa;
         if (subgroups * 32 <= info.max_workgroup_invocations &&
             shared_bytes(chunk) <= info.max_shared_memory) {
-          return Launch{Path::kCoopMat, subgroups * 32, 16 * rb, 0, rb, chunk};
+          // A launch whose sequences are all shorter than a tile (a suffix after a restored
+          // prefix) takes only the row blocks its rows need: the others would compute masked rows
+          // on the same tensor cores, beside every chunk the real ones wait for. A row's bits do
+          // not depend on its tile, so this is free to follow the batch. A GPU hit's 16 rows over
+          // 8176 cached tokens (tiny, H200): the forward's GPU time 0.536 -> 0.490 ms. Narrower
+          // tiles for long prompts lose: 1B shape, 8192 tokens 177 -> 134 TFLOP/s with 2 blocks
+          // (2048 tokens: 94 -> 97 with 2, 100 with 1; docs/benchmarks.md).
+          while (max_q_rows > 0 && rb > 1 && 16 * (rb / 2) >= max_q_rows) rb /= 2;
+          return Launch{Path::kCoopMat, rb * gqa * 32, 16 * rb, 0, rb, chunk};
         }
         if (rb == 1) break;
       }
@@ -260,8 +269,11 @@ Result<std::shared_ptr<ComputePipeline>> PagedAttentionVarlen::varlen_pipeline(
     // load of K and one of V per invocation (head_dim 64, 512 invocations): 1B shape, bf16
     // staged, 8192 / 32768 tokens 166 / 179 -> 178 / 187 TFLOP/s (H200, engine_bench, same call).
     // At head_dim 128 (four loads of each) they spilled registers and ran slower (see the kernel).
+    // A narrower workgroup (a short suffix's, one row block per head) loads up to four of each at
+    // head_dim 64: 32 registers more, where each of its threads may hold twice as many or more.
     const uint32_t epl = cache.dtype == DType::kF32 ? 4 : 8;
-    const uint32_t lookahead = l.chunk * (cache.head_dim / epl) <= l.wg ? 1 : 0;
+    const uint32_t loads = (l.chunk * (cache.head_dim / epl) + l.wg - 1) / l.wg;
+    const uint32_t lookahead = loads == 1 || (loads <= 4 && cache.head_dim <= 64) ? 1 : 0;
     const char* kernel = ctx_.info().coopmat_khr ? "paged_attention_varlen_khr" : "paged_attention_varlen_coopmat";
     return ctx_.pipeline(
         kernel,
@@ -284,9 +296,17 @@ std::string PagedAttentionVarlen::pipeline_statistics(const PagedKvView& cache, 
   return p.ok() ? (*p)->statistics() : p.status().to_string();
 }
 
+uint32_t PagedAttentionVarlen::longest_rows(const VarlenBatch& b) {
+  int32_t most = 0;
+  for (size_t s = 0; s + 1 < b.host_cu_seqlens_q.size(); ++s) {
+    most = std::max(most, b.host_cu_seqlens_q[s + 1] - b.host_cu_seqlens_q[s]);
+  }
+  return static_cast<uint32_t>(most);
+}
+
 bool PagedAttentionVarlen::stages(const PagedKvView& cache, const VarlenBatch& b) const {
   if (!check_shapes(b.num_heads, cache).ok()) return false;
-  const auto launch = configure(cache, b.num_heads / cache.num_kv_heads);
+  const auto launch = configure(cache, b.num_heads / cache.num_kv_heads, longest_rows(b));
   return launch.ok() && stages(cache, b, *launch);
 }
 
@@ -314,7 +334,7 @@ Status PagedAttentionVarlen::record(CommandBatch& batch, const VarlenBatch& b,
   KVTIER_RETURN_IF_ERROR(check_shapes(b.num_heads, cache));
   if (b.host_cu_seqlens_q.size() < 2) return ok_status();
   const uint32_t gqa = b.num_heads / cache.num_kv_heads;
-  KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa));
+  KVTIER_ASSIGN_OR_RETURN(const Launch launch, configure(cache, gqa, longest_rows(b)));
   if (b.out_half && !writes_half(launch.path)) {
     return invalid_argument(std::string("attention: f16 output rows on the ") +
                             path_name(launch.path) +

@@ -154,7 +154,9 @@ class PagedAttentionVarlen {
     uint32_t row_blocks;  // cooperative matrices: 16-row blocks per tile
     uint32_t chunk;       // cooperative matrices: keys per K/V chunk in shared memory
   };
-  Result<Launch> configure(const PagedKvView& cache, uint32_t gqa) const;
+  // max_q_rows: the most query rows one sequence of the launch has (0: unknown, the widest tile).
+  Result<Launch> configure(const PagedKvView& cache, uint32_t gqa, uint32_t max_q_rows = 0) const;
+  static uint32_t longest_rows(const VarlenBatch& b);
   bool stages(const PagedKvView& cache, const VarlenBatch& b, const Launch& launch) const;
   // staged: `cache` is a KvHalfStaging copy, its block table the identity the kernel can compute.
   Result<std::shared_ptr<ComputePipeline>> varlen_pipeline(const PagedKvView& cache, uint32_t gqa,

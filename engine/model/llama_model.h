@@ -80,6 +80,9 @@ class LlamaModel {
   // the GPU's clock (two timestamps per batch, or one per stage with by_stage): for benchmarks.
   const ForwardTiming& last_timing() const { return last_timing_; }
   Status time_on_gpu(bool on, bool by_stage = false);
+  // RoPE and the KV-cache write as one launch (rope_cache.comp) where head_dim % 8 == 0: on by
+  // default; the same bits either way, off so tests and benchmarks can compare.
+  void set_fused_rope_cache(bool on) { fused_rope_cache_ = on; }
 
  private:
   struct LayerWeights {
@@ -136,6 +139,7 @@ class LlamaModel {
   // Attention writes f16 rows (VarlenBatch::out_half) into x16_ for the output projection: no f32
   // attn_ rows, no to_half pass.
   bool attn_half_ = false;
+  bool fused_rope_cache_ = true;
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;

@@ -9,12 +9,14 @@
 //   the other way: one ulp of the KV dtype (u = 2^-8 for BF16, 2^-11 for F16). Measured worst:
 //   6.9e-3 = 1.8u for BF16 and 2.4e-3 = 5.0u for F16. 8u bounds both with margin.
 // The greedy choices are tested exactly: their top-2 logit gap is at least 0.47 on these prompts.
+#include <cstring>
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/blocks/block_transfer.h"
 #include "engine/blocks/gpu_block_pool.h"
 #include "engine/model/llama_model.h"
 #include "engine/reference/reference_llama.h"
@@ -124,6 +126,60 @@ class LlamaModelTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LlamaModelTest, GpuLogitsMatchTheCpuReferenceAndTokensMatchTheGoldens) {
   for (PagedAttentionVarlen::Path path : testing::compute_paths()) expect_model_matches_reference(GetParam(), path);
+}
+
+// Every block's K/V bytes, all layers, gathered in block order; with `zero`, every block zeroed
+// instead (so slots a run does not write compare equal).
+std::vector<uint8_t> cache_bytes(GpuBlockPool& pool, bool zero = false) {
+  auto transfer = BlockTransfer::create(gpu(), pool.layers());
+  EXPECT_TRUE(transfer.ok()) << transfer.status().to_string();
+  std::vector<int32_t> ids(pool.num_blocks());
+  for (uint32_t i = 0; i < pool.num_blocks(); ++i) ids[i] = static_cast<int32_t>(i);
+  GpuBuffer gids = testing::to_gpu(ids);
+  GpuBuffer staging = testing::gpu_zeros(ids.size() * transfer->block_bytes());
+  auto batch = std::move(CommandBatch::begin(gpu())).value();
+  EXPECT_TRUE((zero ? transfer->record_scatter(batch, staging.address(), gids.address(), ids.size())
+                    : transfer->record_gather(batch, gids.address(), ids.size(), staging.address()))
+                  .ok());
+  EXPECT_TRUE(batch.submit_and_wait().ok());
+  return testing::from_gpu<uint8_t>(staging, ids.size() * transfer->block_bytes());
+}
+
+// RoPE and the cache write in one launch (rope_cache.comp) give the bits rope then
+// reshape_and_cache give: the same logits through a prefill and decode steps, and the same bytes
+// in every cache block (the blocks' slots, not just the logits they lead to).
+TEST_P(LlamaModelTest, RopeAndTheCacheWriteInOneLaunchGiveTheBitsOfTwo) {
+  const LlamaConfig config = LlamaConfig::tiny();
+  ASSERT_EQ(config.head_dim % 8, 0) << "the fused launch needs 4-pair units";
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  const auto prompt = testing::golden_prompts().back();
+  for (PagedAttentionVarlen::Path path : testing::compute_paths()) {
+    SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
+    std::vector<GpuRun> runs;
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const bool fused : {true, false}) {
+      auto model = std::move(LlamaModel::create(gpu(), config, weights, path)).value();
+      model->set_fused_rope_cache(fused);
+      auto pool =
+          std::move(GpuBlockPool::create(
+                        gpu(), testing::share_layout(config.kv_layout(GetParam(), 16)), {16, 0}))
+              .value();
+      cache_bytes(*pool, /*zero=*/true);
+      runs.push_back(generate_on_gpu(*model, *pool, prompt, 3));
+      bytes.push_back(cache_bytes(*pool));
+    }
+    EXPECT_EQ(runs[0].tokens, runs[1].tokens);
+    ASSERT_EQ(runs[0].logits.size(), runs[1].logits.size());
+    for (size_t s = 0; s < runs[0].logits.size(); ++s) {
+      EXPECT_EQ(std::memcmp(runs[0].logits[s].data(), runs[1].logits[s].data(),
+                            runs[0].logits[s].size() * 4),
+                0)
+          << "step " << s;
+    }
+    ASSERT_EQ(bytes[0].size(), bytes[1].size());
+    EXPECT_TRUE(bytes[0] == bytes[1]) << "the cache's bytes differ";
+    EXPECT_NE(bytes[0], std::vector<uint8_t>(bytes[0].size(), 0)) << "nothing was written";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaModelTest, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
