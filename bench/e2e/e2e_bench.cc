@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/memory/memory_policy.h"
 #include "bench/e2e/e2e_hybrid.h"
+#include "bench/e2e/e2e_mixed.h"
 #include "bench/e2e/e2e_plans.h"
 #include "bench/e2e/e2e_prefill.h"
 #include "bench/e2e/e2e_support.h"
@@ -158,101 +159,6 @@ double disk_read_gbps(StripedSsdTier& ssd) {
     samples.push_back(total / seconds_since(t0) / 1e9);
   }
   return median(samples);
-}
-
-// ---- tiny model: decoding while other prefixes load from the SSD -----------------------------
-
-// `decoders` uncached prompts decode `new_tokens` each while `loaders` prompts whose
-// `prefix`-token prefixes lie on the SSD are admitted: fetched before the first step
-// (synchronous), or in the background, joining when their blocks are in (asynchronous).
-void bench_mixed(VulkanContext& ctx, int prefix, int loaders, int decoders, int new_tokens,
-                 int reps, const std::string& dir, const std::vector<std::string>& ssd_dirs,
-                 Report& report) {
-  LlamaConfig config = LlamaConfig::tiny();
-  config.max_positions = prefix + 64 + new_tokens;
-  const LlamaWeights weights = LlamaWeights::synthetic(config);
-  auto model = must(LlamaModel::create(ctx, config, weights));
-  auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
-  const uint32_t per_loader = static_cast<uint32_t>((prefix + 16 + new_tokens) / kBlockSize + 1);
-  CacheStackOptions o;
-  o.layout = layout;
-  o.vulkan = &ctx;
-  o.gpu_pool.num_blocks = 2 * loaders * per_loader + decoders * 64 + 64;
-  o.ram.capacity_bytes =
-      layout->dense_block_bytes() * 3 / 2;  // what the GPU evicts goes to the SSD
-  o.ssd.emplace();
-  o.ssd->dir = dir + "/mixed";
-  for (const std::string& d : ssd_dirs) o.ssd->dirs.push_back(d + "/mixed");
-  if (!o.ssd->dirs.empty()) o.ssd->dir = o.ssd->dirs.front();
-  o.ssd->reset = true;
-  auto stack = must(CacheStack::open(o));
-  PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e-mixed", layout->fingerprint(), ""},
-                      kBlockSize);
-  // Loads, whatever a plan would choose: the table measures how loading prefixes and decoding
-  // share the GPU (a cost plan may recompute a prefix on the SSD, and then nothing loads).
-  CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{HitPolicy::kLoad});
-  // Each seed its own random sequence. A formula shifted by the seed gave only `vocab / gcd`
-  // distinct prompts, so the "uncached" prompts of one repetition were blocks that an earlier one
-  // had published and spilled: they were restored from the SSD too, in the asynchronous rows only.
-  auto tokens = [&](int n, int seed) {
-    std::mt19937_64 rng(static_cast<uint64_t>(seed));
-    std::uniform_int_distribution<int32_t> pick(0, config.vocab - 1);
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = pick(rng);
-    return t;
-  };
-  std::vector<std::vector<int32_t>> prefixes;
-  for (int l = 0; l < loaders; ++l) {
-    prefixes.push_back(tokens(prefix, 1000 + l));
-    must(gen.generate(prefixes.back(), 1, true).status());  // publishes the prefix
-  }
-  must(stack->evict_gpu());
-  stack->ssd()->flush();
-
-  int seed = 0;
-  for (const bool async : {false, true}) {
-    std::vector<double> wall, joined, decoder_ttft, loader_ttft;
-    for (int r = 0; r <= reps; ++r) {  // r == 0 warms up
-      std::vector<std::vector<int32_t>> prompts;
-      ++seed;
-      for (int l = 0; l < loaders; ++l) {
-        auto p = prefixes[l];
-        auto tail = tokens(16, 50000 + seed * 16 + l);  // a new question after the cached prefix
-        p.insert(p.end(), tail.begin(), tail.end());
-        prompts.push_back(std::move(p));
-      }
-      for (int d = 0; d < decoders; ++d) prompts.push_back(tokens(128, 90000 + seed * 64 + d));
-      const auto t0 = Clock::now();
-      auto out = must(gen.generate_batch(prompts, new_tokens, true, async));
-      const double t = seconds_since(t0);
-      double steps = 0, loaders_first = 0, decoders_first = 0;
-      for (int l = 0; l < loaders; ++l) {
-        if (out[l].cached_tokens < static_cast<size_t>(prefix))
-          die(internal_error("a prefix was not restored"));
-        steps += out[l].joined_at_step;
-        loaders_first = std::max(loaders_first, out[l].first_token_seconds);
-      }
-      for (int d = 0; d < decoders; ++d) {
-        if (out[loaders + d].cached_tokens != 0)
-          die(internal_error("a decoding prompt was found in the cache"));
-        decoders_first = std::max(decoders_first, out[loaders + d].first_token_seconds);
-      }
-      if (r > 0) {
-        wall.push_back(t);
-        joined.push_back(steps / loaders);
-        loader_ttft.push_back(loaders_first);
-        decoder_ttft.push_back(decoders_first);
-      }
-      must(stack->evict_gpu());  // prefixes back to the SSD only
-      stack->ssd()->flush();
-    }
-    const double tps = (loaders + decoders) * new_tokens / median(wall);
-    report.add_row({async ? "asynchronous" : "synchronous",
-                    std::to_string(loaders) + " x " + std::to_string(prefix),
-                    std::to_string(decoders), ms(median(wall)), fmt_double(tps, 0),
-                    decoders > 0 ? ms(median(decoder_ttft)) : "-", ms(median(loader_ttft)),
-                    fmt_double(median(joined), 1)});
-  }
 }
 
 // ---- Llama-3-8B-shaped KV: the restore path against the prefill bound -------------------------
@@ -564,20 +470,11 @@ int main(int argc, char** argv) {
     r.write_json(output_path("e2e_bench_plans_" + m + ".json"));
   }
   if (!skip_mixed) {
-    Report r("e2e, tiny Llama: decoding while other prefixes load from the SSD",
-             {"fetch", "prefixes on SSD", "decoding", "wall ms", "tokens/s",
-              "first token, decoding ms", "first token, prefixed ms", "prefix joined at step"});
-    bench_mixed(*ctx, mixed_prefix, mixed_loaders, mixed_decoders, mixed_tokens, reps, dir,
-                ssd_dirs, r);
-    r.add_note(
-        "Every sequence generates " + std::to_string(mixed_tokens) +
-        " tokens; tokens/s counts all of them. "
-        "synchronous: every prefix is fetched before the first step; asynchronous: "
-        "TieredCache::fetch_async, a prefix's sequence joins the batch at the first step after its "
-        "blocks are in (its median step in the last column). Decoding prompts are 128 new tokens "
-        "each, "
-        "none of them cached. first token: from the call's start to the last first token of the "
-        "decoding prompts / of the prompts with a prefix on the SSD (median over repetitions).");
+    Report r("e2e, tiny Llama: decoding while other prefixes load from the SSD", mixed_columns());
+    bench_mixed(*ctx,
+                MixedBenchOptions{mixed_prefix, mixed_loaders, mixed_decoders, mixed_tokens, reps,
+                                  dir, ssd_dirs},
+                r);
     r.print();
     r.write_json(output_path("e2e_bench_mixed.json"));
   }
