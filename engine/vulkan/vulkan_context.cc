@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "base/log.h"
 #include "engine/vulkan/command_batch.h"
@@ -50,6 +51,15 @@ Result<bool> probe_mma_fragments(VulkanContext& ctx, const char* kernel) {
 VulkanContext::VulkanContext(std::unique_ptr<VulkanDevice> dev) : dev_(std::move(dev)), device_(dev_->device()) {
   lanes_[index(Lane::kCompute)].queue = dev_->queue(Lane::kCompute);
   lanes_[index(Lane::kTransfer)].queue = dev_->queue(Lane::kTransfer);
+  // Polling the timeline before sleeping: a GPU hit's 16-token forward (tiny, 8192 tokens, H200)
+  // came back 0.07-0.17 ms sooner with 2 ms of polling than with the driver's blocking wait alone
+  // (0.540-0.578 against 0.610-0.754 ms, three rounds in turns; 0.3 ms of polling ended before
+  // that forward did and gained nothing); an empty batch's round trip 46-49 -> 20-22 us. Not on a
+  // CPU device (lavapipe), whose work runs on the cores a poll would take.
+  const int spin = dev_->options().spin_wait_us;
+  spin_wait_ = std::chrono::microseconds(
+      spin >= 0 ? spin
+                : (dev_->info().type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : kDefaultSpinWaitUs));
 }
 
 Result<std::unique_ptr<VulkanContext>> VulkanContext::create(const VulkanOptions& options) {
@@ -233,6 +243,27 @@ Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, Lane lane) {
 
 Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds timeout) {
   LaneState& l = lanes_[index(lane)];
+  auto note_done = [&] {
+    uint64_t seen = l.completed.load(std::memory_order_relaxed);
+    while (seen < value &&
+           !l.completed.compare_exchange_weak(seen, value, std::memory_order_release)) {
+    }
+    return ok_status();
+  };
+  if (spin_wait_ > std::chrono::microseconds::zero()) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto until = started + std::min<std::chrono::nanoseconds>(spin_wait_, timeout);
+    uint64_t reached = 0;
+    while (vkGetSemaphoreCounterValue(device_, l.timeline, &reached) == VK_SUCCESS &&
+           reached < value && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
+    if (reached >= value) return note_done();
+    if (timeout != std::chrono::nanoseconds::max()) {  // the poll spent part of it
+      timeout = std::max(std::chrono::nanoseconds::zero(),
+                         timeout - (std::chrono::steady_clock::now() - started));
+    }
+  }
   VkSemaphoreWaitInfo wi{.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   wi.semaphoreCount = 1;
   wi.pSemaphores = &l.timeline;
@@ -241,10 +272,7 @@ Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds t
   const VkResult r = vkWaitSemaphores(device_, &wi, ns);
   if (r == VK_TIMEOUT) return unavailable("vulkan: timeline value " + std::to_string(value) + " not reached in time");
   if (r != VK_SUCCESS) return vk_status("vkWaitSemaphores", r);
-  uint64_t seen = l.completed.load(std::memory_order_relaxed);
-  while (seen < value && !l.completed.compare_exchange_weak(seen, value, std::memory_order_release)) {
-  }
-  return ok_status();
+  return note_done();
 }
 
 }  // namespace kvtier

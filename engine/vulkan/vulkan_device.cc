@@ -54,6 +54,9 @@ VulkanOptions VulkanOptions::from_environment() {
   o.pipeline_stats = text("KVTIER_VK_PIPELINE_STATS").substr(0, 1) == "1";
   o.validation = text("KVTIER_VK_VALIDATION") == "1";
   o.coopmat = text("KVTIER_VK_COOPMAT");
+  if (const std::string spin = text("KVTIER_VK_SPIN_US"); !spin.empty()) {
+    o.spin_wait_us = static_cast<int>(std::strtol(spin.c_str(), nullptr, 10));
+  }
   return o;
 }
 

@@ -5,8 +5,10 @@
 // behind the prefill it was meant to overlap.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "tests/engine/engine_test_env.h"
 
@@ -117,6 +119,36 @@ TEST(LanesTest, AWaitWithATimeoutSaysSoInsteadOfHanging) {
   EXPECT_NE(late.message().find("not reached in time"), std::string::npos);
   held.let_go();
   EXPECT_TRUE(ctx.wait(held.value(), Lane::kCompute, std::chrono::seconds(10)).ok());
+}
+
+// A wait that polls the timeline first (VulkanOptions::spin_wait_us, on by default on a GPU):
+// one whose batch finishes while it polls returns only then, one whose batch finishes after the
+// poll goes on sleeping in the driver, and a batch that never finishes still times out.
+TEST(LanesTest, APollingWaitReturnsWhenTheBatchIsDoneAndNotBefore) {
+  VulkanOptions options = VulkanOptions::from_environment();
+  options.spin_wait_us = 20000;
+  auto ctx = VulkanContext::create(options);
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  for (const auto release_after : {std::chrono::milliseconds(2), std::chrono::milliseconds(60)}) {
+    SCOPED_TRACE(release_after.count());
+    HeldComputeBatch held(**ctx);
+    ASSERT_TRUE(held.ok());
+    std::atomic<bool> released{false};
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(release_after);
+      released = true;
+      held.let_go();
+    });
+    const Status st = (*ctx)->wait(held.value(), Lane::kCompute, std::chrono::seconds(10));
+    EXPECT_TRUE(released.load());  // not before the batch could run
+    releaser.join();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ((*ctx)->completed(Lane::kCompute), held.value());
+  }
+  HeldComputeBatch never(**ctx);
+  ASSERT_TRUE(never.ok());
+  const Status late = (*ctx)->wait(never.value(), Lane::kCompute, std::chrono::milliseconds(5));
+  EXPECT_EQ(late.code(), StatusCode::kUnavailable) << late.to_string();
 }
 
 // The held batch stands for a long prefill: the transfer lane's batch must finish meanwhile. Needs
