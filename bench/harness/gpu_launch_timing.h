@@ -3,6 +3,7 @@
 // median of repetitions, each a submission of back-to-back launches between GPU timestamps.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -35,17 +36,45 @@ inline constexpr double kWarmUpSeconds = 0.25;
 inline constexpr double kFirstWarmUpSeconds = 10.0;
 
 // Runs `launch` (a Status) at least once and for kWarmUpSeconds, or kFirstWarmUpSeconds the first
-// time at this call site: pipelines, scratch, and the GPU itself. The first error ends it.
+// time at this call site: pipelines, scratch, and the GPU itself. The first time it then goes on
+// until the launch has settled — the median of its last kSettledLaunches wall times within 10 %
+// of the fastest seen — for at most kMaxWarmUpSeconds, and says on stderr what it took: on freshly
+// started H200 hosts the first stack of a process ran its forwards 3-4x slow after 10 s of them
+// (docs/benchmarks.md, 2026-11-28). The first error ends it.
+inline constexpr double kMaxWarmUpSeconds = 60.0;
+inline constexpr size_t kSettledLaunches = 8;
 template <typename F>
 Status warm_up(F launch) {
+  using Clock = std::chrono::steady_clock;
   static bool first =
       true;  // one per F, so per call site: each table warms up before its first row
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
+  const bool settle = first;
+  const auto start = Clock::now();
+  const auto end =
+      start + std::chrono::duration<double>(first ? kFirstWarmUpSeconds : kWarmUpSeconds);
+  const auto give_up = start + std::chrono::duration<double>(kMaxWarmUpSeconds);
   first = false;
+  std::vector<double> times;
+  auto settled = [&] {
+    if (times.size() < kSettledLaunches) return false;
+    std::vector<double> last(times.end() - kSettledLaunches, times.end());
+    return percentile(last, 0.5) <= 1.1 * *std::min_element(times.begin(), times.end());
+  };
+  Clock::time_point now;
   do {
+    const auto t0 = Clock::now();
     KVTIER_RETURN_IF_ERROR(launch());
-  } while (std::chrono::steady_clock::now() < end);
+    now = Clock::now();
+    times.push_back(std::chrono::duration<double>(now - t0).count());
+  } while (now < end || (settle && !settled() && now < give_up));
+  if (settle) {
+    std::vector<double> last(times.end() - std::min(times.size(), kSettledLaunches), times.end());
+    std::cerr << "warm-up: " << times.size() << " launches in "
+              << std::chrono::duration<double>(now - start).count() << " s; the last "
+              << last.size() << " at a median " << percentile(last, 0.5) * 1e3
+              << " ms, the fastest " << *std::min_element(times.begin(), times.end()) * 1e3 << " ms"
+              << (settled() ? "" : " (not settled: gave up)") << "\n";
+  }
   return ok_status();
 }
 
