@@ -43,24 +43,13 @@ std::string nonzero_failures(TieredCache& cache) {
   return out;
 }
 
-// Keeps the GPU computing: 256-token uncached forwards of the model on a pool of its own (no
-// cache, no cost model), one after another, for at least `seconds`.
-Status keep_busy(LlamaModel& model, const GpuBlockPool& pool, double seconds) {
-  constexpr int kRows = 256;
-  ForwardBatch b;
-  for (int i = 0; i < kRows; ++i) {
-    b.tokens.push_back(i % model.config().vocab);
-    b.positions.push_back(i);
-    b.slot_mapping.push_back(i);
-  }
-  b.cu_seqlens_q = {0, kRows};
-  b.seq_lens = {kRows};
-  for (int i = 0; i < kRows / kBlockSize; ++i) b.block_tables.push_back(i);
-  b.max_blocks_per_seq = kRows / kBlockSize;
-  b.logit_rows = {kRows - 1};
+// Keeps the GPU computing: `busy`'s uncached forward on a pool of its own (no cache, no cost
+// model), one after another, for at least `seconds`.
+Status keep_busy(LlamaModel& model, const GpuBlockPool& pool, const ForwardBatch& busy,
+                 double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   do {
-    KVTIER_RETURN_IF_ERROR(model.forward(b, pool).status());
+    KVTIER_RETURN_IF_ERROR(model.forward(busy, pool).status());
   } while (std::chrono::steady_clock::now() < end);
   return ok_status();
 }
@@ -89,7 +78,14 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
   const LlamaWeights weights = LlamaWeights::synthetic(config);
   auto model = must(LlamaModel::create(ctx, config, weights));
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
-  auto busy_pool = must(GpuBlockPool::create(ctx, layout, {16, 0}));
+  // What keeps the GPU at work between runs: a prompt of up to 16 blocks (within the model's
+  // positions) on blocks of its own.
+  const uint32_t busy_blocks =
+      static_cast<uint32_t>(std::min(16, config.max_positions / kBlockSize));
+  auto busy_pool = must(GpuBlockPool::create(ctx, layout, {busy_blocks, 0}));
+  const ForwardBatch busy =
+      prompt_batch(prompt_tokens(static_cast<int>(busy_blocks) * kBlockSize, config.vocab),
+                   must(busy_pool->allocate(busy_blocks)).ids);
   for (int p : o.prompts) {
     const std::vector<int32_t> prompt = prompt_tokens(p, config.vocab);
     const size_t n = static_cast<size_t>(
@@ -127,11 +123,12 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         }
         // Every run starts from the same GPU state: a hit's run came right after the eviction and
         // the SSD's flush (milliseconds without GPU work), the uncached runs back to back, and an
-        // idle GPU wakes up slowly (on the H200 host a forward after 30 ms idle took 0.15-0.2 ms
-        // longer, after 200 ms 2.3 ms longer; tiny, 8192 tokens). So every run follows the same
-        // pause, then the same stretch of other forwards, as a server under load would be.
+        // idle GPU wakes up slowly (on the H200 host, tiny model: an 8192-token forward after 30
+        // ms idle took 0.15-0.2 ms longer; a 16-token one after a RAM load and 200 ms idle 2.86
+        // ms, against 0.96 after 20 ms). So every run follows the same pause, then the same
+        // stretch of other forwards, as a server under load would be.
         if (o.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
-        must(keep_busy(*model, *busy_pool, o.busy_ms / 1000.0));
+        must(keep_busy(*model, *busy_pool, busy, o.busy_ms / 1000.0));
         gen.hit_options() = hit;
         // The first token's time, not the call's: publishing the computed blocks comes after it.
         Generation out = must(gen.generate(prompt, 1, use_cache));

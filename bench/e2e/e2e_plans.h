@@ -27,7 +27,7 @@ struct PlanBenchOptions {
   // Before every run (uncached or hit alike, after a hit's eviction and flush): this long idle,
   // then this long of short forwards on a pool of their own, so every run starts from the same
   // GPU state. Idle alone measured the GPU's wake-up: after 200 ms idle a 16-token forward took
-  // 2.9 ms, not 0.5 (H200; docs/benchmarks.md).
+  // 2.86 ms, against 0.96 after 20 ms (H200, tiny; docs/benchmarks.md).
   int pause_ms = 0;
   int busy_ms = 30;
 };

@@ -48,17 +48,7 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       const std::vector<int32_t> prompt = prompt_tokens(n, config.vocab);
       const int blocks = (n + kE2eBlockSize - 1) / kE2eBlockSize;
       auto alloc = must(pool->allocate(blocks));
-      ForwardBatch b;
-      b.tokens = prompt;
-      for (int i = 0; i < n; ++i) {
-        b.positions.push_back(i);
-        b.slot_mapping.push_back(alloc.ids[i / kE2eBlockSize] * kE2eBlockSize + i % kE2eBlockSize);
-      }
-      b.cu_seqlens_q = {0, n};
-      b.seq_lens = {n};
-      b.block_tables = alloc.ids;
-      b.max_blocks_per_seq = blocks;
-      b.logit_rows = {n - 1};
+      const ForwardBatch b = prompt_batch(prompt, alloc.ids);
       // Warm-up: pipelines, scratch, and the GPU itself (bench/harness/gpu_launch_timing.h says
       // why the first one is long): forwards for kWarmUpSeconds, kFirstWarmUpSeconds the first
       // time.

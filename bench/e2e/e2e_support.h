@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "bench/harness/bench_report.h"
 #include "cache/cache_stack.h"
+#include "engine/model/llama_model.h"
 
 namespace kvtier::bench {
 
@@ -37,6 +38,25 @@ inline std::vector<int32_t> prompt_tokens(int n, int vocab) {
   std::vector<int32_t> t(n);
   for (int i = 0; i < n; ++i) t[i] = (i * 7919 + (i * i) % 101) % vocab;
   return t;
+}
+
+// One sequence's whole prompt as a forward batch over the given blocks (in order), the last
+// row's logits returned.
+inline ForwardBatch prompt_batch(const std::vector<int32_t>& tokens,
+                                 const std::vector<int32_t>& block_ids) {
+  const int n = static_cast<int>(tokens.size());
+  ForwardBatch b;
+  b.tokens = tokens;
+  for (int i = 0; i < n; ++i) {
+    b.positions.push_back(i);
+    b.slot_mapping.push_back(block_ids[i / kE2eBlockSize] * kE2eBlockSize + i % kE2eBlockSize);
+  }
+  b.cu_seqlens_q = {0, n};
+  b.seq_lens = {n};
+  b.block_tables = block_ids;
+  b.max_blocks_per_seq = static_cast<int32_t>(block_ids.size());
+  b.logit_rows = {n - 1};
+  return b;
 }
 
 // The two stacks the tiny tables compare, for a prompt of `blocks` blocks: GPU + RAM with room for
