@@ -5,7 +5,7 @@
 // with q_len rows sits at position seq_len - q_len + r and attends causally to positions <= it
 // (and >= it - window + 1 with a sliding window).
 //
-// Grid (tile, kv head, split): a tile is up to QT consecutive rows of ONE sequence; `tiles` (i32
+// Grid (kv head, tile, split): a tile is up to QT consecutive rows of ONE sequence; `tiles` (i32
 // pairs: sequence, first row) is built by the launcher, which is how each row finds its sequence.
 // Keys are cut at fixed absolute positions into splits of SPLIT tokens and, inside a split, into
 // CT-token chunks that pass through shared memory. A row keeps one online softmax per split (its
@@ -65,10 +65,10 @@ void main() {
   const uint p = tid % P;
   const uint g = (tid / P) % GQA;
   const uint r_local = tid / (P * GQA);
-  const uint kh = gl_WorkGroupID.y;
+  const uint kh = gl_WorkGroupID.x;  // KV heads fastest: see the launcher
   const uint num_heads = pc.num_kv_heads * GQA;
-  const int seq = I32Ref(pc.tiles).v[gl_WorkGroupID.x * 2];
-  const int row0 = I32Ref(pc.tiles).v[gl_WorkGroupID.x * 2 + 1];
+  const int seq = I32Ref(pc.tiles).v[gl_WorkGroupID.y * 2];
+  const int row0 = I32Ref(pc.tiles).v[gl_WorkGroupID.y * 2 + 1];
   const int q_start = I32Ref(pc.cu_seqlens_q).v[seq];
   const int q_len = I32Ref(pc.cu_seqlens_q).v[seq + 1] - q_start;
   const int ctx = I32Ref(pc.seq_lens).v[seq];

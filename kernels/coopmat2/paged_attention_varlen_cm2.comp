@@ -173,10 +173,10 @@ float store_out(const in uint r, const in uint col, const in float o, const in f
 
 void main() {
   const uint tid = gl_LocalInvocationID.x;
-  const uint kh = gl_WorkGroupID.y;
+  const uint kh = gl_WorkGroupID.x;  // KV heads fastest: see the launcher
   const uint num_heads = pc.num_kv_heads * GQA;
-  const int seq = I32Ref(pc.tiles).v[gl_WorkGroupID.x * 2];
-  const int row0 = I32Ref(pc.tiles).v[gl_WorkGroupID.x * 2 + 1];
+  const int seq = I32Ref(pc.tiles).v[gl_WorkGroupID.y * 2];
+  const int row0 = I32Ref(pc.tiles).v[gl_WorkGroupID.y * 2 + 1];
   const int q_start = I32Ref(pc.cu_seqlens_q).v[seq];
   const int q_len = I32Ref(pc.cu_seqlens_q).v[seq + 1] - q_start;
   const int ctx = I32Ref(pc.seq_lens).v[seq];
