@@ -55,7 +55,8 @@ class VulkanContext {
   Result<uint64_t> submit(VkCommandBuffer cb, Lane lane = Lane::kCompute);
   // Waits until the lane's timeline reaches `value` (its work submitted up to it is done), or
   // `timeout` passes (kUnavailable, "not reached in time"). Polls the timeline for up to
-  // VulkanOptions::spin_wait_us (yielding the core meanwhile) before it sleeps in the driver.
+  // VulkanOptions::spin_wait_us (yielding the core meanwhile), then sleeps: in naps of
+  // VulkanOptions::nap_us between looks at the timeline, or where that is 0 in the driver.
   Status wait(uint64_t value, Lane lane = Lane::kCompute,
               std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
   // The highest value of the lane's timeline the host has waited for.
@@ -84,7 +85,9 @@ class VulkanContext {
   std::unique_ptr<VulkanDevice> dev_;  // destroyed last, after what was created on it
   VkDevice device_ = VK_NULL_HANDLE;   // dev_->device(), read on every call
   static constexpr int kDefaultSpinWaitUs = 2000;
+  static constexpr int kDefaultNapUs = 50;
   std::chrono::microseconds spin_wait_{0};  // how long wait() polls before it sleeps
+  std::chrono::microseconds nap_{0};        // then its naps between polls (0: the driver's wait)
   static size_t index(Lane lane) { return static_cast<size_t>(lane); }
   struct LaneState {
     VkQueue queue = VK_NULL_HANDLE;

@@ -57,6 +57,9 @@ VulkanOptions VulkanOptions::from_environment() {
   if (const std::string spin = text("KVTIER_VK_SPIN_US"); !spin.empty()) {
     o.spin_wait_us = static_cast<int>(std::strtol(spin.c_str(), nullptr, 10));
   }
+  if (const std::string nap = text("KVTIER_VK_NAP_US"); !nap.empty()) {
+    o.nap_us = static_cast<int>(std::strtol(nap.c_str(), nullptr, 10));
+  }
   return o;
 }
 

@@ -92,6 +92,9 @@ struct VulkanOptions {
   // millisecond, and waking from NVIDIA's blocking wait added ~0.1 ms to it (H200 host;
   // VulkanContext::wait).
   int spin_wait_us = -1;
+  // KVTIER_VK_NAP_US: after the poll, how long a wait sleeps between looks at the timeline; 0:
+  // it sleeps in the driver's blocking wait instead; -1 (unset): VulkanContext's default.
+  int nap_us = -1;
 
   static VulkanOptions from_environment();
 };

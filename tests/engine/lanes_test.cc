@@ -121,34 +121,44 @@ TEST(LanesTest, AWaitWithATimeoutSaysSoInsteadOfHanging) {
   EXPECT_TRUE(ctx.wait(held.value(), Lane::kCompute, std::chrono::seconds(10)).ok());
 }
 
-// A wait that polls the timeline first (VulkanOptions::spin_wait_us, on by default on a GPU):
-// one whose batch finishes while it polls returns only then, one whose batch finishes after the
-// poll goes on sleeping in the driver, and a batch that never finishes still times out.
+// A wait that polls the timeline first (VulkanOptions::spin_wait_us, on by default on a GPU) and
+// then sleeps, in the driver or in naps between looks at the timeline (VulkanOptions::nap_us, on
+// by default on a GPU): one whose batch finishes while it polls returns only then, one whose batch
+// finishes after the poll goes on sleeping until it does, and a batch that never finishes still
+// times out.
 TEST(LanesTest, APollingWaitReturnsWhenTheBatchIsDoneAndNotBefore) {
-  VulkanOptions options = VulkanOptions::from_environment();
-  options.spin_wait_us = 20000;
-  auto ctx = VulkanContext::create(options);
-  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
-  for (const auto release_after : {std::chrono::milliseconds(2), std::chrono::milliseconds(60)}) {
-    SCOPED_TRACE(release_after.count());
-    HeldComputeBatch held(**ctx);
-    ASSERT_TRUE(held.ok());
-    std::atomic<bool> released{false};
-    std::thread releaser([&] {
-      std::this_thread::sleep_for(release_after);
-      released = true;
-      held.let_go();
-    });
-    const Status st = (*ctx)->wait(held.value(), Lane::kCompute, std::chrono::seconds(10));
-    EXPECT_TRUE(released.load());  // not before the batch could run
-    releaser.join();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ((*ctx)->completed(Lane::kCompute), held.value());
+  struct Waiting {
+    int spin_us, nap_us;
+  };
+  for (const Waiting w : {Waiting{20000, 0}, Waiting{20000, 50}, Waiting{0, 200}}) {
+    SCOPED_TRACE("spin " + std::to_string(w.spin_us) + " us, nap " + std::to_string(w.nap_us) +
+                 " us");
+    VulkanOptions options = VulkanOptions::from_environment();
+    options.spin_wait_us = w.spin_us;
+    options.nap_us = w.nap_us;
+    auto ctx = VulkanContext::create(options);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+    for (const auto release_after : {std::chrono::milliseconds(2), std::chrono::milliseconds(60)}) {
+      SCOPED_TRACE(release_after.count());
+      HeldComputeBatch held(**ctx);
+      ASSERT_TRUE(held.ok());
+      std::atomic<bool> released{false};
+      std::thread releaser([&] {
+        std::this_thread::sleep_for(release_after);
+        released = true;
+        held.let_go();
+      });
+      const Status st = (*ctx)->wait(held.value(), Lane::kCompute, std::chrono::seconds(10));
+      EXPECT_TRUE(released.load());  // not before the batch could run
+      releaser.join();
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ((*ctx)->completed(Lane::kCompute), held.value());
+    }
+    HeldComputeBatch never(**ctx);
+    ASSERT_TRUE(never.ok());
+    const Status late = (*ctx)->wait(never.value(), Lane::kCompute, std::chrono::milliseconds(5));
+    EXPECT_EQ(late.code(), StatusCode::kUnavailable) << late.to_string();
   }
-  HeldComputeBatch never(**ctx);
-  ASSERT_TRUE(never.ok());
-  const Status late = (*ctx)->wait(never.value(), Lane::kCompute, std::chrono::milliseconds(5));
-  EXPECT_EQ(late.code(), StatusCode::kUnavailable) << late.to_string();
 }
 
 // The held batch stands for a long prefill: the transfer lane's batch must finish meanwhile. Needs
