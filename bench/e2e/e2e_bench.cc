@@ -368,7 +368,8 @@ int main(int argc, char** argv) {
     r.add_note(
         "engine ms: one forward of the whole prompt (KV written to the paged cache, the last row's "
         "logits "
-        "read back), host wall time; GPU ms: its GPU timestamps. PyTorch eager: "
+        "read back), host wall time; GPU ms: its GPU timestamps; host record ms: the part of the "
+        "wall time spent recording the forward's launches before its submission. PyTorch eager: "
         "bench/torch_prefill_reference.py --serve, same shapes, bf16 weights, flash SDPA, CUDA "
         "events (3 untimed forwards before each). Medians of " +
         std::to_string(reps) +
