@@ -249,6 +249,9 @@ Result<uint64_t> VulkanContext::submit(VkCommandBuffer cb, Lane lane) {
 
 Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds timeout) {
   LaneState& l = lanes_[index(lane)];
+  auto not_in_time = [&] {
+    return unavailable("vulkan: timeline value " + std::to_string(value) + " not reached in time");
+  };
   auto note_done = [&] {
     uint64_t seen = l.completed.load(std::memory_order_relaxed);
     while (seen < value &&
@@ -279,8 +282,7 @@ Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds t
       if (reached >= value) return note_done();
       if (timeout != std::chrono::nanoseconds::max() &&
           std::chrono::steady_clock::now() - started >= timeout) {
-        return unavailable("vulkan: timeline value " + std::to_string(value) +
-                           " not reached in time");
+        return not_in_time();
       }
       std::this_thread::sleep_for(nap_);
     }
@@ -291,7 +293,7 @@ Status VulkanContext::wait(uint64_t value, Lane lane, std::chrono::nanoseconds t
   wi.pValues = &value;
   const uint64_t ns = timeout == std::chrono::nanoseconds::max() ? UINT64_MAX : static_cast<uint64_t>(timeout.count());
   const VkResult r = vkWaitSemaphores(device_, &wi, ns);
-  if (r == VK_TIMEOUT) return unavailable("vulkan: timeline value " + std::to_string(value) + " not reached in time");
+  if (r == VK_TIMEOUT) return not_in_time();
   if (r != VK_SUCCESS) return vk_status("vkWaitSemaphores", r);
   return note_done();
 }
