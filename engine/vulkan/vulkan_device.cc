@@ -1,6 +1,7 @@
 #include "engine/vulkan/vulkan_device.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -54,12 +55,23 @@ VulkanOptions VulkanOptions::from_environment() {
   o.pipeline_stats = text("KVTIER_VK_PIPELINE_STATS").substr(0, 1) == "1";
   o.validation = text("KVTIER_VK_VALIDATION") == "1";
   o.coopmat = text("KVTIER_VK_COOPMAT");
-  if (const std::string spin = text("KVTIER_VK_SPIN_US"); !spin.empty()) {
-    o.spin_wait_us = static_cast<int>(std::strtol(spin.c_str(), nullptr, 10));
-  }
-  if (const std::string nap = text("KVTIER_VK_NAP_US"); !nap.empty()) {
-    o.nap_us = static_cast<int>(std::strtol(nap.c_str(), nullptr, 10));
-  }
+  // Microseconds, or -1 (the default) when unset; a value that is not a whole number of them is
+  // warned of and ignored, not read as 0 (which would turn the poll or the naps off).
+  auto micros = [&](const char* name) {
+    const std::string v = text(name);
+    if (v.empty()) return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (errno != 0 || end == v.c_str() || *end != '\0' || n < 0 || n > 60'000'000) {
+      spdlog::warn("vulkan: {}={} is not a number of microseconds (0-60000000); using the default",
+                   name, v);
+      return -1;
+    }
+    return static_cast<int>(n);
+  };
+  o.spin_wait_us = micros("KVTIER_VK_SPIN_US");
+  o.nap_us = micros("KVTIER_VK_NAP_US");
   return o;
 }
 

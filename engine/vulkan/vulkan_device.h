@@ -87,9 +87,9 @@ struct VulkanOptions {
   // KVTIER_VK_COOPMAT: "0" the scalar kernels only, "1" no cooperative matrix 2, "2" prefer
   // cooperative matrix 2 where both serve; empty: the default choice per kernel.
   std::string coopmat;
-  // KVTIER_VK_SPIN_US: how long a wait polls the timeline before it sleeps in the driver; -1
-  // (unset): VulkanContext's default for the device. A GPU hit's forward is due within a
-  // millisecond, and waking from NVIDIA's blocking wait added ~0.1 ms to it (H200 host;
+  // KVTIER_VK_SPIN_US: how long a wait polls the timeline before it sleeps (in naps, below, or in
+  // the driver); -1 (unset): VulkanContext's default for the device. A GPU hit's forward is due
+  // within a millisecond, and waking from NVIDIA's blocking wait added ~0.1 ms to it (H200 host;
   // VulkanContext::wait).
   int spin_wait_us = -1;
   // KVTIER_VK_NAP_US: after the poll, how long a wait sleeps between looks at the timeline; 0:

@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/engine/engine_test_env.h"
 
@@ -119,6 +122,41 @@ TEST(LanesTest, AWaitWithATimeoutSaysSoInsteadOfHanging) {
   EXPECT_NE(late.message().find("not reached in time"), std::string::npos);
   held.let_go();
   EXPECT_TRUE(ctx.wait(held.value(), Lane::kCompute, std::chrono::seconds(10)).ok());
+}
+
+// The wait's knobs from the environment: microseconds as given, unset as the default (-1), and a
+// value that is not a number of microseconds ignored (the default), not read as 0 — which would
+// turn the poll or the naps off without a word.
+TEST(LanesTest, WaitKnobsFromTheEnvironmentIgnoreWhatIsNotANumber) {
+  struct Saved {
+    const char* name;
+    std::string value;
+    bool set;
+  };
+  std::vector<Saved> saved;
+  for (const char* name : {"KVTIER_VK_SPIN_US", "KVTIER_VK_NAP_US"}) {
+    const char* v = std::getenv(name);
+    saved.push_back({name, v ? v : "", v != nullptr});
+  }
+  ::unsetenv("KVTIER_VK_SPIN_US");
+  ::setenv("KVTIER_VK_NAP_US", "300", 1);
+  VulkanOptions o = VulkanOptions::from_environment();
+  EXPECT_EQ(o.spin_wait_us, -1);
+  EXPECT_EQ(o.nap_us, 300);
+  for (const char* bad : {"abc", "50us", "-5", "", "99999999999"}) {
+    SCOPED_TRACE(bad);
+    ::setenv("KVTIER_VK_SPIN_US", bad, 1);
+    ::setenv("KVTIER_VK_NAP_US", "0", 1);
+    o = VulkanOptions::from_environment();
+    EXPECT_EQ(o.spin_wait_us, -1);
+    EXPECT_EQ(o.nap_us, 0);
+  }
+  for (const Saved& s : saved) {
+    if (s.set)
+      ::setenv(s.name, s.value.c_str(), 1);
+    else
+      ::unsetenv(s.name);
+  }
 }
 
 // A wait that polls the timeline first (VulkanOptions::spin_wait_us, on by default on a GPU) and
