@@ -44,9 +44,10 @@ std::string nonzero_failures(TieredCache& cache) {
 }
 
 // Keeps the GPU computing: `busy`'s uncached forward on a pool of its own (no cache, no cost
-// model), one after another, for at least `seconds`.
+// model), one after another, for at least `seconds` (none for 0).
 Status keep_busy(LlamaModel& model, const GpuBlockPool& pool, const ForwardBatch& busy,
                  double seconds) {
+  if (seconds <= 0) return ok_status();
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   do {
     KVTIER_RETURN_IF_ERROR(model.forward(busy, pool).status());
