@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 namespace kvtier {
@@ -105,16 +106,49 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   for (BlockRef& b : ram_->blocks()) {
     if (!ssd_->contains(b->hash())) todo.push_back(std::move(b));
   }
+  // Deepest first: when RAM held more than the SSD keeps, the first written are the first
+  // reclaimed, and a prompt's later blocks serve nothing without its first ones.
+  std::unordered_map<BlockHash, const Block*> by_hash;
+  for (const BlockRef& b : todo) by_hash.emplace(b->hash(), b.get());
+  std::unordered_map<BlockHash, size_t> depth;  // parents among `todo` above it
+  std::vector<const Block*> path;
+  for (const BlockRef& b : todo) {
+    // Up to the first block whose depth is known or whose parent is not among them, then down.
+    path.clear();
+    const Block* at = b.get();
+    size_t d = 0;
+    while (!depth.count(at->hash())) {
+      path.push_back(at);
+      auto parent = by_hash.find(at->identity().parent_hash);
+      if (parent == by_hash.end() || path.size() > by_hash.size()) break;
+      at = parent->second;
+    }
+    if (auto known = depth.find(at->hash()); known != depth.end()) d = known->second + 1;
+    for (auto it = path.rbegin(); it != path.rend(); ++it) depth[(*it)->hash()] = d++;
+  }
+  std::stable_sort(todo.begin(), todo.end(), [&](const BlockRef& a, const BlockRef& b) {
+    return depth[a->hash()] > depth[b->hash()];
+  });
+  const auto failed_writes = [&] {
+    return ssd_->total(&SsdTierMetrics::spill_failed_no_space) +
+           ssd_->total(&SsdTierMetrics::spill_failed_io) +
+           ssd_->total(&SsdTierMetrics::spill_failed_index);
+  };
+  const uint64_t failed_before = failed_writes();
+  const uint64_t reclaimed_before = ssd_->total(&SsdTierMetrics::entries_reclaimed);
   // Half the spill queue at a time, so the queue never refuses one of them for being full.
   uint64_t queued = 0;
   std::vector<BlockHash> handed;
   for (size_t i = 0; i < todo.size(); ++i) {
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      p.cut_off = todo.size() - i;
+      break;
+    }
     auto r = ssd_->insert(todo[i]);
     if (!r.ok()) {
       // A namespace at its SSD quota is the operator's rule, as at any spill; anything else is
       // a block the disk should have taken.
-      (r.status().code() == StatusCode::kNoSpace ? p.refused : p.lost) += 1;
+      (r.status().code() == StatusCode::kNoSpace ? p.refused : p.not_queued) += 1;
       continue;
     }
     handed.push_back(todo[i]->hash());
@@ -132,6 +166,8 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   const std::vector<bool> held = ssd_->contains_many(handed);
   p.written = static_cast<size_t>(std::count(held.begin(), held.end(), true));
   p.lost = todo.size() - p.written - p.refused;
+  p.failed_writes = failed_writes() - failed_before;
+  p.reclaimed = ssd_->total(&SsdTierMetrics::entries_reclaimed) - reclaimed_before;
   return p;
 }
 
@@ -164,9 +200,23 @@ void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
     else spdlog::info("{}: wrote {} blocks that only RAM held to the SSD{}", who, p.written, refused);
     return;
   }
-  spdlog::warn("{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (the disk refused "
-               "them, ENOSPC or an I/O error, see kvtier_spill_failed_total; or the shutdown deadline passed){}",
-               who, p.written, p.written + p.lost, p.lost, refused);
+  // Only what was seen: a lost block is one of these, though the counters cannot say which.
+  std::vector<std::string> seen;
+  if (p.failed_writes)
+    seen.push_back(fmt::format(
+        "{} writes failed, ENOSPC or an I/O error (kvtier_spill_failed_total)", p.failed_writes));
+  if (p.reclaimed)
+    seen.push_back(fmt::format(
+        "{} blocks were reclaimed for room, the SSD holding less than RAM did", p.reclaimed));
+  if (p.not_queued)
+    seen.push_back(
+        fmt::format("{} could not be queued (kvtier_spill_dropped_total)", p.not_queued));
+  if (p.cut_off) seen.push_back(fmt::format("{} were cut off by the deadline", p.cut_off));
+  spdlog::warn(
+      "{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (while it ran: "
+      "{}){}",
+      who, p.written, p.written + p.lost, p.lost,
+      seen.empty() ? "no counter moved" : fmt::format("{}", fmt::join(seen, "; ")), refused);
 }
 
 }  // namespace kvtier

@@ -68,6 +68,12 @@ class CacheStack {
     size_t written = 0;  // indexed after a durable write: what a restart serves
     size_t refused = 0;  // not taken by rule: their namespace at its SSD quota (counted there)
     size_t lost = 0;     // taken but not written (ENOSPC, an I/O error), or cut off by the deadline
+    // Why, for the log: blocks the tier would not queue (a full queue, an encode failure) and
+    // those the deadline cut off, exactly; and what the SSD's counters saw while it ran (moved
+    // blocks included): writes that failed, and blocks reclaimed for room (the SSD holding less
+    // than RAM did).
+    size_t not_queued = 0, cut_off = 0;
+    uint64_t failed_writes = 0, reclaimed = 0;
   };
   Persisted persist_to_ssd(std::chrono::steady_clock::time_point deadline);
   // Drains the SSD writer (bounded by its drain_timeout) and the remote writer (as long again) and

@@ -83,6 +83,49 @@ TEST_F(ServerDurabilityTest, AShutdownOntoAFullDiskSaysWhatItLostAndARestartServ
   EXPECT_EQ(second->stop(SIGTERM), 0) << second->log();
 }
 
+// An SSD smaller than what RAM holds cannot keep it all: the shutdown says how many it lost and
+// why, and what stays is each prompt's start (written last, so reclaimed last), which a lookup
+// can use, not a scatter of later blocks that match nothing.
+TEST_F(ServerDurabilityTest, AShutdownOntoASmallerSsdKeepsThePromptsFirstBlocksAndSaysWhy) {
+  const std::vector<std::string> args{"--ssd-cache-dir",    (dir_ / "ssd").string(),
+                                      "--ssd-capacity",     "15M",
+                                      "--ssd-segment-size", "5M",
+                                      "--ram-capacity",     "64M"};
+  const auto tokens = testing::prompt(3, 1600 * 16);
+  const auto blocks = testing::prompt_blocks(testing::tiny_layout(DType::kBF16), "m", tokens);
+  auto first = start(args);
+  {
+    KvtierClient c("127.0.0.1", first->port());
+    for (const auto& b : blocks) ASSERT_TRUE(c.put(b.hash, b.document, "m").ok());
+  }
+  EXPECT_EQ(first->stop(SIGTERM), 3) << "15 MiB cannot keep 1600 blocks of 16 KiB\n"
+                                     << first->log();
+  const std::string log = first->log();
+  const size_t at = log.find("shutdown: wrote ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  size_t written = 0, of = 0, lost = 0;
+  ASSERT_EQ(std::sscanf(
+                line.c_str(),
+                "shutdown: wrote %zu of the %zu blocks that only RAM held to the SSD; %zu are lost",
+                &written, &of, &lost),
+            3)
+      << line;
+  EXPECT_EQ(of, blocks.size());
+  EXPECT_GT(written, 0u);
+  EXPECT_NE(line.find("reclaimed for room"), std::string::npos) << "the reason is given: " << line;
+  std::printf("%s\n", line.c_str());
+  auto second = start(args);
+  KvtierClient c("127.0.0.1", second->port());
+  EXPECT_EQ(served(c, blocks), written)
+      << "what the shutdown said it wrote, and nothing more, comes back";
+  auto matched = c.lookup("m", tokens);
+  ASSERT_TRUE(matched.ok());
+  EXPECT_EQ((*matched)["matched_tokens"].get<size_t>(), written * 16)
+      << "the blocks kept are the prompt's first ones, so all of them serve a lookup";
+  EXPECT_EQ(second->stop(SIGTERM), 0) << second->log();
+}
+
 TEST_F(ServerDurabilityTest, DeletedBlocksStayDeletedWhilePrefetchesRaceTheDelete) {
   const std::string ssd = (dir_ / "ssd").string();
   const std::vector<std::string> args{"--ssd-cache-dir", ssd};

@@ -66,6 +66,10 @@ void SsdTierMetrics::visit(MetricVisitor& v, uint64_t capacity_bytes) const {
   v.counter("kvtier_ssd_reinserted_total", "Read blocks moved out of a reclaimed segment", {},
             reinserted.value());
   v.counter("kvtier_ssd_reinsert_failed_total", "Reinsertions that failed", {}, reinsert_failed.value());
+  v.counter(
+      "kvtier_ssd_reinsert_skipped_total",
+      "Read blocks reclaimed with their segment because a reclaim moves at most half a segment", {},
+      reinsert_skipped.value());
   v.counter("kvtier_ssd_erased_total", "Entries removed on request", {}, erased.value());
   v.counter("kvtier_ssd_erase_failures_total", "Erases the index would not record (the delete failed)", {},
             erase_failed.value());

@@ -44,6 +44,7 @@ struct SsdTierMetrics {
   Counter entries_reclaimed;
   Counter reinserted;
   Counter reinsert_failed;
+  Counter reinsert_skipped;  // read, but past the half segment a reclaim moves: reclaimed with it
   Counter erased;
   Counter erase_failed;  // the index would not record an erase (a full disk): the DELETE failed
   // Of the blocks that left (reclaimed, deleted), the bytes read at least once since they were

@@ -246,30 +246,6 @@ TEST_F(SsdTierTest, AFullSpillQueueDropsAndCountsWithoutBlocking) {
   EXPECT_EQ(tier->metrics().spill_written.value(), accepted);
 }
 
-TEST_F(SsdTierTest, OverCapacityTheOldestSegmentIsReclaimedFirst) {
-  auto o = small_ssd_options(dir_.str());
-  o.capacity_bytes = 3 << 20;  // three 1 MiB segments
-  o.reinsert_read_blocks = false;
-  auto tier = open(o);
-  std::vector<BlockRef> blocks;
-  for (uint64_t s = 0; s < 250; ++s) {  // ~20 KiB records: ~5 MiB in all
-    blocks.push_back(seeded_block(by_dtype_[2], s));
-    ASSERT_TRUE(tier->insert(blocks.back()).ok());
-    if (s % 20 == 0) tier->flush();
-  }
-  tier->flush();
-  EXPECT_LE(tier->used_bytes(), o.capacity_bytes);
-  EXPECT_LE(tier->state_for_testing().segments.count(), 3u);
-  EXPECT_GT(tier->metrics().segments_reclaimed.value(), 0u);
-  EXPECT_FALSE(tier->contains(blocks.front()->hash())) << "the oldest went first";
-  EXPECT_TRUE(tier->read(request_for(blocks.back())).ok()) << "the newest stays";
-  // Everything still indexed is readable, and nothing reclaimed is.
-  size_t held = 0;
-  for (const auto& b : blocks) held += tier->read(request_for(b)).ok();
-  EXPECT_EQ(held, tier->block_count());
-  EXPECT_EQ(tier->metrics().corrupt_total(), 0u);
-}
-
 // Two active segments: write groups take turns between them, each group's blocks stay together,
 // reclaim leaves both alone, and everything indexed reads back exact, before and after a restart.
 TEST_F(SsdTierTest, TwoActiveSegmentsTakeTurnsAndEverythingReadsBack) {
@@ -304,30 +280,6 @@ TEST_F(SsdTierTest, TwoActiveSegmentsTakeTurnsAndEverythingReadsBack) {
   EXPECT_GE(served, 150u) << "what the last segments hold";
   EXPECT_LT(served, 500u) << "the oldest were reclaimed";
   EXPECT_EQ(tier->metrics().corrupt_total(), 0u);
-}
-
-TEST_F(SsdTierTest, BlocksReadSinceTheyWereWrittenSurviveTheirSegmentsReclaim) {
-  auto o = small_ssd_options(dir_.str());
-  o.capacity_bytes = 3 << 20;
-  auto tier = open(o);
-  BlockRef hot = seeded_block(by_dtype_[2], 1), cold = seeded_block(by_dtype_[2], 2);
-  ASSERT_TRUE(tier->insert(hot).ok());
-  ASSERT_TRUE(tier->insert(cold).ok());
-  tier->flush();
-  ASSERT_TRUE(tier->read(request_for(hot)).ok());
-  const uint64_t first_segment = entry_of(*tier, hot).segment;
-  for (uint64_t s = 10; s < 260; ++s) {
-    ASSERT_TRUE(tier->insert(seeded_block(by_dtype_[2], s)).ok());
-    if (s % 20 == 0) tier->flush();
-  }
-  tier->flush();
-  ASSERT_EQ(tier->state_for_testing().segments.record(first_segment), std::nullopt)
-      << "the first segment was reclaimed";
-  EXPECT_GE(tier->metrics().reinserted.value(), 1u);
-  auto got = tier->read(request_for(hot));
-  ASSERT_TRUE(got.ok()) << "the block that was read moved on";
-  EXPECT_TRUE(testing::same_bytes(**got, *hot));
-  EXPECT_FALSE(tier->contains(cold->hash())) << "the one never read went with its segment";
 }
 
 // A namespace's SSD quota: its spills past it are refused and counted, other namespaces are not

@@ -32,7 +32,10 @@ Status SegmentAllocator::start(IoUringRing& ring) {
   // Reclaim needs one segment that is not active.
   const uint64_t lanes = std::clamp<uint64_t>(state_.options.active_segments, 1, max_segments() - 1);
   lanes_.assign(lanes, Lane{});
-  return enforce_capacity();
+  // Down to the capacity (it may have been lowered since the last run), not below it: room for
+  // the next segment is made when one is needed. Making it here reclaimed the oldest segment of
+  // a full tier at every start, blocks the last shutdown had reported written.
+  return enforce_capacity(/*room=*/0);
 }
 
 bool SegmentAllocator::fits(uint64_t size) const {
@@ -70,7 +73,7 @@ Status SegmentAllocator::rotate() {
   lanes_[lane_] = Lane{};
   if (state_.segments.count() + 1 > max_segments()) {
     hooks_.drain();  // reclaim must not race writes into the segment it removes
-    KVTIER_RETURN_IF_ERROR(enforce_capacity());
+    KVTIER_RETURN_IF_ERROR(enforce_capacity(/*room=*/1));
   }
   return open_segment();
 }
@@ -100,9 +103,8 @@ Status SegmentAllocator::open_segment() {
   return ok_status();
 }
 
-Status SegmentAllocator::enforce_capacity() {
-  // Room for one more segment (the one about to be opened).
-  while (state_.segments.count() + 1 > max_segments()) {
+Status SegmentAllocator::enforce_capacity(uint64_t room) {
+  while (state_.segments.count() + room > max_segments()) {
     auto victim = state_.segments.oldest(active_ids());
     if (!victim) break;
     KVTIER_RETURN_IF_ERROR(reclaim(*victim));
@@ -112,12 +114,23 @@ Status SegmentAllocator::enforce_capacity() {
 
 size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_ptr<SegmentFile>& file,
                                           std::span<const std::pair<uint64_t, BlockHash>> records) {
+  // At most half a segment moves, so every reclaim frees room. Moving a whole segment's worth
+  // would take back the room it freed: on a disk whose blocks were all read, each reclaim then
+  // called the next until the cascade had gone round the disk and reached the newest writes (never
+  // read, so not moved), which went instead of the old ones it had just rewritten.
+  const uint64_t budget = state_.options.segment_size / 2;
+  uint64_t moved_bytes = 0;
   size_t moved = 0;
   for (const auto& [off, h] : records) {
     if (!state_.reads.take(h)) continue;
     auto e = state_.index->get(h);
     if (!e.ok() || !e->has_value() || (*e)->segment != segment || (*e)->offset != off) continue;
     const IndexEntry& entry = **e;
+    if (moved_bytes + record_padded(entry.length) > budget) {
+      state_.metrics.reinsert_skipped.inc();  // goes with its segment, as a block never read
+      continue;
+    }
+    moved_bytes += record_padded(entry.length);
     auto item = std::make_shared<SpillItem>();
     item->hash = h;
     item->buffer = AlignedBuffer(record_padded(entry.length), kRecordAlign, /*zeroed=*/false);

@@ -63,7 +63,8 @@ class SegmentAllocator {
   Status open_segment();
   // The ids of the active segments (reclaim leaves them alone).
   std::vector<uint64_t> active_ids() const;
-  Status enforce_capacity();
+  // Reclaims the oldest segments until `room` more fit within the capacity.
+  Status enforce_capacity(uint64_t room);
   Status reclaim(uint64_t segment);
   // Reads the records of `segment` read since they were written and hands them to the reinsert
   // hook; returns how many.
