@@ -324,6 +324,12 @@ int main(int argc, char** argv) {
                  "Hit-plan table: then milliseconds of other forwards, so every run starts on a "
                  "GPU at work")
       ->capture_default_str();
+  int tiny_busy_ms = 30;
+  app.add_option(
+         "--tiny-busy-ms", tiny_busy_ms,
+         "Tiny table: milliseconds of other forwards before every timed run, so each starts "
+         "on a GPU at work")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const HitPolicy policy = must(parse_hit_policy(hit_policy));
   for (int p : prompts) {
@@ -369,7 +375,9 @@ int main(int argc, char** argv) {
         "engine ms: one forward of the whole prompt (KV written to the paged cache, the last row's "
         "logits "
         "read back), host wall time; GPU ms: its GPU timestamps; host record ms: the part of the "
-        "wall time spent recording the forward's launches before its submission. PyTorch eager: "
+        "wall time spent recording the forward's launches before its last submission (the first "
+        "layer runs meanwhile); host setup / readback: before recording (checks, metadata, "
+        "pipelines) and after the wait (timestamps, logits). PyTorch eager: "
         "bench/torch_prefill_reference.py --serve, same shapes, bf16 weights, flash SDPA, CUDA "
         "events (3 untimed forwards before each). Medians of " +
         std::to_string(reps) +
@@ -386,7 +394,8 @@ int main(int argc, char** argv) {
     Report stages(
         "e2e, tiny Llama: where the first token's forward goes (GPU clock, summed over layers)",
         {"prompt", "prefix in", "stage", "GPU ms"});
-    bench_tiny(*ctx, prompts, reps, dir, policy, r, profile_stages ? &stages : nullptr);
+    bench_tiny(*ctx, prompts, reps, tiny_busy_ms, dir, policy, r,
+               profile_stages ? &stages : nullptr);
     if (profile_stages) {
       stages.add_note(
           "A timestamp after each stage's launches and barrier; medians over repetitions.");

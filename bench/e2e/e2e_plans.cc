@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/metrics/metrics_exporters.h"
+#include "bench/e2e/busy_gpu.h"
 #include "bench/e2e/e2e_support.h"
 #include "bench/harness/gpu_launch_timing.h"
 #include "cache/cache_stack.h"
@@ -43,18 +44,6 @@ std::string nonzero_failures(TieredCache& cache) {
   return out;
 }
 
-// Keeps the GPU computing: `busy`'s uncached forward on a pool of its own (no cache, no cost
-// model), one after another, for at least `seconds` (none for 0).
-Status keep_busy(LlamaModel& model, const GpuBlockPool& pool, const ForwardBatch& busy,
-                 double seconds) {
-  if (seconds <= 0) return ok_status();
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  do {
-    KVTIER_RETURN_IF_ERROR(model.forward(busy, pool).status());
-  } while (std::chrono::steady_clock::now() < end);
-  return ok_status();
-}
-
 }  // namespace
 
 std::vector<std::string> plan_columns() {
@@ -79,14 +68,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
   const LlamaWeights weights = LlamaWeights::synthetic(config);
   auto model = must(LlamaModel::create(ctx, config, weights));
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
-  // What keeps the GPU at work between runs: a prompt of up to 16 blocks (within the model's
-  // positions) on blocks of its own.
-  const uint32_t busy_blocks =
-      static_cast<uint32_t>(std::min(16, config.max_positions / kBlockSize));
-  auto busy_pool = must(GpuBlockPool::create(ctx, layout, {busy_blocks, 0}));
-  const ForwardBatch busy =
-      prompt_batch(prompt_tokens(static_cast<int>(busy_blocks) * kBlockSize, config.vocab),
-                   must(busy_pool->allocate(busy_blocks)).ids);
+  auto busy = must(BusyGpu::create(ctx, *model, layout));
   for (int p : o.prompts) {
     const std::vector<int32_t> prompt = prompt_tokens(p, config.vocab);
     const size_t n = static_cast<size_t>(
@@ -129,7 +111,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         // ms, against 0.96 after 20 ms). So every run follows the same pause, then the same
         // stretch of other forwards, as a server under load would be.
         if (o.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
-        must(keep_busy(*model, *busy_pool, busy, o.busy_ms / 1000.0));
+        must(busy->run(o.busy_ms / 1000.0));
         gen.hit_options() = hit;
         // The first token's time, not the call's: publishing the computed blocks comes after it.
         Generation out = must(gen.generate(prompt, 1, use_cache));

@@ -24,8 +24,9 @@ double forward_flops(const LlamaConfig& c, double tokens) {
 }  // namespace
 
 std::vector<std::string> prefill_columns() {
-  return {"model",          "prompt",  "engine ms",        "engine GPU ms",
-          "host record ms", "TFLOP/s", "PyTorch eager ms", "engine / PyTorch"};
+  return {"model",         "prompt",           "engine ms",
+          "engine GPU ms", "host record ms",   "host setup / readback ms",
+          "TFLOP/s",       "PyTorch eager ms", "engine / PyTorch"};
 }
 
 void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& report,
@@ -54,7 +55,7 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       // time.
       must(warm_up([&] { return model->forward(b, *pool).status(); }));
       // Round by round: PyTorch's forward, then ours, so both see the GPU in the same state.
-      std::vector<double> wall, gpu, record, torch_ms;
+      std::vector<double> wall, gpu, record, setup, readback, torch_ms;
       for (int r = 0; r < o.reps; ++r) {
         if (torch) {
           if (auto t = torch->prefill_ms(name, n, 1)) torch_ms.push_back(*t);
@@ -63,6 +64,8 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
         must(model->forward(b, *pool).status());
         wall.push_back(seconds_since(t0));
         record.push_back(model->last_timing().record_seconds);
+        setup.push_back(model->last_timing().setup_seconds);
+        readback.push_back(model->last_timing().readback_seconds);
         if (model->last_timing().gpu_seconds) gpu.push_back(*model->last_timing().gpu_seconds);
       }
       if (stages) {
@@ -85,6 +88,7 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       for (double t : torch_ms) torch_s.push_back(t / 1e3);
       report.add_row(
           {name, std::to_string(n), ms(engine_s), gpu.empty() ? "-" : ms(gpu_s), ms(median(record)),
+           ms(median(setup)) + " / " + ms(median(readback)),
            fmt_double(forward_flops(config, n) / (gpu.empty() ? engine_s : gpu_s) / 1e12, 1),
            ref ? fmt_double(median(torch_ms), 2) : "-",
            ref ? paired_ratio(wall, torch_s).text() : "-"});

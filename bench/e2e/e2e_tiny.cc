@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/e2e/busy_gpu.h"
 #include "bench/e2e/e2e_support.h"
 #include "bench/harness/gpu_launch_timing.h"
 #include "cache/cache_stack.h"
@@ -33,7 +34,7 @@ struct TinyCase {
 
 }  // namespace
 
-void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, int busy_ms,
                 const std::string& dir, HitPolicy policy, Report& report, Report* stage_report) {
   LlamaConfig config = LlamaConfig::tiny();
   config.max_positions = *std::max_element(prompts.begin(), prompts.end()) + 64;
@@ -42,6 +43,7 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
   // 2 timestamps per forward, or one per stage (--profile-stages; the stamps cost a little).
   const bool gpu_clock = model->time_on_gpu(true, stage_report != nullptr).ok();
   auto layout = std::make_shared<const KvLayout>(config.kv_layout(DType::kBF16, kBlockSize));
+  auto busy = must(BusyGpu::create(ctx, *model, layout));
   for (int p : prompts) {
     const auto prompt = prompt_tokens(p, config.vocab);
     const uint32_t blocks = static_cast<uint32_t>(p / kBlockSize);
@@ -69,6 +71,9 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
       const GpuTierMetrics& m = (&g == &gen ? stack : ssd_stack)->gpu()->metrics();
       const auto up0 = m.upload_seconds.snapshot();
       const uint64_t n0 = m.uploads.value(), d0 = m.direct_up.value(), r0 = m.copy_regions.value();
+      // Every run on a GPU at work (BusyGpu), whatever came before it: the rows swung twofold
+      // between processes without this.
+      must(busy->run(busy_ms / 1000.0));
       // The first token's time, not the call's: publishing the computed blocks comes after it.
       Generation out = must(g.generate(prompt, 1, use_cache));
       const auto up1 = m.upload_seconds.snapshot();

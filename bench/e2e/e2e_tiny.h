@@ -13,8 +13,9 @@
 namespace kvtier::bench {
 
 // Appends one row per (prompt, where the prefix is) to `report`; with `stage_report`, one row per
-// stage of the GPU and uncached rows' first-token forward there.
-void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps,
+// stage of the GPU and uncached rows' first-token forward there. Every timed run follows
+// `busy_ms` of other forwards (BusyGpu).
+void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, int busy_ms,
                 const std::string& dir, HitPolicy policy, Report& report, Report* stage_report);
 std::vector<std::string> tiny_columns();
 // Median time to submit an empty batch and see it done: the floor under every forward.

@@ -35,8 +35,10 @@ namespace kvtier {
 // the host saw it done, of which the GPU's own clock measured gpu_seconds (when timing is on and
 // the device has timestamps). The rest of submit_wait is the submission's and the wake-up's cost.
 struct ForwardTiming {
-  double record_seconds = 0;
+  double setup_seconds = 0;   // from the call to recording: checks, metadata, pipelines
+  double record_seconds = 0;  // recording, up to the last batch's submission
   double submit_wait_seconds = 0;
+  double readback_seconds = 0;  // from the wait's return: timestamps and logits read back
   std::optional<double> gpu_seconds;
   // With time_on_gpu(true, true): GPU seconds per kind of launch (summed over layers), in the
   // order they first run. A timestamp after every stage: for finding where a forward goes.
@@ -83,6 +85,9 @@ class LlamaModel {
   // RoPE and the KV-cache write as one launch (rope_cache.comp) where head_dim % 8 == 0: on by
   // default; the same bits either way, off so tests and benchmarks can compare.
   void set_fused_rope_cache(bool on) { fused_rope_cache_ = on; }
+  // The first layer submitted on its own while the rest is recorded: on by default; the same
+  // bits either way, off so tests can compare.
+  void set_early_submit(bool on) { early_submit_ = on; }
 
  private:
   struct LayerWeights {
@@ -140,6 +145,7 @@ class LlamaModel {
   // attn_ rows, no to_half pass.
   bool attn_half_ = false;
   bool fused_rope_cache_ = true;
+  bool early_submit_ = true;
   LlamaConfig config_;
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;

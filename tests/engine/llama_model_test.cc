@@ -146,9 +146,10 @@ std::vector<uint8_t> cache_bytes(GpuBlockPool& pool, bool zero = false) {
 }
 
 // RoPE and the cache write in one launch (rope_cache.comp) give the bits rope then
-// reshape_and_cache give: the same logits through a prefill and decode steps, and the same bytes
-// in every cache block (the blocks' slots, not just the logits they lead to).
-TEST_P(LlamaModelTest, RopeAndTheCacheWriteInOneLaunchGiveTheBitsOfTwo) {
+// reshape_and_cache give, and a forward whose first layer is submitted on its own gives the bits
+// of one batch: the same logits through a prefill and decode steps, and the same bytes in every
+// cache block (the blocks' slots, not just the logits they lead to).
+TEST_P(LlamaModelTest, FusedLaunchesAndAFirstLayerSubmittedAloneGiveTheBitsOfOneUnfusedBatch) {
   const LlamaConfig config = LlamaConfig::tiny();
   ASSERT_EQ(config.head_dim % 8, 0) << "the fused launch needs 4-pair units";
   const LlamaWeights weights = LlamaWeights::synthetic(config);
@@ -157,9 +158,12 @@ TEST_P(LlamaModelTest, RopeAndTheCacheWriteInOneLaunchGiveTheBitsOfTwo) {
     SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
     std::vector<GpuRun> runs;
     std::vector<std::vector<uint8_t>> bytes;
-    for (const bool fused : {true, false}) {
+    const std::pair<bool, bool> variants[] = {
+        {true, true}, {false, false}, {true, false}, {false, true}};
+    for (const auto& [fused, early] : variants) {
       auto model = std::move(LlamaModel::create(gpu(), config, weights, path)).value();
       model->set_fused_rope_cache(fused);
+      model->set_early_submit(early);
       auto pool =
           std::move(GpuBlockPool::create(
                         gpu(), testing::share_layout(config.kv_layout(GetParam(), 16)), {16, 0}))
@@ -168,16 +172,19 @@ TEST_P(LlamaModelTest, RopeAndTheCacheWriteInOneLaunchGiveTheBitsOfTwo) {
       runs.push_back(generate_on_gpu(*model, *pool, prompt, 3));
       bytes.push_back(cache_bytes(*pool));
     }
-    EXPECT_EQ(runs[0].tokens, runs[1].tokens);
-    ASSERT_EQ(runs[0].logits.size(), runs[1].logits.size());
-    for (size_t s = 0; s < runs[0].logits.size(); ++s) {
-      EXPECT_EQ(std::memcmp(runs[0].logits[s].data(), runs[1].logits[s].data(),
-                            runs[0].logits[s].size() * 4),
-                0)
-          << "step " << s;
+    for (size_t v = 1; v < runs.size(); ++v) {
+      SCOPED_TRACE("fused " + std::to_string(variants[v].first) + ", first layer alone " +
+                   std::to_string(variants[v].second));
+      EXPECT_EQ(runs[0].tokens, runs[v].tokens);
+      ASSERT_EQ(runs[0].logits.size(), runs[v].logits.size());
+      for (size_t s = 0; s < runs[0].logits.size(); ++s) {
+        EXPECT_EQ(std::memcmp(runs[0].logits[s].data(), runs[v].logits[s].data(),
+                              runs[0].logits[s].size() * 4),
+                  0)
+            << "step " << s;
+      }
+      EXPECT_TRUE(bytes[0] == bytes[v]) << "the cache's bytes differ";
     }
-    ASSERT_EQ(bytes[0].size(), bytes[1].size());
-    EXPECT_TRUE(bytes[0] == bytes[1]) << "the cache's bytes differ";
     EXPECT_NE(bytes[0], std::vector<uint8_t>(bytes[0].size(), 0)) << "nothing was written";
   }
 }
