@@ -206,8 +206,8 @@ void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
     seen.push_back(fmt::format(
         "{} writes failed, ENOSPC or an I/O error (kvtier_spill_failed_total)", p.failed_writes));
   if (p.reclaimed)
-    seen.push_back(fmt::format(
-        "{} blocks were reclaimed for room, the SSD holding less than RAM did", p.reclaimed));
+    seen.push_back(
+        fmt::format("{} blocks were reclaimed for room, the SSD at its capacity", p.reclaimed));
   if (p.not_queued)
     seen.push_back(
         fmt::format("{} could not be queued (kvtier_spill_dropped_total)", p.not_queued));

@@ -67,11 +67,12 @@ class CacheStack {
   struct Persisted {
     size_t written = 0;  // indexed after a durable write: what a restart serves
     size_t refused = 0;  // not taken by rule: their namespace at its SSD quota (counted there)
-    size_t lost = 0;     // taken but not written (ENOSPC, an I/O error), or cut off by the deadline
+    size_t lost = 0;  // taken but not written (ENOSPC, an I/O error), cut off by the deadline, or
+                      // written and then reclaimed for a later one (an SSD smaller than RAM)
     // Why, for the log: blocks the tier would not queue (a full queue, an encode failure) and
     // those the deadline cut off, exactly; and what the SSD's counters saw while it ran (moved
-    // blocks included): writes that failed, and blocks reclaimed for room (the SSD holding less
-    // than RAM did).
+    // blocks included): writes that failed, and blocks reclaimed for room (the SSD at its
+    // capacity).
     size_t not_queued = 0, cut_off = 0;
     uint64_t failed_writes = 0, reclaimed = 0;
   };
