@@ -120,14 +120,8 @@ TEST_F(SsdTierTest, AFullTierKeepsEveryBlockAcrossARestartAndALowerCapacityIsEnf
   {
     auto tier = open(o);
     EXPECT_EQ(tier->block_count(), held);
-    size_t served = 0;
-    for (const auto& b : blocks) {
-      auto got = tier->read(request_for(b));
-      if (!got.ok()) continue;
-      ++served;
-      EXPECT_TRUE(testing::same_bytes(**got, *b));
-    }
-    EXPECT_EQ(served, held) << "every block the last run held is served after the restart";
+    EXPECT_EQ(served_exact(*tier, blocks), held)
+        << "every block the last run held is served after the restart";
   }
   o.capacity_bytes = 2 << 20;
   auto tier = open(o);

@@ -26,6 +26,17 @@ class SsdTierTest : public ::testing::Test {
     return t.ok() ? std::move(t).value() : nullptr;
   }
   std::unique_ptr<SsdTier> open() { return open(small_ssd_options(dir_.str())); }
+  // How many of `blocks` `t` serves, each checked byte for byte against what was written.
+  size_t served_exact(SsdTier& t, const std::vector<BlockRef>& blocks) {
+    size_t served = 0;
+    for (const auto& b : blocks) {
+      auto got = t.read(request_for(b));
+      if (!got.ok()) continue;
+      ++served;
+      EXPECT_TRUE(testing::same_bytes(**got, *b));
+    }
+    return served;
+  }
   // The record of `b` on disk.
   IndexEntry entry_of(SsdTier& t, const BlockRef& b) {
     auto e = t.state_for_testing().index->get(b->hash());
