@@ -324,6 +324,11 @@ int main(int argc, char** argv) {
                  "Hit-plan table: then milliseconds of other forwards, so every run starts on a "
                  "GPU at work")
       ->capture_default_str();
+  bool prefill_switch = true;
+  app.add_option("--prefill-switch", prefill_switch,
+                 "Prefill table: an untimed empty batch between PyTorch's forward and ours, so the "
+                 "GPU's switch from PyTorch's process is not timed as ours")
+      ->capture_default_str();
   int tiny_busy_ms = 30;
   app.add_option(
          "--tiny-busy-ms", tiny_busy_ms,
@@ -365,8 +370,9 @@ int main(int argc, char** argv) {
              prefill_columns());
     Report stages("e2e, where the engine's uncached prefill goes (GPU clock, summed over layers)",
                   {"model", "prompt", "stage", "GPU ms", "share"});
-    bench_prefill(*ctx, PrefillBenchOptions{engine_models, prompts, reps, torch_script}, r,
-                  profile_stages ? &stages : nullptr);
+    bench_prefill(*ctx,
+                  PrefillBenchOptions{engine_models, prompts, reps, torch_script, prefill_switch},
+                  r, profile_stages ? &stages : nullptr);
     if (profile_stages) {
       stages.print();
       stages.write_json(output_path("e2e_bench_prefill_stages.json"));
@@ -376,8 +382,10 @@ int main(int argc, char** argv) {
         "logits "
         "read back), host wall time; GPU ms: its GPU timestamps; host record ms: the part of the "
         "wall time spent recording the forward's launches before its last submission (the first "
-        "layer runs meanwhile); host setup / readback: before recording (checks, metadata, "
-        "pipelines) and after the wait (timestamps, logits). PyTorch eager: "
+        "layer runs meanwhile); host setup / to 1st submit / readback / rest: before "
+        "recording (checks, metadata, pipelines), recording up to the first submission (the GPU "
+        "idle until then), after the wait (timestamps, logits), and the call's time outside "
+        "those, the recording and the wait (freeing its batches). PyTorch eager: "
         "bench/torch_prefill_reference.py --serve, same shapes, bf16 weights, flash SDPA, CUDA "
         "events (3 untimed forwards before each). Medians of " +
         std::to_string(reps) +

@@ -25,7 +25,7 @@ double forward_flops(const LlamaConfig& c, double tokens) {
 
 std::vector<std::string> prefill_columns() {
   return {"model",         "prompt",           "engine ms",
-          "engine GPU ms", "host record ms",   "host setup / readback ms",
+          "engine GPU ms", "host record ms",   "host setup / to 1st submit / readback / rest ms",
           "TFLOP/s",       "PyTorch eager ms", "engine / PyTorch"};
 }
 
@@ -55,17 +55,26 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       // time.
       must(warm_up([&] { return model->forward(b, *pool).status(); }));
       // Round by round: PyTorch's forward, then ours, so both see the GPU in the same state.
-      std::vector<double> wall, gpu, record, setup, readback, torch_ms;
+      std::vector<double> wall, gpu, record, setup, first_submit, readback, rest, torch_ms;
       for (int r = 0; r < o.reps; ++r) {
         if (torch) {
           if (auto t = torch->prefill_ms(name, n, 1)) torch_ms.push_back(*t);
+          if (o.switch_first) {
+            CommandBatch empty = must(CommandBatch::begin(ctx));
+            must(empty.submit_and_wait());
+          }
         }
         const auto t0 = std::chrono::steady_clock::now();
         must(model->forward(b, *pool).status());
         wall.push_back(seconds_since(t0));
         record.push_back(model->last_timing().record_seconds);
-        setup.push_back(model->last_timing().setup_seconds);
-        readback.push_back(model->last_timing().readback_seconds);
+        const ForwardTiming& t = model->last_timing();
+        setup.push_back(t.setup_seconds);
+        first_submit.push_back(t.first_submit_seconds);
+        readback.push_back(t.readback_seconds);
+        // The call's time outside its four parts: freeing its batches, returning.
+        rest.push_back(wall.back() - t.setup_seconds - t.record_seconds - t.submit_wait_seconds -
+                       t.readback_seconds);
         if (model->last_timing().gpu_seconds) gpu.push_back(*model->last_timing().gpu_seconds);
       }
       if (stages) {
@@ -88,7 +97,8 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
       for (double t : torch_ms) torch_s.push_back(t / 1e3);
       report.add_row(
           {name, std::to_string(n), ms(engine_s), gpu.empty() ? "-" : ms(gpu_s), ms(median(record)),
-           ms(median(setup)) + " / " + ms(median(readback)),
+           ms(median(setup)) + " / " + ms(median(first_submit)) + " / " + ms(median(readback)) +
+               " / " + ms(median(rest)),
            fmt_double(forward_flops(config, n) / (gpu.empty() ? engine_s : gpu_s) / 1e12, 1),
            ref ? fmt_double(median(torch_ms), 2) : "-",
            ref ? paired_ratio(wall, torch_s).text() : "-"});

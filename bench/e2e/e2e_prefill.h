@@ -17,6 +17,9 @@ struct PrefillBenchOptions {
   std::vector<int> prompts;
   int reps = 5;
   std::string torch_script;  // bench/torch_prefill_reference.py; empty: no PyTorch column
+  // An empty batch submitted and waited for between PyTorch's forward and ours, untimed: the GPU
+  // switches from PyTorch's process to ours before ours is timed, as it would not in a server.
+  bool switch_first = true;
 };
 
 // One row per (model, prompt): one forward of the whole prompt (its KV written into the paged

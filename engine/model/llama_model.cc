@@ -373,6 +373,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   // order, so the bits are the same.
   std::optional<CommandBatch> rest;
   CommandBatch* cb = &first;
+  std::optional<std::chrono::steady_clock::time_point> first_submitted;
   if (timer_) timer_->start(*cb);
   // By stage: a timestamp after each kind of launch (its barrier recorded), named.
   std::vector<const char*> stage_names;
@@ -495,6 +496,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     stage("down matmul");
     if (l == 0 && c.num_layers > 1 && early_submit_) {
       KVTIER_RETURN_IF_ERROR(first.submit().status());
+      first_submitted = std::chrono::steady_clock::now();
       KVTIER_ASSIGN_OR_RETURN(CommandBatch next, CommandBatch::begin(ctx_));
       cb = &rest.emplace(std::move(next));
     }
@@ -523,6 +525,8 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   last_timing_.setup_seconds = std::chrono::duration<double>(record_started - entered).count();
   last_timing_.record_seconds = std::chrono::duration<double>(submitted - record_started).count();
   last_timing_.submit_wait_seconds = std::chrono::duration<double>(waited - submitted).count();
+  last_timing_.first_submit_seconds =
+      std::chrono::duration<double>(first_submitted.value_or(submitted) - record_started).count();
   last_timing_.gpu_seconds.reset();
   last_timing_.stages.clear();
   if (timer_ && by_stage_) {

@@ -37,6 +37,7 @@ namespace kvtier {
 struct ForwardTiming {
   double setup_seconds = 0;   // from the call to recording: checks, metadata, pipelines
   double record_seconds = 0;  // recording, up to the last batch's submission
+  double first_submit_seconds = 0;  // recording, up to the first batch's (the GPU idle until then)
   double submit_wait_seconds = 0;
   double readback_seconds = 0;  // from the wait's return: timestamps and logits read back
   std::optional<double> gpu_seconds;
