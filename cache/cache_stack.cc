@@ -1,6 +1,7 @@
 #include "cache/cache_stack.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -108,27 +109,31 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   }
   // Deepest first: when RAM held more than the SSD keeps, the first written are the first
   // reclaimed, and a prompt's later blocks serve nothing without its first ones.
-  std::unordered_map<BlockHash, const Block*> by_hash;
-  for (const BlockRef& b : todo) by_hash.emplace(b->hash(), b.get());
-  std::unordered_map<BlockHash, size_t> depth;  // parents among `todo` above it
-  std::vector<const Block*> path;
-  for (const BlockRef& b : todo) {
-    // Up to the first block whose depth is known or whose parent is not among them, then down.
+  std::unordered_map<BlockHash, size_t> at;  // position in `todo`
+  for (size_t i = 0; i < todo.size(); ++i) at.emplace(todo[i]->hash(), i);
+  std::vector<int64_t> depth(todo.size(), -1);  // how many of its parents are in `todo`
+  std::vector<size_t> path;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    // Up to a block whose depth is known or whose parent is not among them, then down again.
     path.clear();
-    const Block* at = b.get();
-    size_t d = 0;
-    while (!depth.count(at->hash())) {
-      path.push_back(at);
-      auto parent = by_hash.find(at->identity().parent_hash);
-      if (parent == by_hash.end() || path.size() > by_hash.size()) break;
-      at = parent->second;
+    size_t b = i;
+    while (depth[b] < 0) {
+      path.push_back(b);
+      auto parent = at.find(todo[b]->identity().parent_hash);
+      if (parent == at.end() || path.size() > todo.size()) break;
+      b = parent->second;
     }
-    if (auto known = depth.find(at->hash()); known != depth.end()) d = known->second + 1;
-    for (auto it = path.rbegin(); it != path.rend(); ++it) depth[(*it)->hash()] = d++;
+    int64_t d = depth[b] >= 0 ? depth[b] + 1 : 0;
+    for (auto it = path.rbegin(); it != path.rend(); ++it) depth[*it] = d++;
   }
-  std::stable_sort(todo.begin(), todo.end(), [&](const BlockRef& a, const BlockRef& b) {
-    return depth[a->hash()] > depth[b->hash()];
-  });
+  std::vector<size_t> order(todo.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return depth[a] > depth[b]; });
+  std::vector<BlockRef> deepest_first;
+  deepest_first.reserve(todo.size());
+  for (size_t i : order) deepest_first.push_back(std::move(todo[i]));
+  todo = std::move(deepest_first);
   const auto failed_writes = [&] {
     return ssd_->total(&SsdTierMetrics::spill_failed_no_space) +
            ssd_->total(&SsdTierMetrics::spill_failed_io) +

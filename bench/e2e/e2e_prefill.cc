@@ -67,15 +67,15 @@ void bench_prefill(VulkanContext& ctx, const PrefillBenchOptions& o, Report& rep
         const auto t0 = std::chrono::steady_clock::now();
         must(model->forward(b, *pool).status());
         wall.push_back(seconds_since(t0));
-        record.push_back(model->last_timing().record_seconds);
         const ForwardTiming& t = model->last_timing();
+        record.push_back(t.record_seconds);
         setup.push_back(t.setup_seconds);
         first_submit.push_back(t.first_submit_seconds);
         readback.push_back(t.readback_seconds);
         // The call's time outside its four parts: freeing its batches, returning.
         rest.push_back(wall.back() - t.setup_seconds - t.record_seconds - t.submit_wait_seconds -
                        t.readback_seconds);
-        if (model->last_timing().gpu_seconds) gpu.push_back(*model->last_timing().gpu_seconds);
+        if (t.gpu_seconds) gpu.push_back(*t.gpu_seconds);
       }
       if (stages) {
         must(model->time_on_gpu(true, true));

@@ -120,7 +120,7 @@ size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_pt
   // read, so not moved), which went instead of the old ones it had just rewritten.
   const uint64_t budget = state_.options.segment_size / 2;
   uint64_t moved_bytes = 0;
-  size_t moved = 0;
+  size_t moved = 0, skipped = 0;
   for (const auto& [off, h] : records) {
     if (!state_.reads.take(h)) continue;
     auto e = state_.index->get(h);
@@ -128,6 +128,7 @@ size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_pt
     const IndexEntry& entry = **e;
     if (moved_bytes + record_padded(entry.length) > budget) {
       state_.metrics.reinsert_skipped.inc();  // goes with its segment, as a block never read
+      ++skipped;
       continue;
     }
     moved_bytes += record_padded(entry.length);
@@ -153,6 +154,11 @@ size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_pt
     }
     hooks_.reinsert(std::move(item));
     ++moved;
+  }
+  if (skipped > 0) {
+    spdlog::debug(
+        "ssd tier: segment {}: {} read blocks past the half segment a reclaim moves go with it",
+        segment, skipped);
   }
   return moved;
 }
