@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 #include <vector>
 
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
                "Time every tile of the tensor-load kernel, not only the launcher's");
   app.add_option("--reference", reference,
                  "JSON lines from bench/matmul_rate.py --shapes (PyTorch, same GPU)");
+  std::vector<std::string> shape_specs;
+  app.add_option("--shape", shape_specs,
+                 "NAME:K:N, repeated: these shapes instead of the 1B's (e.g. logits:2048:32768)");
   std::string ggml_peer_path;
   app.add_option("--ggml-peer", ggml_peer_path,
                  "Output of ../shared/device/ggml-peer/run.sh from the same device call "
@@ -101,9 +105,23 @@ int main(int argc, char** argv) {
   if (!ggml_peer_path.empty()) ggml = must(GgmlPeer::read(ggml_peer_path));
 
   // Llama-3.2-1B's projections (hidden 2048, 8 KV heads of 64, FFN 8192), and a square one.
-  const std::vector<Shape> shapes = {{"q / o", 2048, 2048},     {"k / v", 2048, 512},
-                                     {"gate / up", 2048, 8192}, {"down", 8192, 2048},
-                                     {"q k v", 2048, 3072},     {"4096^2", 4096, 4096}};
+  std::vector<Shape> shapes = {{"q / o", 2048, 2048},     {"k / v", 2048, 512},
+                               {"gate / up", 2048, 8192}, {"down", 8192, 2048},
+                               {"q k v", 2048, 3072},     {"4096^2", 4096, 4096}};
+  if (!shape_specs.empty()) shapes.clear();
+  for (const std::string& spec : shape_specs) {
+    const size_t a = spec.find(':'), b = spec.find(':', a == std::string::npos ? a : a + 1);
+    Shape s{spec.substr(0, a), 0, 0};
+    try {
+      if (b == std::string::npos) throw std::invalid_argument(spec);
+      s.k = static_cast<uint32_t>(std::stoul(spec.substr(a + 1, b - a - 1)));
+      s.n = static_cast<uint32_t>(std::stoul(spec.substr(b + 1)));
+    } catch (const std::exception&) {
+      std::cerr << "--shape " << spec << ": expected NAME:K:N\n";
+      return 2;
+    }
+    shapes.push_back(s);
+  }
   Report report("matmul_bench: x [rows, k] @ w [k, n], f32 out",
                 {"shape", "rows", "k", "n", "kernel", "tile", "ms", "TFLOP/s", "PyTorch TFLOP/s",
                  "ours / PyTorch", "ggml-vulkan TFLOP/s", "ours / ggml"});

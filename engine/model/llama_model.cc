@@ -15,11 +15,6 @@ struct EmbeddingParams {
   uint64_t table, tokens, out;
   uint32_t num_tokens, dim, vocab, pad;
 };
-struct RmsNormParams {
-  uint64_t x, weight, out, out16;
-  uint32_t dim;
-  float eps;
-};
 struct RopeParams {
   uint64_t q, k, positions, cos_table, sin_table;
   uint32_t rows, q_heads, k_heads, dim;
@@ -330,29 +325,43 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     return invalid_argument("forward: the cache's layout is not this model's");
   }
   const size_t nlog = b.logit_rows.size();
-  // Batch metadata, one host-visible buffer: tokens | positions | slots | cu | seq_lens | tables.
+  for (int32_t row : b.logit_rows) {
+    if (row < 0 || static_cast<size_t>(row) >= rows)
+      return invalid_argument("forward: logit row out of range");
+  }
+  // Batch metadata, one host-visible buffer: tokens | positions | slots | cu | seq_lens | tables |
+  // state slots | logit rows.
   std::vector<int32_t> meta;
   auto append = [&](const std::vector<int32_t>& v) {
     const size_t at = meta.size();
     meta.insert(meta.end(), v.begin(), v.end());
     return at;
   };
-  const size_t o_tokens = append(b.tokens), o_pos = append(b.positions), o_slots = append(b.slot_mapping),
-               o_cu = append(b.cu_seqlens_q), o_lens = append(b.seq_lens), o_tables = append(b.block_tables),
-               o_state_slots = append(b.state_slots);
+  const size_t o_tokens = append(b.tokens), o_pos = append(b.positions),
+               o_slots = append(b.slot_mapping), o_cu = append(b.cu_seqlens_q),
+               o_lens = append(b.seq_lens), o_tables = append(b.block_tables),
+               o_state_slots = append(b.state_slots), o_logit_rows = append(b.logit_rows);
   GdnRows gdn_rows;
   if (c.gdn_layers() > 0 && GatedDeltaRule::chunk_form_takes(static_cast<uint32_t>(c.gdn.d_k))) {
     gdn_rows.ranges =
         append(gdn_ranges(b, gdn_rows));  // an offset until the buffer's address is known
   }
-  KVTIER_RETURN_IF_ERROR(ensure_scratch(rows, std::max<size_t>(nlog, 1), meta.size() + 4));
+  KVTIER_RETURN_IF_ERROR(
+      ensure_scratch(std::max(rows, nlog), std::max<size_t>(nlog, 1), meta.size() + 4));
   std::memcpy(meta_.mapped(), meta.data(), meta.size() * 4);
   KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta.size() * 4));
   auto at = [&](size_t ints) { return meta_.address() + ints * 4; };
   gdn_rows.ranges = at(gdn_rows.ranges);
 
-  KVTIER_ASSIGN_OR_RETURN(auto p_embed, ctx_.pipeline("embedding", {}, sizeof(EmbeddingParams)));
-  KVTIER_ASSIGN_OR_RETURN(auto p_norm, ctx_.pipeline("rms_norm", {}, sizeof(RmsNormParams)));
+  const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
+  const uint32_t embed_vec = h % 4 == 0 ? 4 : 1;
+  KVTIER_ASSIGN_OR_RETURN(auto p_embed,
+                          ctx_.pipeline("embedding", {embed_vec}, sizeof(EmbeddingParams)));
+  KVTIER_ASSIGN_OR_RETURN(const RmsNorm rms, RmsNorm::create(ctx_, h, c.rms_eps));
+  auto norm = [&](CommandBatch& batch, const GpuBuffer& weight, uint64_t rows_list, uint32_t n) {
+    rms.record(batch,
+               RmsNormRows{x_.address(), weight.address(), norm_rows(), half_rows(), rows_list, n});
+  };
   const uint32_t rope_vec = c.head_dim % 8 == 0 ? 4 : 1;  // pairs per invocation (rope.comp)
   KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {rope_vec}, sizeof(RopeParams)));
   KVTIER_ASSIGN_OR_RETURN(auto p_silu, ctx_.pipeline("silu_mul", {}, sizeof(SiluMulParams)));
@@ -363,7 +372,6 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   if (c.head_dim % 8 == 0 && fused_rope_cache_) {
     KVTIER_ASSIGN_OR_RETURN(p_rope_cache, ctx_.pipeline("rope_cache", {}, sizeof(RopeCacheParams)));
   }
-  const uint32_t h = c.hidden(), r32 = static_cast<uint32_t>(rows);
   const auto record_started = std::chrono::steady_clock::now();
   KVTIER_ASSIGN_OR_RETURN(CommandBatch first, CommandBatch::begin(ctx_));
   // The first layer goes to the GPU while the host records the rest: recording a forward took
@@ -385,7 +393,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   cb->dispatch(*p_embed,
                EmbeddingParams{embedding_.address(), at(o_tokens), x_.address(), r32, h,
                                static_cast<uint32_t>(c.vocab), 0},
-               groups(static_cast<uint64_t>(rows) * h, 256));
+               groups(static_cast<uint64_t>(rows) * h / embed_vec, 256));
   cb->barrier();
   stage("embedding");
 
@@ -399,10 +407,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const AttentionOptions attn_opts{1.0f / std::sqrt(static_cast<float>(c.head_dim)), 0.0f, 0};
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[l];
-    cb->dispatch(
-        *p_norm,
-        RmsNormParams{x_.address(), w.attn_norm.address(), norm_rows(), half_rows(), h, c.rms_eps},
-        r32);
+    norm(*cb, w.attn_norm, 0, r32);
     cb->barrier();
     stage("rms_norm");
     if (c.is_gdn(l)) {
@@ -462,10 +467,7 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
       cb->barrier();
       stage("output matmul");
     }
-    cb->dispatch(
-        *p_norm,
-        RmsNormParams{x_.address(), w.mlp_norm.address(), norm_rows(), half_rows(), h, c.rms_eps},
-        r32);
+    norm(*cb, w.mlp_norm, 0, r32);
     cb->barrier();
     stage("rms_norm");
     if (fused_mlp_) {
@@ -501,21 +503,16 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
       cb = &rest.emplace(std::move(next));
     }
   }
-  cb->dispatch(
-      *p_norm,
-      RmsNormParams{x_.address(), final_norm_.address(), norm_rows(), half_rows(), h, c.rms_eps},
-      r32);
-  cb->barrier();
-  for (size_t i = 0; i < nlog; ++i) {
-    const int32_t row = b.logit_rows[i];
-    if (row < 0 || static_cast<size_t>(row) >= rows) return invalid_argument("forward: logit row out of range");
-    const MatmulInput one_row{
-        hn_.address() + static_cast<uint64_t>(row) * h * 4,
-        half_inputs_ ? x16_.address() + static_cast<uint64_t>(row) * h * 2 : 0};
-    KVTIER_RETURN_IF_ERROR(matmul_.record(*cb, one_row, embedding_t_,
-                                          logits_.address() + i * c.vocab * 4ull, 1, false));
+  // Only the rows whose logits are read, normed into the first nlog rows of hn_ / x16_, then
+  // one launch for all of them (a row's bits do not depend on the rows beside it): the norm of
+  // every row and a launch per logit row did work no one read.
+  if (nlog > 0) {
+    norm(*cb, final_norm_, at(o_logit_rows), static_cast<uint32_t>(nlog));
+    cb->barrier();
+    KVTIER_RETURN_IF_ERROR(matmul_.record(*cb, input(hn_), embedding_t_, logits_.address(),
+                                          static_cast<uint32_t>(nlog), false));
+    cb->barrier();
   }
-  cb->barrier();
   if (nlog) cb->copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
   stage("final norm + logits");
   if (timer_ && !by_stage_) timer_->stop(*cb);

@@ -27,6 +27,7 @@
 #include "engine/model/gdn_state_pool.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/matmul.h"
+#include "engine/model/rms_norm.h"
 #include "engine/vulkan/gpu_timer.h"
 
 namespace kvtier {

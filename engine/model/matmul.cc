@@ -23,22 +23,23 @@ struct HalfCopyParams {
 
 // Largest first. 128 x 256 is ggml-vulkan's large tile for cooperative matrix 2 (and NVIDIA's
 // sample's); the smaller ones keep the SMs busy where a launch has few large tiles, and the last
-// is for a decode step's few rows (twice the workgroups of 32 x 64). Eight k steps per loop
-// iteration: 245 -> 266 TFLOP/s at the 1B down projection over 8192 rows (H200;
-// docs/benchmarks.md).
+// two are for a few rows (a decode step, the logits' row, a short suffix): 32 x 64 where the
+// columns alone give every SM work, 32 x 32 with deeper steps (twice the workgroups) where they
+// do not. Eight k steps per loop iteration: 245 -> 266 TFLOP/s at the 1B down projection over
+// 8192 rows (H200; docs/benchmarks.md).
 constexpr std::array<MatmulTile, 9> kCandidates{{
     {256, 128, 256, 64, 8},
     {256, 128, 128, 64, 8},
     {128, 64, 64, 64, 4},
+    {128, 32, 64, 64, 4},
     {128, 32, 32, 128, 4},
     // Not the launcher's: other shapes of the same work, for matmul_bench --all-tiles.
     {256, 128, 256, 64, 4},
     {256, 128, 256, 32, 8},
     {256, 256, 128, 64, 4},
     {128, 128, 128, 64, 4},
-    {128, 32, 64, 64, 4},
 }};
-constexpr std::span<const MatmulTile> kTiles(kCandidates.data(), 4);
+constexpr std::span<const MatmulTile> kTiles(kCandidates.data(), 5);
 
 // A launch with fewer workgroups than this leaves some of an H100's 132 SMs idle.
 constexpr uint64_t kEnoughWorkgroups = 128;
@@ -100,23 +101,27 @@ MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple, u
   // Equal cost keeps the larger tile. Not for the gated launch: its 128 x 128 tile ran 1.4x slower.
   const MatmulTile& large = kTiles[0];
   const MatmulTile& medium = kTiles[1];
-  if (sms > 0 && !gated && fits(large) && fits(medium) &&
+  if (sms > 0 && !gated && fits(large) && fits(medium) && rows > large.rows / 2 &&
       workgroups(large, rows, n) >= kEnoughWorkgroups) {
     auto cost = [&](const MatmulTile& t) {
       return (workgroups(t, rows, n) + sms - 1) / sms * uint64_t{t.rows} * t.cols;
     };
     return cost(medium) < cost(large) ? medium : large;
   }
-  // Otherwise the largest tile that still gives every SM work; below that, the smallest that
-  // covers the rows (a decode step's single row loads zeros for the rest of its tile, not
-  // memory). Only tiles whose columns divide col_multiple, where one is given (the last one's
-  // always do).
-  for (size_t i = 0; i + 1 < kTiles.size(); ++i) {
-    if (fits(kTiles[i]) && workgroups(kTiles[i], rows, n) >= kEnoughWorkgroups) return kTiles[i];
+  // Otherwise the largest tile that still gives every SM work, leaving out tiles at least twice
+  // as tall as the launch (rows of zeros, loaded and multiplied, with fewer workgroups to hide each
+  // step's wait: the 1B's logits, one row -> 32768 columns, took 0.220 ms on 128 x 256 tiles and
+  // 0.087 on 32 x 64, H200, matmul_bench); below that, the smallest that covers the rows (a decode
+  // step's single row loads zeros for the rest of its tile, not memory). Only tiles whose columns
+  // divide col_multiple, where one is given (the last one's always do).
+  const MatmulTile& smallest = kTiles.back();
+  for (const MatmulTile& t : kTiles.first(kTiles.size() - 1)) {
+    const bool tall = t.rows >= 2 * rows && t.rows > smallest.rows;
+    if (!tall && fits(t) && workgroups(t, rows, n) >= kEnoughWorkgroups) return t;
   }
-  if (rows > kTiles.back().rows && fits(kTiles[kTiles.size() - 2]))
-    return kTiles[kTiles.size() - 2];
-  return kTiles.back();
+  const MatmulTile& covering = kTiles[2];  // 64 x 64
+  if (rows > smallest.rows && fits(covering)) return covering;
+  return smallest;
 }
 
 uint32_t Matmul::row_tile_group(uint64_t weight_bytes) {

@@ -189,6 +189,60 @@ TEST_P(LlamaModelTest, FusedLaunchesAndAFirstLayerSubmittedAloneGiveTheBitsOfOne
   }
 }
 
+// The logits' rows are normed and projected in one launch, gathered from wherever the batch puts
+// them: rows asked for in any order, and twice, each give the bits of a forward that asks for
+// that row alone. A row out of range is refused before anything runs.
+TEST_P(LlamaModelTest, LogitRowsInAnyOrderEachGiveTheBitsOfThatRowAlone) {
+  const LlamaConfig config = LlamaConfig::tiny();
+  const LlamaWeights weights = LlamaWeights::synthetic(config);
+  const auto prompt = testing::golden_prompts().back();
+  const int n = static_cast<int>(prompt.size());
+  ASSERT_GE(n, 8);
+  for (PagedAttentionVarlen::Path path : testing::compute_paths()) {
+    SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
+    auto model = std::move(LlamaModel::create(gpu(), config, weights, path)).value();
+    auto pool =
+        std::move(GpuBlockPool::create(
+                      gpu(), testing::share_layout(config.kv_layout(GetParam(), 16)), {16, 0}))
+            .value();
+    const int blocks = (n + 15) / 16;
+    auto alloc = pool->allocate(blocks);
+    ASSERT_TRUE(alloc.ok());
+    ForwardBatch b;
+    for (int p = 0; p < n; ++p) {
+      b.tokens.push_back(prompt[p]);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(alloc->ids[p / 16] * 16 + p % 16);
+    }
+    b.cu_seqlens_q = {0, n};
+    b.seq_lens = {n};
+    b.block_tables = alloc->ids;
+    b.max_blocks_per_seq = blocks;
+    const std::vector<int32_t> asked = {n - 1, 0, 7, n - 1, 3};
+    b.logit_rows = asked;
+    auto all = model->forward(b, *pool);
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    const size_t vocab = static_cast<size_t>(config.vocab);
+    ASSERT_EQ(all->size(), asked.size() * vocab);
+    for (size_t i = 0; i < asked.size(); ++i) {
+      b.logit_rows = {asked[i]};
+      auto alone = model->forward(b, *pool);
+      ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+      EXPECT_EQ(std::memcmp(alone->data(), all->data() + i * vocab, vocab * 4), 0)
+          << "row " << asked[i] << " at index " << i;
+    }
+    EXPECT_NE(std::memcmp(all->data(), all->data() + vocab, vocab * 4), 0)
+        << "rows n - 1 and 0 gave the same logits: the rows were not gathered";
+    for (int32_t bad : {-1, n}) {
+      b.logit_rows = {0, bad};
+      auto refused = model->forward(b, *pool);
+      ASSERT_FALSE(refused.ok());
+      EXPECT_NE(refused.status().to_string().find("logit row out of range"), std::string::npos);
+    }
+    for (int32_t id : alloc->ids) pool->unref(id);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypes, LlamaModelTest, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

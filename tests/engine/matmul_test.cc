@@ -172,6 +172,15 @@ TEST(MatmulTest, PicksTheTileThatFillsWholeWavesOfSms) {
   // Too few rows for 128 large tiles: the old rule's smaller tiles, SMs known or not.
   EXPECT_EQ(Matmul::pick_tile(16, 2048, 0, 132), Matmul::pick_tile(16, 2048, 0, 0));
   EXPECT_EQ(Matmul::pick_tile(1, 2048, 0, 132), tiles.back());
+  // A few rows against many columns (the logits' rows): no tile twice as tall as the launch,
+  // however many workgroups it would give. 32 x 64 for one row, 64 x 64 for 64.
+  const MatmulTile& few_rows = tiles[tiles.size() - 2];
+  ASSERT_EQ(few_rows.rows, 32u);
+  ASSERT_EQ(few_rows.cols, 64u);
+  EXPECT_EQ(Matmul::pick_tile(1, 32768, 0, 132), few_rows);
+  EXPECT_EQ(Matmul::pick_tile(16, 32768, 0, 0), few_rows);
+  EXPECT_EQ(Matmul::pick_tile(64, 32768, 0, 132), tiles[2]);
+  EXPECT_EQ(Matmul::pick_tile(65, 32768, 0, 132).rows, 128u);
   EXPECT_EQ(Matmul::row_tile_group(2048ull * 16384 * 2), 16u);  // the 1B's gate and up: 64 MiB
   EXPECT_EQ(Matmul::row_tile_group(8192ull * 2048 * 2), 1u);    // its down projection fits L2
 }
