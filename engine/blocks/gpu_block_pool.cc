@@ -38,9 +38,8 @@ Result<std::unique_ptr<GpuBlockPool>> GpuBlockPool::create(VulkanContext& ctx,
                          l.layers[layer].dtype});
   }
   p->slots_.resize(p->num_blocks_);
-  for (int32_t id = 0; id < static_cast<int32_t>(p->num_blocks_); ++id) {
-    p->slots_[id].free_pos = p->free_.insert(p->free_.end(), id);
-  }
+  p->free_ = FreeOrder(p->num_blocks_);
+  for (int32_t id = 0; id < static_cast<int32_t>(p->num_blocks_); ++id) p->free_.push_back(id);
   return p;
 }
 
@@ -78,7 +77,7 @@ int32_t GpuBlockPool::find_and_ref(const BlockHash& hash) {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return -1;
   Slot& s = slots_[it->second];
-  if (s.ref++ == 0) free_.erase(s.free_pos);
+  if (s.ref++ == 0) free_.erase(it->second);
   return it->second;
 }
 
@@ -97,7 +96,7 @@ std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const
     auto it = by_hash_.find(hashes[i]);
     if (it == by_hash_.end()) continue;
     Slot& s = slots_[it->second];
-    if (s.ref++ == 0) free_.erase(s.free_pos);
+    if (s.ref++ == 0) free_.erase(it->second);
     out[i].id = it->second;
     const std::span<const uint32_t> want = i < tokens.size() ? tokens[i] : std::span<const uint32_t>();
     out[i].same_tokens = s.identity && (want.empty() || std::equal(s.identity->token_ids.begin(),
@@ -112,7 +111,7 @@ void GpuBlockPool::unref_many(std::span<const int32_t> ids) {
   for (const int32_t id : ids) {
     Slot& s = slots_[id];
     assert(s.ref > 0);
-    if (--s.ref == 0) s.free_pos = free_.insert(free_.end(), id);
+    if (--s.ref == 0) free_.push_back(id);
   }
 }
 
@@ -124,14 +123,14 @@ std::optional<BlockIdentity> GpuBlockPool::identity(int32_t id) const {
 void GpuBlockPool::ref(int32_t id) {
   std::lock_guard lock(mu_);
   Slot& s = slots_[id];
-  if (s.ref++ == 0) free_.erase(s.free_pos);
+  if (s.ref++ == 0) free_.erase(id);
 }
 
 void GpuBlockPool::unref(int32_t id) {
   std::lock_guard lock(mu_);
   Slot& s = slots_[id];
   assert(s.ref > 0);
-  if (--s.ref == 0) s.free_pos = free_.insert(free_.end(), id);
+  if (--s.ref == 0) free_.push_back(id);
 }
 
 std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity) {

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "engine/attention/paged_kv.h"
+#include "engine/blocks/free_order.h"
 #include "engine/vulkan/gpu_buffer.h"
 #include "serialize/block.h"
 #include "serialize/block_events.h"
@@ -99,7 +99,6 @@ class GpuBlockPool {
   struct Slot {
     int ref = 0;
     std::optional<BlockIdentity> identity;
-    std::list<int32_t>::iterator free_pos;  // valid while ref == 0
   };
   GpuBlockPool() = default;
 
@@ -110,7 +109,7 @@ class GpuBlockPool {
 
   mutable std::mutex mu_;  // guards slots_, free_, by_hash_
   std::vector<Slot> slots_;
-  std::list<int32_t> free_;  // least recently used first
+  FreeOrder free_{0};  // the blocks with ref == 0, least recently used first
   std::unordered_map<BlockHash, int32_t> by_hash_;
   std::shared_ptr<BlockEventSink> events_;
 };

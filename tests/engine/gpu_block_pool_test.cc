@@ -24,6 +24,31 @@ std::unique_ptr<GpuBlockPool> pool(uint32_t blocks) {
 
 BlockIdentity identity(uint64_t seed) { return testing::identity_for(*layout(), seed); }
 
+// The pool's free list: blocks leave from anywhere and come back at the end, and the front is
+// always the one freed longest ago; empty, it says so.
+TEST(FreeOrderTest, KeepsTheOrderBlocksWereFreedInWhereverOneLeaves) {
+  FreeOrder f(5);
+  EXPECT_EQ(f.front(), -1);
+  for (int32_t id : {3, 0, 4, 1, 2}) f.push_back(id);
+  EXPECT_EQ(f.size(), 5u);
+  f.erase(4);  // the middle
+  f.erase(3);  // the front
+  f.erase(2);  // the back
+  EXPECT_FALSE(f.contains(4));
+  f.push_back(4);
+  f.push_back(3);
+  std::vector<int32_t> order;
+  while (f.size() > 0) {
+    order.push_back(f.front());
+    f.pop_front();
+  }
+  EXPECT_EQ(order, (std::vector<int32_t>{0, 1, 4, 3}));
+  EXPECT_EQ(f.front(), -1);
+  f.push_back(2);
+  EXPECT_EQ(f.front(), 2);
+  EXPECT_TRUE(f.contains(2));
+}
+
 TEST(GpuBlockPoolTest, AllocationIsAllOrNothingAndLeastRecentlyUsedFirst) {
   auto p = pool(4);
   auto too_many = p->allocate(5);
