@@ -1,7 +1,8 @@
 // FreeOrder: a block pool's free blocks, least recently freed first, as a doubly linked list
 // threaded through two index arrays. Freeing and reusing a block allocates nothing: a std::list
-// node per pin and unpin was most of a GPU hit's pin and release cost (cache_bench's GPU-hit
-// table). Not thread-safe (the pool's lock).
+// node per pin and unpin was a fifth of a GPU hit's pin cost and half its release cost
+// (cache_bench's GPU-hit table, 511 blocks: 0.030 -> 0.024 ms and 0.021 -> 0.010 on this
+// project's VM). Not thread-safe (the pool's lock).
 #pragma once
 
 #include <cassert>

@@ -121,6 +121,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(VulkanContext& ctx, Llama
   // norm.
   auto reads_f32 = [](const MatmulWeights& w) { return w.k > 0 && !w.takes_half_input(); };
   m->norm_f32_ = !m->half_inputs_ || reads_f32(m->embedding_t_);
+  KVTIER_ASSIGN_OR_RETURN(
+      RmsNorm norm, RmsNorm::create(ctx, static_cast<uint32_t>(config.hidden()), config.rms_eps));
+  m->norm_.emplace(std::move(norm));
   m->fused_mlp_ = m->half_inputs_;
   // Attention writes the output projection's f16 rows itself where its path can (else to_half
   // copies them from its f32 rows): decided once, not per layer and forward.
@@ -357,10 +360,9 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
   const uint32_t embed_vec = h % 4 == 0 ? 4 : 1;
   KVTIER_ASSIGN_OR_RETURN(auto p_embed,
                           ctx_.pipeline("embedding", {embed_vec}, sizeof(EmbeddingParams)));
-  KVTIER_ASSIGN_OR_RETURN(const RmsNorm rms, RmsNorm::create(ctx_, h, c.rms_eps));
   auto norm = [&](CommandBatch& batch, const GpuBuffer& weight, uint64_t rows_list, uint32_t n) {
-    rms.record(batch,
-               RmsNormRows{x_.address(), weight.address(), norm_rows(), half_rows(), rows_list, n});
+    norm_->record(
+        batch, RmsNormRows{x_.address(), weight.address(), norm_rows(), half_rows(), rows_list, n});
   };
   const uint32_t rope_vec = c.head_dim % 8 == 0 ? 4 : 1;  // pairs per invocation (rope.comp)
   KVTIER_ASSIGN_OR_RETURN(auto p_rope, ctx_.pipeline("rope", {rope_vec}, sizeof(RopeParams)));
@@ -512,8 +514,8 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
     KVTIER_RETURN_IF_ERROR(matmul_.record(*cb, input(hn_), embedding_t_, logits_.address(),
                                           static_cast<uint32_t>(nlog), false));
     cb->barrier();
+    cb->copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
   }
-  if (nlog) cb->copy(logits_, 0, logits_host_, 0, nlog * c.vocab * 4ull);
   stage("final norm + logits");
   if (timer_ && !by_stage_) timer_->stop(*cb);
   const auto submitted = std::chrono::steady_clock::now();

@@ -152,6 +152,7 @@ class LlamaModel {
   GpuBuffer embedding_, final_norm_, rope_cos_, rope_sin_;
   MatmulWeights embedding_t_;
   Matmul matmul_;
+  std::optional<RmsNorm> norm_;  // rows of hidden(), set by create()
   std::vector<LayerWeights> layers_;
   ReshapeAndCache reshape_;
   PagedAttentionVarlen varlen_;

@@ -101,7 +101,10 @@ MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple, u
   // Equal cost keeps the larger tile. Not for the gated launch: its 128 x 128 tile ran 1.4x slower.
   const MatmulTile& large = kTiles[0];
   const MatmulTile& medium = kTiles[1];
-  if (sms > 0 && !gated && fits(large) && fits(medium) && rows > large.rows / 2 &&
+  const MatmulTile& smallest = kTiles.back();
+  // A tile at least twice as tall as the launch (see below); the smallest never counts as one.
+  auto tall = [&](const MatmulTile& t) { return t.rows >= 2 * rows && t.rows > smallest.rows; };
+  if (sms > 0 && !gated && fits(large) && fits(medium) && !tall(large) &&
       workgroups(large, rows, n) >= kEnoughWorkgroups) {
     auto cost = [&](const MatmulTile& t) {
       return (workgroups(t, rows, n) + sms - 1) / sms * uint64_t{t.rows} * t.cols;
@@ -114,10 +117,8 @@ MatmulTile Matmul::pick_tile(uint32_t rows, uint32_t n, uint32_t col_multiple, u
   // 0.087 on 32 x 64, H200, matmul_bench); below that, the smallest that covers the rows (a decode
   // step's single row loads zeros for the rest of its tile, not memory). Only tiles whose columns
   // divide col_multiple, where one is given (the last one's always do).
-  const MatmulTile& smallest = kTiles.back();
   for (const MatmulTile& t : kTiles.first(kTiles.size() - 1)) {
-    const bool tall = t.rows >= 2 * rows && t.rows > smallest.rows;
-    if (!tall && fits(t) && workgroups(t, rows, n) >= kEnoughWorkgroups) return t;
+    if (!tall(t) && fits(t) && workgroups(t, rows, n) >= kEnoughWorkgroups) return t;
   }
   const MatmulTile& covering = kTiles[2];  // 64 x 64
   if (rows > smallest.rows && fits(covering)) return covering;

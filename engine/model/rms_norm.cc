@@ -37,9 +37,8 @@ Result<RmsNorm> RmsNorm::create(VulkanContext& ctx, uint32_t dim, float eps) {
 
 void RmsNorm::record(CommandBatch& batch, const RmsNormRows& r) const {
   if (r.count == 0) return;
-  const uint32_t rows_per_group = kWorkgroup / shape(dim_).per_row;
   batch.dispatch(*pipeline_, Params{r.x, r.weight, r.out, r.out16, r.rows, r.count, dim_, eps_, 0},
-                 (r.count + rows_per_group - 1) / rows_per_group);
+                 (r.count + rows_per_group_ - 1) / rows_per_group_);
 }
 
 }  // namespace kvtier

@@ -35,10 +35,14 @@ class RmsNorm {
 
  private:
   RmsNorm(std::shared_ptr<ComputePipeline> p, uint32_t dim, float eps)
-      : pipeline_(std::move(p)), dim_(dim), eps_(eps) {}
+      : pipeline_(std::move(p)),
+        dim_(dim),
+        eps_(eps),
+        rows_per_group_(kWorkgroup / shape(dim).per_row) {}
   std::shared_ptr<ComputePipeline> pipeline_;
   uint32_t dim_;
   float eps_;
+  uint32_t rows_per_group_;
 };
 
 }  // namespace kvtier
