@@ -292,7 +292,9 @@ std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> req
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].id < 0) continue;
     ++pinned_.try_emplace(hashes[i], found[i].id, 0).first->second.second;
-    out[i] = {true, found[i].id, found[i].same_tokens ? Presence::kSameTokens : Presence::kDifferentTokens};
+    out[i].pinned = true;
+    out[i].slot = found[i].id;
+    out[i].presence = found[i].same_tokens ? Presence::kSameTokens : Presence::kDifferentTokens;
   }
   return out;
 }

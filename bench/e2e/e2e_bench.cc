@@ -139,8 +139,8 @@ double disk_read_gbps(StripedSsdTier& ssd) {
       for (uint64_t at = 0; at < size; at += kChunk * kDepth) {
         std::vector<IoOp> ops;
         for (size_t k = 0; k < kDepth && at + k * kChunk < size; ++k) {
-          ops.push_back({IoOp::Kind::kRead, fd.get(), buffers[k].data(),
-                         std::min(kChunk, size - at - k * kChunk), at + k * kChunk});
+          ops.push_back(IoOp::read(fd.get(), buffers[k].data(),
+                                   std::min(kChunk, size - at - k * kChunk), at + k * kChunk));
         }
         must(run_io_batch(*ring, ops));
         for (const IoOp& op : ops) total += op.done;

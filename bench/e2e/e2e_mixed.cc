@@ -53,7 +53,9 @@ void bench_mixed(VulkanContext& ctx, const MixedBenchOptions& m, Report& report)
                       kBlockSize);
   // Loads, whatever a plan would choose: the table measures how loading prefixes and decoding
   // share the GPU (a cost plan may recompute a prefix on the SSD, and then nothing loads).
-  CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{HitPolicy::kLoad});
+  HitOptions loads;
+  loads.policy = HitPolicy::kLoad;
+  CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, loads);
   // Each seed its own random sequence. A formula shifted by the seed gave only `vocab / gcd`
   // distinct prompts, so the "uncached" prompts of one repetition were blocks that an earlier one
   // had published and spilled: they were restored from the SSD too, in the asynchronous rows only.

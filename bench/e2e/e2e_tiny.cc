@@ -55,9 +55,10 @@ void bench_tiny(VulkanContext& ctx, const std::vector<int>& prompts, int reps, i
     auto ssd_stack = must(CacheStack::open(options.ssd));
     PrefixHasher hasher(HashAlgorithm::kSha256, Namespace{"e2e", layout->fingerprint(), ""},
                         kBlockSize);
-    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, HitOptions{policy});
-    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher,
-                            HitOptions{policy});
+    HitOptions hit;
+    hit.policy = policy;
+    CachedGenerator gen(*model, *stack->gpu(), stack->cache(), hasher, hit);
+    CachedGenerator ssd_gen(*model, *ssd_stack->gpu(), ssd_stack->cache(), hasher, hit);
     // Pipelines compiled, scratch allocated, the GPU's clocks up, before the calibration learns
     // what a prefill costs: without this, the first process on a freshly started H200 host read
     // 14.9 ms for the uncached 8192-token prefill (14.5 on the GPU's own clock) against 3.2 in

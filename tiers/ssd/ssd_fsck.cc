@@ -36,7 +36,9 @@ Result<FsckReport> fsck_ssd_dir(const std::string& dir, const FsckOptions& optio
   KVTIER_ASSIGN_OR_RETURN(DirLock lock, DirLock::acquire(dir));
   LayoutRegistry layouts;
   for (const KvLayout& l : manifest->layouts) KVTIER_RETURN_IF_ERROR(layouts.add(l).status());
-  KVTIER_ASSIGN_OR_RETURN(auto index, SsdIndex::open(dir + "/index", {.held_in_memory = false}));
+  SsdIndexOptions index_options;
+  index_options.held_in_memory = false;
+  KVTIER_ASSIGN_OR_RETURN(auto index, SsdIndex::open(dir + "/index", index_options));
 
   FsckReport report;
   auto problem = [&](std::string line) {

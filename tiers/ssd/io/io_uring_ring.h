@@ -48,6 +48,16 @@ struct IoOp {
   // A read that reaches end of file before `length` finishes with done < length, error 0.
   uint64_t done = 0;
   int error = 0;
+
+  // A read of `length` bytes at `offset` into one buffer.
+  static IoOp read(int fd, uint8_t* buffer, uint64_t length, uint64_t offset) {
+    IoOp op;
+    op.fd = fd;
+    op.buffer = buffer;
+    op.length = length;
+    op.offset = offset;
+    return op;
+  }
 };
 
 // Runs every op to completion (success, error, or EOF for reads). Returns a non-ok status only

@@ -74,7 +74,7 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
   std::vector<IoOp> ops;
   ops.reserve(runs.size());
   for (ReadRun& run : runs) {
-    IoOp op{IoOp::Kind::kRead, pending[run.records.front()].file->fd(), nullptr, run.length, run.offset};
+    IoOp op = IoOp::read(pending[run.records.front()].file->fd(), nullptr, run.length, run.offset);
     for (size_t k : run.records) {
       Pending& p = pending[k];
       p.buffer = AlignedBuffer(padded_length(p.entry), kRecordAlign, /*zeroed=*/false);
@@ -115,7 +115,7 @@ Status SsdReader::run_runs(IoUringRing& ring, std::vector<Pending>& pending, std
   std::vector<IoOp> alone;
   for (size_t k : retry) {
     Pending& p = pending[k];  // its buffer, not settled, is still its own
-    alone.push_back({IoOp::Kind::kRead, p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset});
+    alone.push_back(IoOp::read(p.file->fd(), p.buffer.data(), p.buffer.size(), p.entry.offset));
   }
   state_.metrics.read_ops.inc(alone.size());
   return run_io_batch(ring, alone, [&](size_t i) {

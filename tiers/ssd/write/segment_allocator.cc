@@ -139,7 +139,7 @@ size_t SegmentAllocator::move_read_blocks(uint64_t segment, const std::shared_pt
     item->token_count = entry.token_count;
     item->namespace_id = entry.namespace_id;
     item->preframed = true;
-    IoOp op{IoOp::Kind::kRead, file->fd(), item->buffer.data(), item->buffer.size(), entry.offset};
+    IoOp op = IoOp::read(file->fd(), item->buffer.data(), item->buffer.size(), entry.offset);
     Status st = run_io_batch(*ring_, std::span<IoOp>(&op, 1));
     auto header = parse_frame_header(item->buffer.span());
     if (!st.ok() || op.error || op.done < entry.length || !header.ok() ||
