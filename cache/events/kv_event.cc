@@ -1,5 +1,7 @@
 #include "cache/events/kv_event.h"
 
+#include <cstring>
+
 // The packer only: without this msgpack-cxx wants Boost for its optional adaptors.
 #define MSGPACK_NO_BOOST
 #include <msgpack.hpp>
@@ -8,6 +10,18 @@ namespace kvtier {
 namespace {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
+
+// msgpack's float 64 format, whatever the value. msgpack-cxx's pack_double writes a whole number as
+// an integer (4.1.3), and vLLM's EventBatch.ts is a float: a batch stamped on a whole second went
+// out as an int (python.test_kv_events caught one).
+void pack_float64(msgpack::sbuffer& buf, double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  char out[9];
+  out[0] = static_cast<char>(0xcb);
+  for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  buf.write(out, sizeof out);
+}
 
 void pack_str(Packer& p, std::string_view s) {
   p.pack_str(static_cast<uint32_t>(s.size()));
@@ -106,7 +120,7 @@ std::string encode_event_batch(double unix_seconds, const KvEventBuffer& events,
   msgpack::sbuffer buf;
   Packer p(buf);
   p.pack_array(2);
-  p.pack_double(unix_seconds);
+  pack_float64(buf, unix_seconds);
   p.pack_array(static_cast<uint32_t>(count));
   for (size_t i = first; i < first + count; ++i) pack_event(p, events, events[i]);
   return std::string(buf.data(), buf.size());

@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <set>
 #include <thread>
@@ -174,6 +175,23 @@ TEST(KvEventsTest, ABufferKeepsEachEventsTokensAndNamespaceThroughReuse) {
       EXPECT_EQ(b.namespace_of(b[i]),
                 i % 3 == 0 ? "" : "tenant-" + std::to_string((i * 7 + fill) % 12));
     }
+  }
+}
+
+// A batch's timestamp is a msgpack float 64 whatever its value: vLLM's EventBatch.ts is a float,
+// and msgpack-cxx's own packer writes a whole number of seconds as an integer (a batch stamped on a
+// whole second once went out as one).
+TEST(KvEventsTest, ABatchTimestampIsAFloatEvenOnAWholeSecond) {
+  const KvEventBuffer none;
+  for (double ts : {1795922653.0, 0.0, 1795922653.25, -2.0, 1e300}) {
+    const std::string payload = encode_event_batch(ts, none, 0, 0);
+    msgpack::object_handle oh = msgpack::unpack(payload.data(), payload.size());
+    const msgpack::object& batch = oh.get();
+    ASSERT_EQ(batch.type, msgpack::type::ARRAY);
+    ASSERT_EQ(batch.via.array.size, 2u);
+    ASSERT_EQ(batch.via.array.ptr[0].type, msgpack::type::FLOAT64) << ts;
+    EXPECT_EQ(std::memcmp(&batch.via.array.ptr[0].via.f64, &ts, sizeof ts), 0) << ts;
+    EXPECT_EQ(batch.via.array.ptr[1].via.array.size, 0u);
   }
 }
 
