@@ -17,10 +17,9 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 void pack_float64(msgpack::sbuffer& buf, double d) {
   uint64_t bits;
   std::memcpy(&bits, &d, sizeof bits);
-  char out[9];
-  out[0] = static_cast<char>(0xcb);
-  for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-  buf.write(out, sizeof out);
+  buf.write("\xcb", 1);
+  const std::string body = big_endian(bits);
+  buf.write(body.data(), body.size());
 }
 
 void pack_str(Packer& p, std::string_view s) {
@@ -69,6 +68,18 @@ void pack_event(Packer& p, const KvEventBuffer& buffer, const KvEvent& e) {
 }
 
 }  // namespace
+
+std::string big_endian(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+uint64_t from_big_endian(std::string_view b) {
+  uint64_t v = 0;
+  for (char c : b) v = (v << 8) | static_cast<uint8_t>(c);
+  return v;
+}
 
 std::string_view medium_name(KvMedium m) {
   switch (m) {

@@ -79,6 +79,11 @@ class KvEventBuffer {
   size_t namespaces_used_ = 0;
 };
 
+// The wire's 8-byte big-endian integers (a batch's sequence number, a replay's start) and
+// msgpack's float 64 body.
+std::string big_endian(uint64_t v);
+uint64_t from_big_endian(std::string_view b);
+
 // Events [first, first + count) of `events` as one EventBatch, msgpack-encoded.
 std::string encode_event_batch(double unix_seconds, const KvEventBuffer& events, size_t first,
                                size_t count);

@@ -15,18 +15,6 @@ constexpr char kEndOfReplay[8] = {'\xff', '\xff', '\xff', '\xff', '\xff', '\xff'
 
 std::string zmq_failure(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
 
-std::string big_endian(uint64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
-  return out;
-}
-
-uint64_t from_big_endian(std::string_view b) {
-  uint64_t v = 0;
-  for (char c : b) v = (v << 8) | static_cast<uint8_t>(c);
-  return v;
-}
-
 double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

@@ -136,7 +136,7 @@ void main() {
     // A tile past the last row or column (a decode step's one row, a hit's 16-row suffix, a
     // launch's last row tile): clamped loads, walked as the common tile is. One step per loop
     // iteration waited on each step's loads: H200, 16 rows on 32 x 32 tiles (matmul_bench), the
-    // tiny model's q/k/v 0.027 -> 0.008 ms, the 1B's down projection 0.078 -> 0.056.
+    // tiny model's q/k/v 0.027 -> 0.008 ms, the 1B's down projection 0.078 -> 0.057.
     tensorLayoutNV<2, CLAMPED> la = setTensorLayoutDimensionNV(createTensorLayoutNV(2, CLAMPED), pc.rows, pc.k);
     tensorLayoutNV<2, CLAMPED> lb = setTensorLayoutDimensionNV(createTensorLayoutNV(2, CLAMPED), pc.n, pc.k);
     la = setTensorLayoutStrideNV(la, k_stride, 1);
