@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -95,20 +96,11 @@ Status CacheStack::evict_gpu() {
   return ok_status();
 }
 
-CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time_point deadline) {
-  Persisted p;
-  if (!ssd_) return p;
-  // GPU blocks reach RAM through the ordinary cascade (and, when RAM is full, RAM's oldest go on
-  // to the SSD the same way).
-  if (Status st = evict_gpu(); !st.ok()) {
-    spdlog::error("shutdown: could not move GPU blocks down: {}", st.to_string());
-  }
-  std::vector<BlockRef> todo;
-  for (BlockRef& b : ram_->blocks()) {
-    if (!ssd_->contains(b->hash())) todo.push_back(std::move(b));
-  }
-  // Deepest first: when RAM held more than the SSD keeps, the first written are the first
-  // reclaimed, and a prompt's later blocks serve nothing without its first ones.
+namespace {
+
+// Deepest first: when RAM held more than the SSD keeps, the first written are the first
+// reclaimed, and a prompt's later blocks serve nothing without its first ones.
+std::vector<BlockRef> deepest_first(std::vector<BlockRef> todo) {
   std::unordered_map<BlockHash, size_t> at;  // position in `todo`
   for (size_t i = 0; i < todo.size(); ++i) at.emplace(todo[i]->hash(), i);
   std::vector<int64_t> depth(todo.size(), -1);  // how many of its parents are in `todo`
@@ -130,23 +122,30 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return depth[a] > depth[b]; });
-  std::vector<BlockRef> deepest_first;
-  deepest_first.reserve(todo.size());
-  for (size_t i : order) deepest_first.push_back(std::move(todo[i]));
-  todo = std::move(deepest_first);
-  const auto failed_writes = [&] {
-    return ssd_->total(&SsdTierMetrics::spill_failed_no_space) +
-           ssd_->total(&SsdTierMetrics::spill_failed_io) +
-           ssd_->total(&SsdTierMetrics::spill_failed_index);
-  };
-  const uint64_t failed_before = failed_writes();
-  const uint64_t reclaimed_before = ssd_->total(&SsdTierMetrics::entries_reclaimed);
+  std::vector<BlockRef> out;
+  out.reserve(todo.size());
+  for (size_t i : order) out.push_back(std::move(todo[i]));
+  return out;
+}
+
+std::vector<BlockHash> hashes_of(std::span<const BlockRef> blocks) {
+  std::vector<BlockHash> out;
+  out.reserve(blocks.size());
+  for (const BlockRef& b : blocks) out.push_back(b->hash());
+  return out;
+}
+
+}  // namespace
+
+std::vector<BlockHash> CacheStack::hand_to_ssd(std::span<const BlockRef> todo,
+                                               std::chrono::steady_clock::time_point deadline,
+                                               Persisted& p) {
   // Half the spill queue at a time, so the queue never refuses one of them for being full.
   uint64_t queued = 0;
   std::vector<BlockHash> handed;
   for (size_t i = 0; i < todo.size(); ++i) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      p.cut_off = todo.size() - i;
+      p.cut_off += todo.size() - i;
       break;
     }
     auto r = ssd_->insert(todo[i]);
@@ -164,13 +163,65 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
     }
   }
   ssd_->flush();
+  return handed;
+}
+
+CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time_point deadline) {
+  Persisted p;
+  if (!ssd_) return p;
+  // GPU blocks reach RAM through the ordinary cascade (and, when RAM is full, RAM's oldest go on
+  // to the SSD the same way).
+  if (Status st = evict_gpu(); !st.ok()) {
+    spdlog::error("shutdown: could not move GPU blocks down: {}", st.to_string());
+  }
+  // The spill queue first: a RAM block whose copy was still queued or in flight would otherwise
+  // be left out as held (or handed over and answered "already present"), keep its early place in
+  // the queue and be reclaimed by the rest of it when the queue held more than the SSD keeps. A
+  // copy the queue's own writes reclaimed is not held afterwards and is written again below.
+  ssd_->flush();
+  std::vector<BlockRef> only_ram, also_on_ssd;
+  {
+    std::vector<BlockRef> in_ram = ram_->blocks();
+    const std::vector<bool> held = ssd_->contains_many(hashes_of(in_ram));
+    for (size_t i = 0; i < in_ram.size(); ++i) {
+      (held[i] ? also_on_ssd : only_ram).push_back(std::move(in_ram[i]));
+    }
+  }
+  const auto failed_writes = [&] {
+    return ssd_->total(&SsdTierMetrics::spill_failed_no_space) +
+           ssd_->total(&SsdTierMetrics::spill_failed_io) +
+           ssd_->total(&SsdTierMetrics::spill_failed_index);
+  };
+  const uint64_t failed_before = failed_writes();
+  const uint64_t reclaimed_before = ssd_->total(&SsdTierMetrics::entries_reclaimed);
+  only_ram = deepest_first(std::move(only_ram));
+  const std::vector<BlockHash> handed = hand_to_ssd(only_ram, deadline, p);
   // Written means indexed after its data was made durable: a write the disk refused (ENOSPC, an
   // I/O error) was counted and dropped by the writer, and a block written early may have been
   // reclaimed by a later one when RAM held more than the SSD. Only what is still indexed now comes
   // back after a restart.
-  const std::vector<bool> held = ssd_->contains_many(handed);
-  p.written = static_cast<size_t>(std::count(held.begin(), held.end(), true));
-  p.lost = todo.size() - p.written - p.refused;
+  const auto held_now = [&](std::span<const BlockHash> hashes) {
+    const std::vector<bool> held = ssd_->contains_many(hashes);
+    return static_cast<size_t>(std::count(held.begin(), held.end(), true));
+  };
+  // These writes reclaim the oldest segments, which may hold blocks RAM held too (a block read
+  // back, or stored again after it left RAM). When all of this pass's blocks stayed, the SSD has
+  // room beyond them: those blocks are written once more, after them. When some did not, RAM
+  // held more than the SSD keeps, and writing more would only reclaim the prompts' first blocks.
+  if (held_now(handed) == handed.size()) {
+    std::vector<BlockRef> displaced;
+    const std::vector<bool> held = ssd_->contains_many(hashes_of(also_on_ssd));
+    for (size_t i = 0; i < also_on_ssd.size(); ++i) {
+      if (!held[i]) displaced.push_back(also_on_ssd[i]);
+    }
+    Persisted again;  // what it could not write is counted below, as displaced
+    hand_to_ssd(deepest_first(std::move(displaced)), deadline, again);
+    p.not_queued += again.not_queued;
+    p.cut_off += again.cut_off;
+  }
+  p.written = held_now(handed);
+  p.lost = only_ram.size() - p.written - p.refused;
+  p.displaced = also_on_ssd.size() - held_now(hashes_of(also_on_ssd));
   p.failed_writes = failed_writes() - failed_before;
   p.reclaimed = ssd_->total(&SsdTierMetrics::entries_reclaimed) - reclaimed_before;
   return p;
@@ -199,7 +250,7 @@ CacheStack::Dropped CacheStack::close() {
 void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
   const std::string refused =
       p.refused ? fmt::format("; {} over their namespace's SSD quota were not written (as at any spill)", p.refused) : "";
-  if (p.lost == 0) {
+  if (p.not_kept() == 0) {
     if (p.written + p.refused == 0) spdlog::info("{}: no block was held only in RAM", who);
     else if (p.refused == 0) spdlog::info("{}: wrote all {} blocks that only RAM held to the SSD", who, p.written);
     else spdlog::info("{}: wrote {} blocks that only RAM held to the SSD{}", who, p.written, refused);
@@ -217,11 +268,18 @@ void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
     seen.push_back(
         fmt::format("{} could not be queued (kvtier_spill_dropped_total)", p.not_queued));
   if (p.cut_off) seen.push_back(fmt::format("{} were cut off by the deadline", p.cut_off));
+  const std::string displaced =
+      p.displaced ? fmt::format(
+                        "; {} blocks RAM held that were on the SSD already were reclaimed "
+                        "for these writes and are lost too",
+                        p.displaced)
+                  : "";
   spdlog::warn(
       "{}: wrote {} of the {} blocks that only RAM held to the SSD; {} are lost (while it ran: "
-      "{}){}",
+      "{}){}{}",
       who, p.written, p.written + p.lost, p.lost,
-      seen.empty() ? "no counter moved" : fmt::format("{}", fmt::join(seen, "; ")), refused);
+      seen.empty() ? "no counter moved" : fmt::format("{}", fmt::join(seen, "; ")), refused,
+      displaced);
 }
 
 }  // namespace kvtier

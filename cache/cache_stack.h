@@ -8,7 +8,9 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "cache/events/kv_event_publisher.h"
 #include "cache/tiered_cache.h"
@@ -62,19 +64,26 @@ class CacheStack {
   // Takes every free GPU block for new contents and gives it back, so each cached, unpinned block
   // is copied down the cascade. Used to put blocks where a test or benchmark wants them.
   Status evict_gpu();
-  // For a clean shutdown: hands every block that only the GPU or RAM holds to the SSD writer
-  // and waits for it to be written, until `deadline`. Blocks older in RAM go first.
+  // For a clean shutdown: waits for the spill queue, then hands every block that only the GPU or
+  // RAM holds to the SSD writer and waits for it to be written, until `deadline`; each prompt's
+  // deepest blocks go first. Blocks RAM held that these writes reclaimed from the SSD are
+  // written once more when the SSD kept all of the first writes.
   struct Persisted {
     size_t written = 0;  // indexed after a durable write: what a restart serves
     size_t refused = 0;  // not taken by rule: their namespace at its SSD quota (counted there)
     size_t lost = 0;  // taken but not written (ENOSPC, an I/O error), cut off by the deadline, or
                       // written and then reclaimed for a later one (an SSD smaller than RAM)
+    // Blocks RAM held that were on the SSD already and were reclaimed for these writes (and not
+    // written again): held by this host, not served after a restart.
+    size_t displaced = 0;
     // Why, for the log: blocks the tier would not queue (a full queue, an encode failure) and
     // those the deadline cut off, exactly; and what the SSD's counters saw while it ran (moved
     // blocks included): writes that failed, and blocks reclaimed for room (the SSD at its
     // capacity).
     size_t not_queued = 0, cut_off = 0;
     uint64_t failed_writes = 0, reclaimed = 0;
+    // Blocks RAM held that a restart will not serve.
+    size_t not_kept() const { return lost + displaced; }
   };
   Persisted persist_to_ssd(std::chrono::steady_clock::time_point deadline);
   // Drains the SSD writer (bounded by its drain_timeout) and the remote writer (as long again) and
@@ -90,6 +99,10 @@ class CacheStack {
   // router held for this publisher is gone, then what the SSD kept.
   Status start_kv_events(const KvEventsOptions& options);
   CacheStack() = default;
+  // Queues `todo` for the SSD in order, half the spill queue at a time, until `deadline`, and
+  // waits for the writes; counts refusals and cut-offs into `p`. Returns the hashes queued.
+  std::vector<BlockHash> hand_to_ssd(std::span<const BlockRef> todo,
+                                     std::chrono::steady_clock::time_point deadline, Persisted& p);
 
   std::shared_ptr<const KvLayout> layout_;
   std::shared_ptr<LayoutRegistry> layouts_;

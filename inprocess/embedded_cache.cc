@@ -555,7 +555,7 @@ size_t EmbeddedCache::close() {
   const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;
   if (options_.persist_on_close && stack.ssd()) {
     const CacheStack::Persisted p = stack.persist_to_ssd(deadline);
-    lost += p.lost;
+    lost += p.not_kept();
     log_persisted("close", p);
   }
   impl_->close_device();

@@ -212,7 +212,7 @@ int serve(const ServerOptions& o) {
   size_t unwritten = 0;
   if (o.persist_on_shutdown && (*stack)->ssd()) {
     const CacheStack::Persisted p = (*stack)->persist_to_ssd(deadline);
-    unwritten = p.lost;
+    unwritten = p.not_kept();
     log_persisted("shutdown", p);
   }
   const CacheStack::Dropped dropped = (*stack)->close();

@@ -135,7 +135,7 @@ TEST(HybridParityTest, PrefixRestoredFromSsdAfterARestartEqualsRecomputed) {
     s.run(kPromptA);
     ASSERT_TRUE(s.tiers->evict_gpu().ok());
     const auto persisted = s.tiers->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(30));
-    EXPECT_EQ(persisted.lost, 0u);
+    EXPECT_EQ(persisted.not_kept(), 0u);
   }  // the process ends: the SSD writer drains
   Stack s({32, 64 << 20, dir.str(), 0, ""});
   const Generation b = s.run(kPromptB);
