@@ -154,10 +154,16 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
     o.segment_size = 64ull << 20;
     so.ssd = o;
   }
-  if (events) so.kv_events = KvEventsOptions{.endpoint = "tcp://127.0.0.1:*"};
+  if (events) {
+    so.kv_events.emplace();
+    so.kv_events->endpoint = "tcp://127.0.0.1:*";
+  }
   auto stack = must(CacheStack::open(so));
   BlockService service(*stack, HashAlgorithm::kSha256);
-  HttpApi api(service, {nullptr, 256, 0, "", "", 30});
+  HttpApiOptions http;
+  http.threads = 256;
+  http.idle_timeout_s = 30;
+  HttpApi api(service, http);
   const int port = must(api.bind("127.0.0.1", 0));
   WireServer wire(service, WireServerOptions{});
   api.offer_binary_port(must(wire.bind("127.0.0.1", 0)), false);
@@ -194,7 +200,8 @@ RunResult run(const Settings& s, const std::vector<std::vector<Doc>>& docs, bool
             std::chrono::duration<double>(Clock::now() - start).count() * s.extra_events_per_s;
         for (; static_cast<double>(told) < due; told += 2) {
           std::memcpy(h.bytes.data(), &told, sizeof(told));
-          sink->stored(StoredBlock{h, &parent, tokens, s.layout->block_size, kNamespace});
+          sink->stored(StoredBlock{h, &parent, tokens, static_cast<uint32_t>(s.layout->block_size),
+                                   kNamespace});
           sink->removed(h);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -63,6 +63,18 @@ std::vector<Doc> prompt_documents(KvtierClient& c, std::shared_ptr<const KvLayou
   return docs;
 }
 
+// The HTTP server's options for a benchmark: `threads` connections at once, over TLS when a
+// certificate is given.
+HttpApiOptions http_options(int threads, int idle_timeout_s, std::string tls_cert = "",
+                            std::string tls_key = "") {
+  HttpApiOptions o;
+  o.threads = threads;
+  o.tls_cert = std::move(tls_cert);
+  o.tls_key = std::move(tls_key);
+  o.idle_timeout_s = idle_timeout_s;
+  return o;
+}
+
 std::vector<uint32_t> tokens_for(size_t n, uint32_t seed) {
   std::vector<uint32_t> t(n);
   for (size_t i = 0; i < n; ++i) t[i] = (seed * 7919u + static_cast<uint32_t>(i) * 104729u) % 128256u;
@@ -196,13 +208,13 @@ int main(int argc, char** argv) {
   so.ram.capacity_bytes = (static_cast<uint64_t>(blocks) + 256 + 16) * (layout->dense_block_bytes() + 4096);
   auto stack = must(CacheStack::open(so));
   BlockService service(*stack, HashAlgorithm::kSha256);
-  HttpApi api(service, {nullptr, 64, 0, "", "", 5});
+  HttpApi api(service, http_options(64, 5));
   const int port = must(api.bind("127.0.0.1", 0));
   WireServer wire(service, WireServerOptions{});
   api.offer_binary_port(must(wire.bind("127.0.0.1", 0)), false);
   testing::TempDir cert_dir;
   const testing::CertFiles cert = testing::write_self_signed_cert(cert_dir.str());
-  HttpApi tls_api(service, {nullptr, 64, 0, cert.cert, cert.key, 5});
+  HttpApi tls_api(service, http_options(64, 5, cert.cert, cert.key));
   if (!tls_api.status().ok()) die(tls_api.status());
   const int tls_port = must(tls_api.bind("127.0.0.1", 0));
   std::shared_ptr<const TlsContext> server_tls = must(TlsContext::load(cert.cert, cert.key));
@@ -283,7 +295,7 @@ int main(int argc, char** argv) {
         Bytes got = must(c.get(docs[i].hash));
         if (got.size() != docs[i].bytes.size()) die(internal_error("GET returned another size"));
       });
-      for (const Doc& d : docs) service.erase(d.hash);
+      for (const Doc& d : docs) must(service.erase(d.hash));
       puts.push_back(bytes / put_s / 1e9);
       gets.push_back(bytes / get_s / 1e9);
       sockets.push_back(door.tls.enabled ? socket_copy_gbps(bytes / conns, conns, {server_tls.get(), client_tls.get()})

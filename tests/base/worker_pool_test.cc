@@ -55,7 +55,9 @@ TEST(WorkerPoolTest, ATaskJoiningATaskOnAFullPoolRunsItItself) {
   });
   outer.join();
   EXPECT_EQ(inner_runs.load(), 1);
-  if (outer_thread != std::this_thread::get_id()) EXPECT_EQ(inner_thread, outer_thread);
+  if (outer_thread != std::this_thread::get_id()) {
+    EXPECT_EQ(inner_thread, outer_thread);
+  }
 }
 
 TEST(WorkerPoolTest, JoinRethrowsWhatTheTaskThrew) {

@@ -257,6 +257,13 @@ OwnedEvent stored_event(uint8_t n, KvMedium medium) {
   return e;
 }
 
+// The options of a publisher at `endpoint`, everything else at its default.
+KvEventsOptions options_at(std::string endpoint) {
+  KvEventsOptions o;
+  o.endpoint = std::move(endpoint);
+  return o;
+}
+
 std::unique_ptr<KvEventPublisher> open_publisher(KvEventsOptions o) {
   auto p = KvEventPublisher::open(std::move(o));
   EXPECT_TRUE(p.ok()) << p.status().to_string();
@@ -280,7 +287,7 @@ void drain(void* sub) {
 }
 
 TEST(KvEventPublisherTest, BatchesAreVllmEventBatchesNumberedInOrder) {
-  auto pub = open_publisher({.endpoint = "tcp://127.0.0.1:*"});
+  auto pub = open_publisher(options_at("tcp://127.0.0.1:*"));
   ASSERT_TRUE(pub);
   ZmqContext z;
   Socket sub(z.ctx, ZMQ_SUB);
@@ -429,13 +436,13 @@ TEST(KvEventPublisherTest, ASubscriberThatStopsReadingGetsBatchesHeldBackCounted
 }
 
 TEST(KvEventPublisherTest, AnEndpointThatCannotBeBoundIsAClearError) {
-  auto first = open_publisher({.endpoint = "tcp://127.0.0.1:*"});
+  auto first = open_publisher(options_at("tcp://127.0.0.1:*"));
   ASSERT_TRUE(first);
-  auto second = KvEventPublisher::open({.endpoint = first->endpoint()});
+  auto second = KvEventPublisher::open(options_at(first->endpoint()));
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find(first->endpoint()), std::string::npos)
       << second.status().message();
-  EXPECT_FALSE(KvEventPublisher::open({.endpoint = "nonsense"}).ok());
+  EXPECT_FALSE(KvEventPublisher::open(options_at("nonsense")).ok());
 }
 
 }  // namespace

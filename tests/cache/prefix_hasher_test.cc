@@ -122,7 +122,9 @@ TEST(BlockHashHexTest, BothCasesParseAndEveryOtherCharacterIsRefused) {
       bad[at] = static_cast<char>(c);
       auto r = BlockHash::from_hex(bad);
       EXPECT_FALSE(r.ok()) << "byte " << c << " at " << at;
-      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      }
     }
   }
   EXPECT_FALSE(BlockHash::from_hex(hex.substr(1)).ok());

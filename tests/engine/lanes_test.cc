@@ -77,13 +77,15 @@ TEST(LanesTest, EachLaneCountsItsOwnTimeline) {
 class HeldComputeBatch {
  public:
   explicit HeldComputeBatch(VulkanContext& ctx) : ctx_(ctx) {
-    VkEventCreateInfo eci{.sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO};
+    VkEventCreateInfo eci{};
+    eci.sType = VK_STRUCTURE_TYPE_EVENT_CREATE_INFO;
     ok_ = vkCreateEvent(ctx.device(), &eci, nullptr, &event_) == VK_SUCCESS;
     auto commands = ctx.acquire_commands(Lane::kCompute);
     ok_ = ok_ && commands.ok();
     if (!ok_) return;
     commands_ = *commands;
-    VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     ok_ = vkBeginCommandBuffer(commands_.cb, &bi) == VK_SUCCESS;
     vkCmdWaitEvents(commands_.cb, 1, &event_, VK_PIPELINE_STAGE_HOST_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0,
                     nullptr, 0, nullptr, 0, nullptr);

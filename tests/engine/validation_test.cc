@@ -31,7 +31,8 @@ TEST(ValidationTest, IsOnForTheseTestsAndSeesABrokenRule) {
   auto ctx = VulkanContext::create();
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   ASSERT_NE((*ctx)->validation(), nullptr);
-  VkBufferCreateInfo ci{.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  VkBufferCreateInfo ci{};
+  ci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
   ci.size = 0;  // VUID-VkBufferCreateInfo-size-00912: size must be greater than 0
   ci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
   VkBuffer buffer = VK_NULL_HANDLE;
@@ -52,13 +53,15 @@ TEST(ValidationTest, TwoThreadsRecordingFromOnePoolAreReported) {
   VkDevice dev = (*ctx)->device();
   auto target = GpuBuffer::create(**ctx, 1 << 16, MemoryKind::kDevice);
   ASSERT_TRUE(target.ok()) << target.status().to_string();
-  VkCommandPoolCreateInfo pci{.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  VkCommandPoolCreateInfo pci{};
+  pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = (*ctx)->compute_family();
   VkCommandPool pool = VK_NULL_HANDLE;
   ASSERT_EQ(vkCreateCommandPool(dev, &pci, nullptr, &pool), VK_SUCCESS);
   VkCommandBuffer cbs[2];
-  VkCommandBufferAllocateInfo ai{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  VkCommandBufferAllocateInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
   ai.commandPool = pool;
   ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
   ai.commandBufferCount = 2;
@@ -66,10 +69,12 @@ TEST(ValidationTest, TwoThreadsRecordingFromOnePoolAreReported) {
   for (int round = 0; round < 50 && (*ctx)->validation()->errors() == 0; ++round) {
     std::barrier start(2);
     auto record = [&](VkCommandBuffer cb) {
-      VkCommandBufferBeginInfo bi{.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+      VkCommandBufferBeginInfo bi{};
+      bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
       start.arrive_and_wait();
       vkBeginCommandBuffer(cb, &bi);
-      for (int i = 0; i < 2000; ++i) vkCmdFillBuffer(cb, target->handle(), 0, 4096, static_cast<uint32_t>(i));
+      for (int i = 0; i < 2000; ++i)
+        vkCmdFillBuffer(cb, target->handle(), 0, 4096, static_cast<uint32_t>(i));
       vkEndCommandBuffer(cb);
     };
     std::thread other(record, cbs[1]);

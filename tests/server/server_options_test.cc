@@ -53,7 +53,7 @@ TEST(ServerOptionsTest, SsdCacheDirTurnsTheSsdTierOnWithItsSettings) {
 }
 
 TEST(ServerOptionsTest, AnSsdWriteBudgetIsBytesADay) {
-  for (const std::string& budget : {"2T/day", "2T/d", "2T"}) {
+  for (const char* budget : {"2T/day", "2T/d", "2T"}) {
     auto p = parse({"--ssd-cache-dir", "/tmp/x", "--ssd-write-budget", budget});
     ASSERT_TRUE(p.cl.options) << p.err;
     EXPECT_EQ(cache_stack_options(*p.cl.options).ssd_write_budget, 2ull << 40) << budget;

@@ -153,7 +153,9 @@ TEST(GpuTierTest, BlocksAdoptedAtAnEightByteOffsetGoUpExact) {
     blocks.push_back(std::make_shared<const Block>(std::move(adopted)));
   }
   expect_batch_round_trip(f, blocks);
-  if (f.tier->reads_in_place()) EXPECT_EQ(f.tier->metrics().direct_up.value(), blocks.size()) << "read in place";
+  if (f.tier->reads_in_place()) {
+    EXPECT_EQ(f.tier->metrics().direct_up.value(), blocks.size()) << "read in place";
+  }
 }
 
 TEST(GpuTierTest, LargeBatchesCopiedByManyThreadsRoundTripBitExact) {

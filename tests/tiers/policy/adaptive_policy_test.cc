@@ -140,7 +140,9 @@ TEST_F(AdaptiveEvictionTest, ChangesBackWhenTheTrafficChanges) {
   RamTier tier(o);
   for (size_t r = 0; r < requests.size(); ++r) {
     serve(tier, requests[r]);
-    if (r + 1 == requests.size() - then.size()) EXPECT_EQ(tier.eviction_policy_active(), "s3fifo");
+    if (r + 1 == requests.size() - then.size()) {
+      EXPECT_EQ(tier.eviction_policy_active(), "s3fifo");
+    }
   }
   EXPECT_EQ(tier.eviction_policy_active(), "chain-lru");
   EXPECT_GE(tier.eviction_policy_changes(), 2u);

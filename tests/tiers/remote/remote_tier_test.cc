@@ -153,8 +153,9 @@ TEST(RemoteTierTest, BlockEventsSayWhatThisHostWroteAndDeletedInOrder) {
   for (int i = 0; i < 120; ++i) {
     blocks.push_back(block(l, 9000 + i));
     ASSERT_TRUE(tier->insert(blocks.back()).ok());
-    if (i % 3 == 0)
+    if (i % 3 == 0) {
       ASSERT_TRUE(tier->erase_durably(blocks.back()->hash()).ok());  // queued or in flight
+    }
   }
   tier->flush();
   std::vector<BlockHash> hashes;

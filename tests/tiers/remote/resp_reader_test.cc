@@ -144,7 +144,9 @@ TEST(RespReaderTest, MalformedInputIsAnErrorAtEveryChunking) {
       RespReader reader(o);
       auto r = feed(reader, b, chunks);
       EXPECT_FALSE(r.ok()) << "accepted: " << b.substr(0, 40);
-      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().to_string();
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().to_string();
+      }
     }
   }
 }

@@ -163,7 +163,9 @@ TEST(SsdIndexTest, CommitsDuringTheBuildAreNotUndoneByItsSnapshot) {
 TEST(SsdIndexTest, AnIndexOpenedWithoutTheSetNeverAnswersFromMemory) {
   TempDir dir;
   const std::vector<BlockHash> hashes = hashes_of(100);
-  auto index = SsdIndex::open(dir.str() + "/index", {.held_in_memory = false});
+  SsdIndexOptions without_set;
+  without_set.held_in_memory = false;
+  auto index = SsdIndex::open(dir.str() + "/index", without_set);
   ASSERT_TRUE(index.ok());
   SsdIndex::Batch put;
   for (uint32_t i = 0; i < 100; ++i) put.put(hashes[i], entry_at(i * 4096ull));
