@@ -39,8 +39,9 @@ class CommandBatch {
   // Many regions between two buffers in one command (imported host memory has no GpuBuffer).
   void copy_regions(VkBuffer src, VkBuffer dst, std::span<const VkBufferCopy> regions);
   void fill(const GpuBuffer& dst, uint64_t offset, uint64_t bytes, uint32_t value);
-  // Makes every earlier write visible to every later read or write (and to the host after
-  // completion).
+  // Makes every earlier write (a dispatch's or a copy's) visible to every later dispatch and copy
+  // of this batch. submit() ends the batch with a barrier that also reaches the host and the
+  // batches after it on the queue.
   void barrier();
   // Writes timestamp query `query` of `pool` (GpuTimer) once every command recorded before it
   // has completed.
@@ -54,6 +55,8 @@ class CommandBatch {
   Status submit_and_wait();
 
  private:
+  // Every stage and kind of memory, the host's included: what submit() ends a batch with.
+  void full_barrier();
   CommandBatch(VulkanContext& ctx, VulkanContext::Commands commands, Lane lane)
       : ctx_(&ctx), pool_(commands.pool), cb_(commands.cb), lane_(lane) {}
   VulkanContext* ctx_;

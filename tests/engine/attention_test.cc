@@ -400,7 +400,9 @@ TEST(AttentionPathTest, KhrSpellingOnlyOnTopOfCoopmat2AndItsProbe) {
     EXPECT_TRUE(info.coopmat2);
     EXPECT_TRUE(info.coopmat_mma_fragments);
   }
-  if (!info.coopmat2) EXPECT_FALSE(info.coopmat_khr);
+  if (!info.coopmat2) {
+    EXPECT_FALSE(info.coopmat_khr);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
