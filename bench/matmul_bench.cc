@@ -184,14 +184,15 @@ int main(int argc, char** argv) {
         const double tflops = flops / *t / 1e12;
         const auto ref = torch.find({rows, shape.k, shape.n});
         // ggml's weights as ours are: f16 (its MUL_MAT m is our n, its n our rows).
-        const auto peer_us = ggml ? ggml->mul_mat_us(rows, shape.k, shape.n, "f16") : std::nullopt;
+        const auto peer = ggml ? ggml->mul_mat_us(rows, shape.k, shape.n, "f16") : std::nullopt;
+        const double peer_us = peer.value_or(0.0);  // read only where `peer` holds one
         report.add_row({shape.name, std::to_string(rows), std::to_string(shape.k),
                         std::to_string(shape.n), kernel_name(w.kernel()), tile_text,
                         fmt_double(*t * 1e3, 3), fmt_double(tflops, 1),
                         ref == torch.end() ? "-" : fmt_double(ref->second, 1),
                         ref == torch.end() ? "-" : fmt_double(tflops / ref->second, 2),
-                        peer_us ? fmt_double(flops / (*peer_us * 1e-6) / 1e12, 1) : "-",
-                        peer_us ? fmt_double(*peer_us * 1e-6 / *t, 2) : "-"});
+                        peer ? fmt_double(flops / (peer_us * 1e-6) / 1e12, 1) : "-",
+                        peer ? fmt_double(peer_us * 1e-6 / *t, 2) : "-"});
       }
     }
   }
