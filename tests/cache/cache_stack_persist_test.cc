@@ -32,7 +32,8 @@ std::unique_ptr<CacheStack> open_stack(const std::string& dir) {
 // A prompt of `n` blocks, each as a model would compute it.
 std::vector<BlockRef> prompt_blocks(size_t n, uint32_t seed) {
   const PrefixHasher h = testing::ssd_sized_hasher();
-  const auto keys = h.keys(testing::prompt(16 * n, seed), {});
+  const std::vector<uint32_t> tokens = testing::prompt(16 * n, seed);  // the keys' spans point here
+  const auto keys = h.keys(tokens, {});
   std::vector<BlockRef> out;
   for (size_t i = 0; i < keys.size(); ++i) out.push_back(testing::ssd_sized_block(h, keys, i));
   return out;
