@@ -194,6 +194,7 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   };
   const uint64_t failed_before = failed_writes();
   const uint64_t reclaimed_before = ssd_->total(&SsdTierMetrics::entries_reclaimed);
+  const std::vector<BlockHash> also_on_ssd_hashes = hashes_of(also_on_ssd);
   only_ram = deepest_first(std::move(only_ram));
   const std::vector<BlockHash> handed = hand_to_ssd(only_ram, deadline, p);
   // Written means indexed after its data was made durable: a write the disk refused (ENOSPC, an
@@ -210,7 +211,7 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   // held more than the SSD keeps, and writing more would only reclaim the prompts' first blocks.
   if (held_now(handed) == handed.size()) {
     std::vector<BlockRef> displaced;
-    const std::vector<bool> held = ssd_->contains_many(hashes_of(also_on_ssd));
+    const std::vector<bool> held = ssd_->contains_many(also_on_ssd_hashes);
     for (size_t i = 0; i < also_on_ssd.size(); ++i) {
       if (!held[i]) displaced.push_back(also_on_ssd[i]);
     }
@@ -221,7 +222,7 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
   }
   p.written = held_now(handed);
   p.lost = only_ram.size() - p.written - p.refused;
-  p.displaced = also_on_ssd.size() - held_now(hashes_of(also_on_ssd));
+  p.displaced = also_on_ssd.size() - held_now(also_on_ssd_hashes);
   p.failed_writes = failed_writes() - failed_before;
   p.reclaimed = ssd_->total(&SsdTierMetrics::entries_reclaimed) - reclaimed_before;
   return p;
@@ -270,8 +271,8 @@ void log_persisted(std::string_view who, const CacheStack::Persisted& p) {
   if (p.cut_off) seen.push_back(fmt::format("{} were cut off by the deadline", p.cut_off));
   const std::string displaced =
       p.displaced ? fmt::format(
-                        "; {} blocks RAM held that were on the SSD already were reclaimed "
-                        "for these writes and are lost too",
+                        "; besides, {} blocks RAM held that were on the SSD already were "
+                        "reclaimed for these writes and are lost",
                         p.displaced)
                   : "";
   spdlog::warn(
