@@ -1,6 +1,7 @@
 #include "cache/tiered_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 
 #include "cache/fetch_loader.h"
@@ -20,12 +21,23 @@ PinnedBlocks& PinnedBlocks::operator=(PinnedBlocks&& o) noexcept {
 
 void PinnedBlocks::release() {
   if (top_) {
-    std::vector<BlockHash> pinned;
-    pinned.reserve(entries_.size());
+    // The top tier's own blocks were pinned by pin_many() (given back with their slots), the ones
+    // promoted into it by pin().
+    std::vector<BlockHash> pinned, in_place;
+    std::vector<int32_t> slots;
+    in_place.reserve(entries_.size());
+    slots.reserve(entries_.size());
     for (const Entry& e : entries_) {
-      if (e.pinned) pinned.push_back(e.hash);
+      if (!e.pinned) continue;
+      if (e.source_tier == 0) {
+        in_place.push_back(e.hash);
+        slots.push_back(e.device_slot);
+      } else {
+        pinned.push_back(e.hash);
+      }
     }
-    top_->unpin_many(pinned);
+    if (!in_place.empty()) top_->unpin_pinned(in_place, slots);
+    if (!pinned.empty()) top_->unpin_many(pinned);
   }
   entries_.clear();
   top_.reset();
@@ -120,14 +132,18 @@ std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
   // window, not a Get per block: a 512-block prefix took ~1.1 ms to locate on the H100 host that
   // way). Windows start at 4 and double up to 256, so a prompt that misses early costs a few
   // lookups, and those past the first miss are at most 3 or the prefix found before it.
+  where.reserve(keys.size());
   size_t i = 0;
+  std::vector<int> found;
+  std::vector<BlockHash> ask;
+  std::vector<size_t> at;
   for (size_t window = 4; i < keys.size(); window = std::min<size_t>(window * 2, 256)) {
     const size_t end = std::min(keys.size(), i + window);
-    std::vector<int> found(end - i, -1);
+    found.assign(end - i, -1);
     for (size_t t = 0; t < tiers_.size(); ++t) {
       if (tiers_[t]->remote()) continue;
-      std::vector<BlockHash> ask;
-      std::vector<size_t> at;
+      ask.clear();
+      at.clear();
       for (size_t j = i; j < end; ++j) {
         if (found[j - i] < 0) {
           ask.push_back(keys[j].hash);
@@ -184,12 +200,22 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys,
   metrics_.lookup_tokens.inc(*prompt_tokens);
   LookupResult out;
   const std::vector<int> where = locate(keys);
+  out.blocks.reserve(where.size());
+  // Counted per tier once, not per block: a GPU hit's lookup is hundreds of blocks, and an atomic
+  // add each was a measurable part of it.
+  std::array<uint64_t, kMaxTiers> blocks{}, tokens{};
   for (size_t i = 0; i < where.size(); ++i) {
     const int t = where[i];
     out.blocks.push_back({keys[i].hash, t});
     out.matched_tokens += keys[i].tokens.size();
-    metrics_.hit_blocks[t].inc();
-    metrics_.hit_tokens[t].inc(keys[i].tokens.size());
+    ++blocks[t];
+    tokens[t] += keys[i].tokens.size();
+  }
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (blocks[t] > 0) {
+      metrics_.hit_blocks[t].inc(blocks[t]);
+      metrics_.hit_tokens[t].inc(tokens[t]);
+    }
   }
   return out;
 }

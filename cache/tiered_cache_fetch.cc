@@ -1,6 +1,7 @@
 // TieredCache's fetch path: pinning a prefix where it lies, reading what lies below, promoting it
 // slice by slice into the top tier. The rest of the class is in tiered_cache.cc.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <deque>
 
@@ -217,6 +218,7 @@ void TieredCache::PrefixFetch::promote_slice(size_t a, size_t end, std::vector<P
   }
   std::vector<Result<InsertOutcome>> promoted = top_.insert_many(promote);
   size_t p = 0;
+  std::array<uint64_t, kMaxTiers> fetched{};  // counted once per tier, not an atomic add per block
   for (size_t i = a; i < end; ++i) {
     const int t = where_[i];
     PinnedBlocks::Entry e{keys_[i].hash, blocks_[i], t, top_pinned_[i], -1};
@@ -231,9 +233,12 @@ void TieredCache::PrefixFetch::promote_slice(size_t a, size_t end, std::vector<P
     } else if (e.pinned) {
       if (auto slot = top_.device_slot(keys_[i].hash)) e.device_slot = *slot;
     }
-    c_.metrics_.fetched_blocks[t].inc();
+    ++fetched[t];
     c_.cascade_.used(keys_[i].hash);
     out.push_back(std::move(e));
+  }
+  for (size_t t = 0; t < fetched.size(); ++t) {
+    if (fetched[t] > 0) c_.metrics_.fetched_blocks[t].inc(fetched[t]);
   }
 }
 
@@ -290,10 +295,13 @@ void TieredCache::PrefixFetch::read_and_promote(std::vector<PinnedBlocks::Entry>
 
 void TieredCache::PrefixFetch::unpin_from(size_t end) {
   std::vector<BlockHash> unneeded;
+  std::vector<int32_t> slots;
   for (size_t i = end; i < where_.size(); ++i) {
-    if (top_pinned_[i]) unneeded.push_back(keys_[i].hash);
+    if (!top_pinned_[i]) continue;
+    unneeded.push_back(keys_[i].hash);
+    slots.push_back(top_slot_[i]);
   }
-  top_.unpin_many(unneeded);
+  if (!unneeded.empty()) top_.unpin_pinned(unneeded, slots);
 }
 
 PinnedBlocks TieredCache::fetch_located(std::span<const BlockKey> keys, std::vector<int> where,

@@ -276,7 +276,8 @@ std::vector<bool> GpuTier::contains_many(std::span<const BlockHash> hashes) cons
 
 // pin() for a whole prefix: the pool's books taken once, the tokens compared where they lie
 // (probe() copies the block's identity). H100 host, a 2047-block prefix: 0.62 ms pinned block by
-// block, 0.27 ms this way (cache_bench, docs/benchmarks.md).
+// block, 0.27 ms this way (cache_bench, docs/benchmarks.md). The pins are the pool's references
+// alone, given back by slot (unpin_pinned).
 std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> requests) {
   std::vector<BlockHash> hashes;
   std::vector<std::span<const uint32_t>> tokens;
@@ -287,16 +288,23 @@ std::vector<Tier::PinResult> GpuTier::pin_many(std::span<const BlockRequest> req
     tokens.push_back(r.tokens);
   }
   std::vector<PinResult> out(requests.size());
-  std::lock_guard lock(pin_mu_);
   const std::vector<GpuBlockPool::Found> found = pool_.find_and_ref_many(hashes, tokens);
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].id < 0) continue;
-    ++pinned_.try_emplace(hashes[i], found[i].id, 0).first->second.second;
     out[i].pinned = true;
     out[i].slot = found[i].id;
     out[i].presence = found[i].same_tokens ? Presence::kSameTokens : Presence::kDifferentTokens;
   }
   return out;
+}
+
+void GpuTier::unpin_pinned(std::span<const BlockHash>, std::span<const int32_t> slots) {
+  std::vector<int32_t> ids;
+  ids.reserve(slots.size());
+  for (const int32_t id : slots) {
+    if (id >= 0) ids.push_back(id);
+  }
+  pool_.unref_many(ids);
 }
 
 void GpuTier::unpin_many(std::span<const BlockHash> hashes) {

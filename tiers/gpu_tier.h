@@ -63,6 +63,7 @@ class GpuTier final : public Tier {
   std::vector<bool> contains_many(std::span<const BlockHash> hashes) const override;
   std::vector<PinResult> pin_many(std::span<const BlockRequest> requests) override;
   void unpin_many(std::span<const BlockHash> hashes) override;
+  void unpin_pinned(std::span<const BlockHash> hashes, std::span<const int32_t> slots) override;
   std::optional<int32_t> device_slot(const BlockHash& hash) const override;
   uint64_t capacity_bytes() const override;
   uint64_t used_bytes() const override;
@@ -103,7 +104,8 @@ class GpuTier final : public Tier {
   // The leaving block of `hash`, once its download is done (caller holds neither lock).
   BlockRef leaving_block(const BlockHash& hash);
   mutable std::mutex pin_mu_;  // guards pinned_
-  std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;  // hash -> (block, pins)
+  // pin()'s pins: hash -> (block, pins). pin_many()'s are only the pool's references.
+  std::unordered_map<BlockHash, std::pair<int32_t, int>> pinned_;
   GpuTierMetrics metrics_;
   LogThrottle failure_log_;
 };

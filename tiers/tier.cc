@@ -38,6 +38,10 @@ void Tier::unpin_many(std::span<const BlockHash> hashes) {
   for (const BlockHash& h : hashes) unpin(h);
 }
 
+void Tier::unpin_pinned(std::span<const BlockHash> hashes, std::span<const int32_t>) {
+  unpin_many(hashes);
+}
+
 void Tier::set_eviction_sink(EvictionSink sink) {
   std::lock_guard lock(sink_mu_);
   sink_ = std::move(sink);

@@ -106,7 +106,14 @@ class Tier {
     BlockRef block;
   };
   virtual std::vector<PinResult> pin_many(std::span<const BlockRequest> requests);
+  // Gives back pin()'s pins.
   virtual void unpin_many(std::span<const BlockHash> hashes);
+  // Gives back pin_many()'s pins, with the slots it answered (-1 where it gave none). The default
+  // unpins by hash. A device tier gives the slots back as they are: its pin_many() keeps no books
+  // by hash (for a GPU hit of hundreds of blocks a map entry each cost more than the pin), so its
+  // pins are given back here and only here, and the slot is exact even if the hash was erased
+  // and stored again meanwhile.
+  virtual void unpin_pinned(std::span<const BlockHash> hashes, std::span<const int32_t> slots);
 
   virtual uint64_t capacity_bytes() const = 0;
   virtual uint64_t used_bytes() const = 0;

@@ -38,6 +38,9 @@ Result<std::unique_ptr<GpuBlockPool>> GpuBlockPool::create(VulkanContext& ctx,
                          l.layers[layer].dtype});
   }
   p->slots_.resize(p->num_blocks_);
+  p->by_hash_ = BlockHashIndex(p->num_blocks_);
+  p->tokens_.resize(static_cast<size_t>(p->num_blocks_) * l.block_size);
+  p->token_len_.resize(p->num_blocks_);
   p->free_ = FreeOrder(p->num_blocks_);
   for (int32_t id = 0; id < static_cast<int32_t>(p->num_blocks_); ++id) p->free_.push_back(id);
   return p;
@@ -68,23 +71,41 @@ Result<GpuBlockPool::Allocation> GpuBlockPool::allocate(uint32_t n) {
 
 int32_t GpuBlockPool::find(const BlockHash& hash) const {
   std::lock_guard lock(mu_);
-  auto it = by_hash_.find(hash);
-  return it == by_hash_.end() ? -1 : it->second;
+  return by_hash_.find(hash);
 }
 
 int32_t GpuBlockPool::find_and_ref(const BlockHash& hash) {
   std::lock_guard lock(mu_);
-  auto it = by_hash_.find(hash);
-  if (it == by_hash_.end()) return -1;
-  Slot& s = slots_[it->second];
-  if (s.ref++ == 0) free_.erase(it->second);
-  return it->second;
+  const int32_t id = by_hash_.find(hash);
+  if (id < 0) return -1;
+  Slot& s = slots_[id];
+  if (s.ref++ == 0) free_.erase(id);
+  return id;
+}
+
+// How many entries ahead a walk over a prefix starts its next loads: enough to cover a miss to
+// memory with the work of the entries in between.
+constexpr size_t kPrefetchAhead = 8;
+
+bool GpuBlockPool::holds_tokens(int32_t id, std::span<const uint32_t> want) const {
+  if (want.empty()) return true;
+  const size_t bs = static_cast<size_t>(layout_->block_size);
+  if (token_len_[id] == bs) {
+    return want.size() == bs && std::equal(want.begin(), want.end(),
+                                           tokens_.begin() + static_cast<std::ptrdiff_t>(id * bs));
+  }
+  const std::vector<uint32_t>& held = slots_[id].identity->token_ids;
+  return std::equal(held.begin(), held.end(), want.begin(), want.end());
 }
 
 std::vector<bool> GpuBlockPool::contains_many(std::span<const BlockHash> hashes) const {
   std::vector<bool> out(hashes.size());
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < hashes.size(); ++i) out[i] = by_hash_.count(hashes[i]) > 0;
+  for (size_t i = 0; i < std::min(kPrefetchAhead, hashes.size()); ++i) by_hash_.prefetch(hashes[i]);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kPrefetchAhead < hashes.size()) by_hash_.prefetch(hashes[i + kPrefetchAhead]);
+    out[i] = by_hash_.find(hashes[i]) >= 0;
+  }
   return out;
 }
 
@@ -92,16 +113,29 @@ std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const
                                                                  std::span<const std::span<const uint32_t>> tokens) {
   std::vector<Found> out(hashes.size());
   std::lock_guard lock(mu_);
+  // Two walks, each starting its loads ahead: the ids first, then each block's count and tokens.
+  const size_t bs = static_cast<size_t>(layout_->block_size);
+  for (size_t i = 0; i < std::min(kPrefetchAhead, hashes.size()); ++i) by_hash_.prefetch(hashes[i]);
   for (size_t i = 0; i < hashes.size(); ++i) {
-    auto it = by_hash_.find(hashes[i]);
-    if (it == by_hash_.end()) continue;
-    Slot& s = slots_[it->second];
-    if (s.ref++ == 0) free_.erase(it->second);
-    out[i].id = it->second;
-    const std::span<const uint32_t> want = i < tokens.size() ? tokens[i] : std::span<const uint32_t>();
-    out[i].same_tokens = s.identity && (want.empty() || std::equal(s.identity->token_ids.begin(),
-                                                                   s.identity->token_ids.end(), want.begin(),
-                                                                   want.end()));
+    if (i + kPrefetchAhead < hashes.size()) by_hash_.prefetch(hashes[i + kPrefetchAhead]);
+    out[i].id = by_hash_.find(hashes[i]);
+  }
+  auto prefetch_block = [&](int32_t id) {
+    __builtin_prefetch(&slots_[id].ref);
+    __builtin_prefetch(&tokens_[id * bs]);
+  };
+  for (size_t i = 0; i < std::min(kPrefetchAhead, out.size()); ++i) {
+    if (out[i].id >= 0) prefetch_block(out[i].id);
+  }
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kPrefetchAhead < out.size() && out[i + kPrefetchAhead].id >= 0)
+      prefetch_block(out[i + kPrefetchAhead].id);
+    const int32_t id = out[i].id;
+    if (id < 0) continue;
+    if (slots_[id].ref++ == 0) free_.erase(id);
+    // Found under a hash: cached, so it has an identity.
+    out[i].same_tokens =
+        holds_tokens(id, i < tokens.size() ? tokens[i] : std::span<const uint32_t>());
   }
   return out;
 }
@@ -140,15 +174,20 @@ std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity) {
 std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity,
                                            const std::function<bool(const BlockHash&)>& refuse) {
   std::lock_guard lock(mu_);
-  auto it = by_hash_.find(identity.hash);
-  if (it != by_hash_.end()) return it->second;
+  if (const int32_t held = by_hash_.find(identity.hash); held >= 0) return held;
   if (refuse && refuse(identity.hash)) return -1;
   Slot& s = slots_[id];
   if (s.identity) {
     by_hash_.erase(s.identity->hash);
     if (events_) events_->removed(s.identity->hash);
   }
-  by_hash_.emplace(identity.hash, id);
+  by_hash_.insert(identity.hash, id);
+  token_len_[id] = static_cast<uint32_t>(identity.token_ids.size());
+  if (identity.token_ids.size() == static_cast<size_t>(layout_->block_size)) {
+    std::copy(identity.token_ids.begin(), identity.token_ids.end(),
+              tokens_.begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<size_t>(id) * layout_->block_size));
+  }
   s.identity = std::move(identity);
   if (events_) events_->stored(stored_block(*s.identity));
   return std::nullopt;
@@ -156,10 +195,10 @@ std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity,
 
 bool GpuBlockPool::uncache(const BlockHash& hash) {
   std::lock_guard lock(mu_);
-  auto it = by_hash_.find(hash);
-  if (it == by_hash_.end()) return false;
-  slots_[it->second].identity.reset();
-  by_hash_.erase(it);
+  const int32_t id = by_hash_.find(hash);
+  if (id < 0) return false;
+  slots_[id].identity.reset();
+  by_hash_.erase(hash);
   if (events_) events_->removed(hash);
   return true;
 }

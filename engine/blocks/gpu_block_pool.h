@@ -14,10 +14,10 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/attention/paged_kv.h"
+#include "engine/blocks/block_hash_index.h"
 #include "engine/blocks/free_order.h"
 #include "engine/vulkan/gpu_buffer.h"
 #include "serialize/block.h"
@@ -101,6 +101,8 @@ class GpuBlockPool {
     std::optional<BlockIdentity> identity;
   };
   GpuBlockPool() = default;
+  // Whether cached block `id` holds `want` (empty: any), from the tokens' copy beside the others'.
+  bool holds_tokens(int32_t id, std::span<const uint32_t> want) const;
 
   std::shared_ptr<const KvLayout> layout_;
   uint32_t num_blocks_ = 0;
@@ -109,8 +111,13 @@ class GpuBlockPool {
 
   mutable std::mutex mu_;  // guards slots_, free_, by_hash_
   std::vector<Slot> slots_;
+  // Each cached block's token ids again, block_size apiece side by side, where a GPU hit's check
+  // of hundreds of blocks finds them without following each identity to its own allocation
+  // (token_len_: how many the identity has; the copy is used when that is block_size).
+  std::vector<uint32_t> tokens_;
+  std::vector<uint32_t> token_len_;
   FreeOrder free_{0};  // the blocks with ref == 0, least recently used first
-  std::unordered_map<BlockHash, int32_t> by_hash_;
+  BlockHashIndex by_hash_{0};
   std::shared_ptr<BlockEventSink> events_;
 };
 

@@ -208,8 +208,8 @@ TEST(GpuTierTest, PinnedBlocksStayAndAFullPoolRefusesWithACountedError) {
 
 // pin_many answers a prefix in one pass: each present block pinned with its slot and whether it
 // holds the request's tokens, an absent one not pinned; its pins nest with pin()'s and hold
-// blocks against eviction until unpin_many gives them back.
-TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
+// blocks against eviction until unpin_pinned gives them back.
+TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinPinned) {
   Fixture f(3);
   auto a = f.block(1, testing::Values::kRandom), b = f.block(2, testing::Values::kRandom);
   auto absent = f.block(3);
@@ -239,8 +239,37 @@ TEST(GpuTierTest, PinManyPinsAPrefixWithSlotsAndTokenChecksUntilUnpinMany) {
   const std::vector<BlockHash> all{a->hash(), b->hash(), absent->hash()};
   EXPECT_EQ(f.tier->contains_many(all), (std::vector<bool>{true, true, false}));
 
-  f.tier->unpin_many(all);  // b free again, beside block 5; a still holds pin()'s pin
+  f.tier->unpin_pinned(all, std::vector<int32_t>{*pins[0].slot, *pins[1].slot, -1});
+  EXPECT_EQ(f.pool->free_blocks(), 2u);  // b free again, beside block 5; a still holds pin()'s pin
+  f.tier->unpin(a->hash());
+  EXPECT_EQ(f.pool->free_blocks(), 3u);
+}
+
+// pin_many's pins are given back by slot: the pinned block itself, even when its hash was erased
+// and stored again (in another block) while it was pinned, and nothing else.
+TEST(GpuTierTest, UnpinPinnedGivesBackThePinnedBlockAfterItsHashWasStoredElsewhere) {
+  Fixture f(3);
+  auto a = f.block(1, testing::Values::kRandom);
+  ASSERT_TRUE(f.tier->insert(a).ok());
+  const auto pins = f.tier->pin_many(std::vector<BlockRequest>{request_for(a)});
+  ASSERT_TRUE(pins[0].pinned && pins[0].slot);
+  const int32_t first = *pins[0].slot;
   EXPECT_EQ(f.pool->free_blocks(), 2u);
+  ASSERT_TRUE(f.tier->erase(a->hash()));  // the pinned block stays where it is, no longer cached
+  ASSERT_TRUE(f.tier->insert(a).ok());    // so the hash is stored in another block
+  const auto second = f.tier->device_slot(a->hash());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_NE(*second, first);
+  ASSERT_TRUE(f.tier->pin(a->hash()));  // the new block, pinned by hash
+  EXPECT_EQ(f.pool->free_blocks(), 1u);
+
+  f.tier->unpin_pinned(std::vector<BlockHash>{a->hash()}, std::vector<int32_t>{first});
+  EXPECT_EQ(f.pool->free_blocks(), 2u);  // the first block, not the one pin() holds
+  // Two new blocks take the first block and the third, not the one pin() holds.
+  ASSERT_TRUE(f.tier->insert(f.block(2)).ok());
+  ASSERT_TRUE(f.tier->insert(f.block(3)).ok());
+  EXPECT_TRUE(f.tier->contains(a->hash()));
+  EXPECT_EQ(f.tier->device_slot(a->hash()), second);
   f.tier->unpin(a->hash());
   EXPECT_EQ(f.pool->free_blocks(), 3u);
 }
