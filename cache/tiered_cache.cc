@@ -198,8 +198,11 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys,
     for (const BlockKey& k : keys) *prompt_tokens += k.tokens.size();
   }
   metrics_.lookup_tokens.inc(*prompt_tokens);
+  return found_in(keys, locate(keys));
+}
+
+LookupResult TieredCache::found_in(std::span<const BlockKey> keys, std::span<const int> where) {
   LookupResult out;
-  const std::vector<int> where = locate(keys);
   out.blocks.reserve(where.size());
   // Counted per tier once, not per block: a GPU hit's lookup is hundreds of blocks, and an atomic
   // add each was a measurable part of it.
@@ -216,6 +219,68 @@ LookupResult TieredCache::lookup(std::span<const BlockKey> keys,
       metrics_.hit_blocks[t].inc(blocks[t]);
       metrics_.hit_tokens[t].inc(tokens[t]);
     }
+  }
+  return out;
+}
+
+TieredCache::PinnedLookup TieredCache::lookup_pinning_top(std::span<const BlockKey> keys) {
+  metrics_.lookups.inc();
+  uint64_t prompt_tokens = 0;
+  for (const BlockKey& k : keys) prompt_tokens += k.tokens.size();
+  metrics_.lookup_tokens.inc(prompt_tokens);
+  PinnedLookup out;
+  Tier& top = *tiers_.front();
+  out.on_top.top_ = tiers_.front();
+  std::vector<PinnedBlocks::Entry>& pinned = out.on_top.entries_;
+  pinned.reserve(keys.size());
+  // Windows of 4, 8, ... 256 blocks, as locate() asks, so a prompt the top tier does not hold
+  // pins (and gives back) a few blocks, not all of them.
+  bool other_tokens = false;
+  std::vector<BlockRequest> requests;
+  for (size_t i = 0, window = 4; i < keys.size();
+       i += window, window = std::min<size_t>(window * 2, 256)) {
+    window = std::min(window, keys.size() - i);
+    requests.clear();
+    for (size_t j = i; j < i + window; ++j) requests.push_back({keys[j].hash, keys[j].tokens});
+    const std::vector<Tier::PinResult> pins = top.pin_many(requests);
+    size_t k = 0;
+    for (; k < pins.size(); ++k) {
+      const Tier::PinResult& p = pins[k];
+      if (!p.pinned || (!p.slot && !p.block))
+        break;  // not there, or to be read: fetch()'s business
+      const bool same = p.block ? requests[k].tokens_match(p.block->identity().token_ids)
+                                : p.presence == Tier::Presence::kSameTokens;
+      if (!same) {
+        metrics_.token_mismatches[0].inc();
+        mismatch_log_.error("not serving block {} from {}: its token ids differ from the request's",
+                            keys[i + k].hash.hex(), top.name());
+        other_tokens = true;
+        break;
+      }
+      pinned.push_back({keys[i + k].hash, p.block, 0, true, p.slot.value_or(-1)});
+    }
+    if (k == pins.size()) continue;
+    std::vector<BlockHash> unneeded;
+    std::vector<int32_t> slots;
+    for (; k < pins.size(); ++k) {
+      if (!pins[k].pinned) continue;
+      unneeded.push_back(requests[k].hash);
+      slots.push_back(pins[k].slot.value_or(-1));
+    }
+    if (!unneeded.empty()) top.unpin_pinned(unneeded, slots);
+    break;
+  }
+  const size_t n = pinned.size();
+  std::vector<int> where(n, 0);
+  if (!other_tokens && n < keys.size()) {
+    const std::vector<int> rest = locate(keys.subspan(n));
+    where.insert(where.end(), rest.begin(), rest.end());
+  }
+  out.found = found_in(keys, where);
+  if (n > 0) {  // counted as fetch() counts what it pins in place
+    metrics_.fetches.inc();
+    metrics_.fetched_blocks[0].inc(n);
+    for (const PinnedBlocks::Entry& e : pinned) cascade_.used(e.hash);
   }
   return out;
 }

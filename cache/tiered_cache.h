@@ -114,6 +114,17 @@ class TieredCache {
   // kvtier_lookup_tokens_total; nullopt counts the keys' tokens.
   LookupResult lookup(std::span<const BlockKey> keys,
                       std::optional<size_t> prompt_tokens = std::nullopt);
+  // lookup() of a request about to be served, with fetch() of the longest prefix the top tier
+  // holds in the same pass: those blocks are used where they lie whatever a hit plan decides (a
+  // GPU hit), so they are pinned as they are found, their tokens compared, and only the rest of
+  // the chain is looked for below. `on_top` is what fetch(keys.first(n), found) would return for
+  // those n blocks; `found` the whole prefix, ending at a top-tier block with other tokens (not
+  // served). With the GPU on top a hit of 511 blocks is then one pass over the pool, not two.
+  struct PinnedLookup {
+    LookupResult found;
+    PinnedBlocks on_top;
+  };
+  PinnedLookup lookup_pinning_top(std::span<const BlockKey> keys);
   // Whether any local tier holds `request.hash`: what the highest one says (kSameTokens,
   // kDifferentTokens, kUnverified), or kAbsent. Lets a caller skip building a block it has.
   Tier::Presence presence(const BlockRequest& request) const;
@@ -192,6 +203,8 @@ class TieredCache {
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
+  // The lookup's answer for blocks found in tiers `where`, counted in the hit metrics.
+  LookupResult found_in(std::span<const BlockKey> keys, std::span<const int> where);
   PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where,
                              FetchTiming timing = FetchTiming::kTimed);
   class PrefixFetch;  // one fetch_located()'s reads, checks and promotions

@@ -227,7 +227,8 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     const auto t_start = Clock::now();
     std::vector<uint32_t> tokens;
     const auto keys = cacheable_keys(s, tokens);
-    const LookupResult found = cache_.lookup(keys);
+    // The blocks on the GPU are pinned as the lookup finds them: used in place whatever the plan.
+    auto [found, on_gpu] = cache_.lookup_pinning_top(keys);
     std::vector<int> tiers;
     for (const auto& h : found.blocks) tiers.push_back(h.tier);
     const size_t n = tiers.size();
@@ -243,9 +244,9 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     } else {
       note_plan(s.out.plan, tiers);
     }
-    // Blocks on the GPU: pinned in place, no transfer. One evicted since the lookup moves the
-    // split's start back (it is computed).
-    const size_t g = take_pinned(s, cache_.fetch(std::span(keys).first(s.out.plan.gpu_blocks), found));
+    // Blocks on the GPU: pinned in place, no transfer. One the lookup found there but could not
+    // pin (on its way out) moves the split's start back (it is computed or loaded with the rest).
+    const size_t g = take_pinned(s, std::move(on_gpu));
     split = std::max(split, g);
     PendingFetch back;
     const auto load_started = Clock::now();

@@ -38,6 +38,7 @@ Result<std::unique_ptr<GpuBlockPool>> GpuBlockPool::create(VulkanContext& ctx,
                          l.layers[layer].dtype});
   }
   p->slots_.resize(p->num_blocks_);
+  p->refs_.assign(p->num_blocks_, 0);
   p->by_hash_ = BlockHashIndex(p->num_blocks_);
   p->tokens_.resize(static_cast<size_t>(p->num_blocks_) * l.block_size);
   p->token_len_.resize(p->num_blocks_);
@@ -57,7 +58,7 @@ Result<GpuBlockPool::Allocation> GpuBlockPool::allocate(uint32_t n) {
     const int32_t id = free_.front();
     free_.pop_front();
     Slot& s = slots_[id];
-    s.ref = 1;
+    refs_[id] = 1;
     if (s.identity) {
       by_hash_.erase(s.identity->hash);
       if (events_) events_->removed(s.identity->hash);
@@ -78,8 +79,7 @@ int32_t GpuBlockPool::find_and_ref(const BlockHash& hash) {
   std::lock_guard lock(mu_);
   const int32_t id = by_hash_.find(hash);
   if (id < 0) return -1;
-  Slot& s = slots_[id];
-  if (s.ref++ == 0) free_.erase(id);
+  if (refs_[id]++ == 0) free_.erase(id);
   return id;
 }
 
@@ -121,7 +121,7 @@ std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const
     out[i].id = by_hash_.find(hashes[i]);
   }
   auto prefetch_block = [&](int32_t id) {
-    __builtin_prefetch(&slots_[id].ref);
+    __builtin_prefetch(&refs_[id]);
     __builtin_prefetch(&tokens_[id * bs]);
   };
   for (size_t i = 0; i < std::min(kPrefetchAhead, out.size()); ++i) {
@@ -132,7 +132,7 @@ std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const
       prefetch_block(out[i + kPrefetchAhead].id);
     const int32_t id = out[i].id;
     if (id < 0) continue;
-    if (slots_[id].ref++ == 0) free_.erase(id);
+    if (refs_[id]++ == 0) free_.erase(id);
     // Found under a hash: cached, so it has an identity.
     out[i].same_tokens =
         holds_tokens(id, i < tokens.size() ? tokens[i] : std::span<const uint32_t>());
@@ -143,9 +143,8 @@ std::vector<GpuBlockPool::Found> GpuBlockPool::find_and_ref_many(std::span<const
 void GpuBlockPool::unref_many(std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
   for (const int32_t id : ids) {
-    Slot& s = slots_[id];
-    assert(s.ref > 0);
-    if (--s.ref == 0) free_.push_back(id);
+    assert(refs_[id] > 0);
+    if (--refs_[id] == 0) free_.push_back(id);
   }
 }
 
@@ -156,15 +155,13 @@ std::optional<BlockIdentity> GpuBlockPool::identity(int32_t id) const {
 
 void GpuBlockPool::ref(int32_t id) {
   std::lock_guard lock(mu_);
-  Slot& s = slots_[id];
-  if (s.ref++ == 0) free_.erase(id);
+  if (refs_[id]++ == 0) free_.erase(id);
 }
 
 void GpuBlockPool::unref(int32_t id) {
   std::lock_guard lock(mu_);
-  Slot& s = slots_[id];
-  assert(s.ref > 0);
-  if (--s.ref == 0) free_.push_back(id);
+  assert(refs_[id] > 0);
+  if (--refs_[id] == 0) free_.push_back(id);
 }
 
 std::optional<int32_t> GpuBlockPool::cache(int32_t id, BlockIdentity identity) {

@@ -97,7 +97,6 @@ class GpuBlockPool {
 
  private:
   struct Slot {
-    int ref = 0;
     std::optional<BlockIdentity> identity;
   };
   GpuBlockPool() = default;
@@ -109,8 +108,11 @@ class GpuBlockPool {
   std::vector<GpuBuffer> arrays_;  // K0, V0, K1, V1, ...
   std::vector<PagedKvView> views_;
 
-  mutable std::mutex mu_;  // guards slots_, free_, by_hash_
+  mutable std::mutex mu_;  // guards everything below
   std::vector<Slot> slots_;
+  // Reference counts, apart from the slots: a prompt's blocks are mostly neighbours, so a GPU hit's
+  // pins walk a few lines of these, not a line per block.
+  std::vector<int> refs_;
   // Each cached block's token ids again, block_size apiece side by side, where a GPU hit's check
   // of hundreds of blocks finds them without following each identity to its own allocation
   // (token_len_: how many the identity has; the copy is used when that is block_size).

@@ -246,6 +246,72 @@ TEST(TieredCacheTest, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensO
   EXPECT_EQ(pool->blocks_in_use(), 0u) << "released";
 }
 
+// A lookup for a request about to be served pins the GPU's prefix as it finds it: the same
+// answer as lookup(), the GPU blocks pinned with their slots (what fetch() of them would give), the
+// rest found below and left unpinned; a prompt the GPU does not hold pins nothing; a GPU block
+// under the right hash with other tokens ends the prefix, unserved and counted.
+TEST(TieredCacheTest, ALookupPinningTheTopTierPinsTheGpusPrefixAsItFindsIt) {
+  auto h = small_hasher();
+  auto pool =
+      std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {16, 0})).value();
+  std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
+  auto lower = ram(20);
+  TieredCache cache({top, lower});
+  const auto tokens = prompt(4 * 8, 1);
+  auto keys = h.keys(tokens, {});
+  for (size_t i = 0; i < 5; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
+  for (size_t i = 5; i < 7; ++i) ASSERT_TRUE(lower->insert(computed_block(h, keys, i)).ok());
+  const LookupResult plain = cache.lookup(keys);
+  {
+    TieredCache::PinnedLookup got = cache.lookup_pinning_top(keys);
+    ASSERT_EQ(got.found.blocks.size(), 7u);
+    EXPECT_EQ(got.found.matched_tokens, plain.matched_tokens);
+    for (size_t i = 0; i < 7; ++i) {
+      EXPECT_EQ(got.found.blocks[i].hash, plain.blocks[i].hash);
+      EXPECT_EQ(got.found.blocks[i].tier, i < 5 ? 0 : 1);
+    }
+    ASSERT_EQ(got.on_top.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      const auto& e = got.on_top.entries()[i];
+      EXPECT_EQ(e.hash, keys[i].hash);
+      EXPECT_TRUE(e.pinned);
+      EXPECT_EQ(e.source_tier, 0);
+      EXPECT_EQ(e.device_slot, top->device_slot(keys[i].hash).value_or(-2));
+    }
+    EXPECT_EQ(pool->blocks_in_use(), 5u) << "the GPU's five pinned, nothing else";
+    EXPECT_EQ(cache.metrics().hit_blocks[0].value(), 10u);  // this lookup's and the plain one's
+    EXPECT_EQ(cache.metrics().hit_blocks[1].value(), 4u);
+    EXPECT_EQ(cache.metrics().fetched_blocks[0].value(), 5u);
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 0u) << "released";
+
+  // Only RAM holds this one: nothing stays pinned on the GPU.
+  const auto other = prompt(4 * 3, 2);
+  auto other_keys = h.keys(other, {});
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(lower->insert(computed_block(h, other_keys, i)).ok());
+  {
+    TieredCache::PinnedLookup got = cache.lookup_pinning_top(other_keys);
+    EXPECT_EQ(got.on_top.size(), 0u);
+    ASSERT_EQ(got.found.blocks.size(), 3u);
+    for (const auto& hit : got.found.blocks) EXPECT_EQ(hit.tier, 1);
+    EXPECT_EQ(pool->blocks_in_use(), 0u);
+  }
+
+  // Block 2 on the GPU under its hash with other tokens.
+  ASSERT_TRUE(top->erase(keys[2].hash));
+  Block bad = computed_block(h, keys, 2)->clone();
+  bad.mutable_identity().token_ids[0] += 1;
+  ASSERT_TRUE(top->insert(std::make_shared<const Block>(std::move(bad))).ok());
+  {
+    TieredCache::PinnedLookup got = cache.lookup_pinning_top(keys);
+    EXPECT_EQ(got.on_top.size(), 2u);
+    EXPECT_EQ(got.found.blocks.size(), 2u) << "the prefix ends at the block whose tokens differ";
+    EXPECT_EQ(cache.metrics().token_mismatches[0].value(), 1u);
+    EXPECT_EQ(pool->blocks_in_use(), 2u) << "the two served blocks pinned, none past the prefix";
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 0u);
+}
+
 TEST(TieredCacheTest, RandomOperationsKeepEveryTierWithinCapacity) {
   auto h = small_hasher();
   auto top = ram(7, "ram0");
