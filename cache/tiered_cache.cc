@@ -192,13 +192,18 @@ LookupResult TieredCache::lookup(const PrefixHasher& hasher, std::span<const uin
 
 LookupResult TieredCache::lookup(std::span<const BlockKey> keys,
                                  std::optional<size_t> prompt_tokens) {
+  count_lookup(keys, prompt_tokens);
+  return found_in(keys, locate(keys));
+}
+
+void TieredCache::count_lookup(std::span<const BlockKey> keys,
+                               std::optional<size_t> prompt_tokens) {
   metrics_.lookups.inc();
   if (!prompt_tokens) {
     prompt_tokens = 0;
     for (const BlockKey& k : keys) *prompt_tokens += k.tokens.size();
   }
   metrics_.lookup_tokens.inc(*prompt_tokens);
-  return found_in(keys, locate(keys));
 }
 
 LookupResult TieredCache::found_in(std::span<const BlockKey> keys, std::span<const int> where) {
@@ -224,10 +229,7 @@ LookupResult TieredCache::found_in(std::span<const BlockKey> keys, std::span<con
 }
 
 TieredCache::PinnedLookup TieredCache::lookup_pinning_top(std::span<const BlockKey> keys) {
-  metrics_.lookups.inc();
-  uint64_t prompt_tokens = 0;
-  for (const BlockKey& k : keys) prompt_tokens += k.tokens.size();
-  metrics_.lookup_tokens.inc(prompt_tokens);
+  count_lookup(keys, std::nullopt);
   PinnedLookup out;
   Tier& top = *tiers_.front();
   out.on_top.top_ = tiers_.front();

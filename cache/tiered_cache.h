@@ -203,6 +203,8 @@ class TieredCache {
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;
+  // Counts a lookup and its prompt's tokens (nullopt: the keys' tokens).
+  void count_lookup(std::span<const BlockKey> keys, std::optional<size_t> prompt_tokens);
   // The lookup's answer for blocks found in tiers `where`, counted in the hit metrics.
   LookupResult found_in(std::span<const BlockKey> keys, std::span<const int> where);
   PinnedBlocks fetch_located(std::span<const BlockKey> keys, std::vector<int> where,

@@ -30,6 +30,24 @@ std::shared_ptr<RamTier> ram(uint64_t blocks, std::string name = "ram") {
   return std::make_shared<RamTier>(o);
 }
 
+// A GPU tier of `gpu_blocks` over a RAM tier of `ram_blocks`, as a GPU hit's tests need them.
+struct GpuOverRam {
+  std::unique_ptr<GpuBlockPool> pool;
+  std::shared_ptr<GpuTier> top;
+  std::shared_ptr<RamTier> lower;
+  std::unique_ptr<TieredCache> cache;
+};
+
+GpuOverRam gpu_over_ram(uint32_t gpu_blocks, uint64_t ram_blocks) {
+  GpuOverRam g;
+  g.pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {gpu_blocks, 0}))
+               .value();
+  g.top = std::move(GpuTier::create(testing::gpu(), *g.pool)).value();
+  g.lower = ram(ram_blocks);
+  g.cache = std::make_unique<TieredCache>(std::vector<std::shared_ptr<Tier>>{g.top, g.lower});
+  return g;
+}
+
 void publish(TieredCache& cache, const PrefixHasher& h, const std::vector<BlockKey>& keys,
              size_t count) {
   for (size_t i = 0; i < count; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
@@ -212,10 +230,9 @@ TEST(TieredCacheTest, ABlockWhoseTokensDifferFromTheRequestIsNeverServed) {
 // and uploaded again, and a GPU block under the right hash with other tokens ends the prefix.
 TEST(TieredCacheTest, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensOnTheGpu) {
   auto h = small_hasher();
-  auto pool = std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {8, 0})).value();
-  std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
-  auto lower = ram(10);
-  TieredCache cache({top, lower});
+  GpuOverRam g = gpu_over_ram(8, 10);
+  auto& [pool, top, lower, cache_ptr] = g;
+  TieredCache& cache = *cache_ptr;
   const auto tokens = prompt(4 * 5, 1);
   auto keys = h.keys(tokens, {});
   for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
@@ -252,11 +269,9 @@ TEST(TieredCacheTest, AFetchOfWhatALookupFoundFollowsMovedBlocksAndChecksTokensO
 // under the right hash with other tokens ends the prefix, unserved and counted.
 TEST(TieredCacheTest, ALookupPinningTheTopTierPinsTheGpusPrefixAsItFindsIt) {
   auto h = small_hasher();
-  auto pool =
-      std::move(GpuBlockPool::create(testing::gpu(), testing::small_layout(), {16, 0})).value();
-  std::shared_ptr<GpuTier> top = std::move(GpuTier::create(testing::gpu(), *pool)).value();
-  auto lower = ram(20);
-  TieredCache cache({top, lower});
+  GpuOverRam g = gpu_over_ram(16, 20);
+  auto& [pool, top, lower, cache_ptr] = g;
+  TieredCache& cache = *cache_ptr;
   const auto tokens = prompt(4 * 8, 1);
   auto keys = h.keys(tokens, {});
   for (size_t i = 0; i < 5; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
