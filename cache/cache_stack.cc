@@ -206,20 +206,29 @@ CacheStack::Persisted CacheStack::persist_to_ssd(std::chrono::steady_clock::time
     return static_cast<size_t>(std::count(held.begin(), held.end(), true));
   };
   // These writes reclaim the oldest segments, which may hold blocks RAM held too (a block read
-  // back, or stored again after it left RAM). When all of this pass's blocks stayed, the SSD has
-  // room beyond them: those blocks are written once more, after them. When some did not, RAM
-  // held more than the SSD keeps, and writing more would only reclaim the prompts' first blocks.
-  if (held_now(handed) == handed.size()) {
+  // back, or stored again after it left RAM). While all that this pass wrote stayed, the SSD has
+  // room beyond it: those blocks are written once more, after it. Their own writes may reclaim the
+  // next oldest segment and the blocks RAM held there, so this repeats until none is displaced;
+  // it ends, as each round writes at least one block and the rounds stop as soon as the SSD keeps
+  // less than they wrote. When some did not stay, RAM held more than the SSD keeps, and writing
+  // more would only reclaim the prompts' first blocks.
+  std::vector<BlockHash> written_here = handed;
+  Persisted again;  // the last round's: a block a round could not write is tried in the next
+  while (held_now(written_here) == written_here.size()) {
     std::vector<BlockRef> displaced;
     const std::vector<bool> held = ssd_->contains_many(also_on_ssd_hashes);
     for (size_t i = 0; i < also_on_ssd.size(); ++i) {
       if (!held[i]) displaced.push_back(also_on_ssd[i]);
     }
-    Persisted again;  // what it could not write is counted below, as displaced
-    hand_to_ssd(deepest_first(std::move(displaced)), deadline, again);
-    p.not_queued += again.not_queued;
-    p.cut_off += again.cut_off;
+    if (displaced.empty()) break;
+    again = {};  // what it could not write is counted below, as displaced
+    const std::vector<BlockHash> rewritten =
+        hand_to_ssd(deepest_first(std::move(displaced)), deadline, again);
+    if (rewritten.empty()) break;
+    written_here.insert(written_here.end(), rewritten.begin(), rewritten.end());
   }
+  p.not_queued += again.not_queued;
+  p.cut_off += again.cut_off;
   p.written = held_now(handed);
   p.lost = only_ram.size() - p.written - p.refused;
   p.displaced = also_on_ssd.size() - held_now(also_on_ssd_hashes);

@@ -107,6 +107,40 @@ TEST(CacheStackPersistTest, BlocksRamAndTheSsdBothHeldAreNotReclaimedByTheShutdo
   EXPECT_EQ(stack->close().ssd, 0u);
 }
 
+// Blocks RAM holds spread over every segment of a full SSD: the shutdown's writes reclaim the
+// oldest segments, writing their blocks once more reclaims the next ones, and so on. RAM holds
+// less than the SSD keeps, so at the end all of it is there: none displaced, nothing lost.
+TEST(CacheStackPersistTest, BlocksRamHeldInEverySegmentAreWrittenAgainUntilNoneIsDisplaced) {
+  testing::TempDir dir;
+  auto stack = open_stack(dir.str());
+  ASSERT_NE(stack, nullptr);
+  const std::vector<BlockRef> blocks = prompt_blocks(290, 13);
+  // 0-199 on the SSD (its four segments), every sixth of them in RAM too; 200-289 in RAM only.
+  for (size_t i = 0; i < 200; ++i) ASSERT_TRUE(stack->ssd()->insert(blocks[i]).ok());
+  stack->ssd()->flush();
+  std::vector<BlockHash> both, ram_only;
+  for (size_t i = 0; i < 290; ++i) {
+    if (i < 200 && i % 6 != 0) continue;
+    ASSERT_TRUE(stack->ram().insert(blocks[i]).ok());
+    (i < 200 ? both : ram_only).push_back(blocks[i]->hash());
+  }
+  const uint64_t reclaimed_before = stack->ssd()->total(&SsdTierMetrics::entries_reclaimed);
+
+  const CacheStack::Persisted p =
+      stack->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  EXPECT_GT(stack->ssd()->total(&SsdTierMetrics::entries_reclaimed), reclaimed_before + 100)
+      << "the writes reclaimed more than one segment";
+  EXPECT_EQ(p.written, ram_only.size());
+  EXPECT_EQ(p.lost, 0u);
+  EXPECT_EQ(p.displaced, 0u);
+  EXPECT_EQ(p.not_kept(), 0u);
+  for (const auto& set : {both, ram_only}) {
+    const std::vector<bool> held = stack->ssd()->contains_many(set);
+    EXPECT_EQ(static_cast<size_t>(std::count(held.begin(), held.end(), true)), set.size());
+  }
+  EXPECT_EQ(stack->close().ssd, 0u);
+}
+
 // What persist_to_ssd reports written comes back when the directory is opened again, and its
 // report adds up to what RAM held only there.
 TEST(CacheStackPersistTest, WhatItReportsWrittenComesBackAfterAReopen) {
