@@ -1,8 +1,16 @@
 #include "serialize/block_hash.h"
 
 #include <array>
+#include <random>
 
 namespace kvtier {
+
+std::array<uint64_t, 4> BlockHashHasher::draw_factors() {
+  std::random_device seed;
+  std::array<uint64_t, 4> f;
+  for (uint64_t& x : f) x = ((static_cast<uint64_t>(seed()) << 32) ^ seed()) | 1;
+  return f;
+}
 
 std::string BlockHash::hex() const {
   static const char digits[] = "0123456789abcdef";

@@ -26,13 +26,20 @@ struct BlockHash {
   bool operator==(const BlockHash&) const = default;
 };
 
+// For hash tables in this process (std::hash<BlockHash>): all 32 bytes mixed with odd factors
+// drawn when the process starts. Block hashes come from clients (PUT), so any 8 of their bytes as
+// the bucket (as it was) let one send any number of hashes into the same bucket of every table
+// keyed by them, each lookup and insert then walking all of them. Not stable across processes:
+// nothing kept on disk may depend on it.
 struct BlockHashHasher {
   size_t operator()(const BlockHash& h) const {
-    // The bytes are already a uniform hash; any 8 of them make a good bucket index.
-    uint64_t v;
-    std::memcpy(&v, h.bytes.data(), sizeof(v));
-    return static_cast<size_t>(v);
+    static const std::array<uint64_t, 4> factors = draw_factors();
+    uint64_t w[4];
+    std::memcpy(w, h.bytes.data(), sizeof(w));
+    uint64_t v = w[0] * factors[0] + w[1] * factors[1] + w[2] * factors[2] + w[3] * factors[3];
+    return static_cast<size_t>(v ^ (v >> 32));  // the high bits reach a prime bucket count
   }
+  static std::array<uint64_t, 4> draw_factors();
 };
 
 }  // namespace kvtier

@@ -131,8 +131,11 @@ std::vector<SsdTier*> StripedSsdTier::directories() const {
 }
 
 size_t StripedSsdTier::home(const BlockHash& hash) const {
-  BlockHashHasher h;
-  const size_t pick = h(hash) % dirs_.size();
+  // A rule that stays the same across restarts (the process's hash-table hasher does not), so a
+  // block is looked for first where it was written.
+  uint64_t v;
+  std::memcpy(&v, hash.bytes.data(), sizeof(v));
+  const size_t pick = v % dirs_.size();
   for (size_t k = 0; k < dirs_.size(); ++k) {
     const size_t i = (pick + k) % dirs_.size();
     if (dirs_[i].tier) return i;
