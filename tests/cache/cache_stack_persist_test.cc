@@ -3,6 +3,7 @@
 // queue still held when it began.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,41 @@ std::vector<BlockRef> prompt_blocks(size_t n, uint32_t seed) {
   std::vector<BlockRef> out;
   for (size_t i = 0; i < keys.size(); ++i) out.push_back(testing::ssd_sized_block(h, keys, i));
   return out;
+}
+
+// Blocks 0 to `on_ssd` - 1 written to the SSD, then those `in_ram` picks, and the rest up to
+// `total`, put in RAM; the shutdown's write then runs. Every block RAM held must be on the SSD
+// afterwards, the ones it held only there reported written, none lost or displaced, and the
+// writes must have reclaimed more than `reclaimed_at_least` entries (so this is the case named).
+void expect_persist_keeps_all_ram_held(uint32_t seed, size_t on_ssd, size_t total,
+                                       const std::function<bool(size_t)>& in_ram,
+                                       uint64_t reclaimed_at_least) {
+  testing::TempDir dir;
+  auto stack = open_stack(dir.str());
+  ASSERT_NE(stack, nullptr);
+  const std::vector<BlockRef> blocks = prompt_blocks(total, seed);
+  for (size_t i = 0; i < on_ssd; ++i) ASSERT_TRUE(stack->ssd()->insert(blocks[i]).ok());
+  stack->ssd()->flush();
+  std::vector<BlockHash> both, ram_only;
+  for (size_t i = 0; i < total; ++i) {
+    if (i < on_ssd && !in_ram(i)) continue;
+    ASSERT_TRUE(stack->ram().insert(blocks[i]).ok());
+    (i < on_ssd ? both : ram_only).push_back(blocks[i]->hash());
+  }
+  const uint64_t reclaimed_before = stack->ssd()->total(&SsdTierMetrics::entries_reclaimed);
+
+  const CacheStack::Persisted p =
+      stack->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  EXPECT_GT(stack->ssd()->total(&SsdTierMetrics::entries_reclaimed),
+            reclaimed_before + reclaimed_at_least);
+  EXPECT_EQ(p.written, ram_only.size());
+  EXPECT_EQ(p.lost, 0u);
+  EXPECT_EQ(p.displaced, 0u);
+  for (const auto& set : {both, ram_only}) {
+    const std::vector<bool> held = stack->ssd()->contains_many(set);
+    EXPECT_EQ(static_cast<size_t>(std::count(held.begin(), held.end(), true)), set.size());
+  }
+  EXPECT_EQ(stack->close().ssd, 0u);
 }
 
 // The blocks RAM holds were queued for the SSD once, ahead of more than the SSD keeps (what a
@@ -76,69 +112,20 @@ TEST(CacheStackPersistTest, BlocksRamHoldsOutliveTheSpillQueuesBacklog) {
 
 // Blocks RAM holds that sit on the SSD already, in its oldest segment: the shutdown's writes of
 // the blocks only RAM holds reclaim that segment, so they are written once more after them (the
-// SSD keeps both sets with room to spare).
+// SSD keeps both sets with room to spare). 0-9: in RAM and on the SSD, written first; 10-159: on
+// the SSD only; 160-259: in RAM only.
 TEST(CacheStackPersistTest, BlocksRamAndTheSsdBothHeldAreNotReclaimedByTheShutdownsWrites) {
-  testing::TempDir dir;
-  auto stack = open_stack(dir.str());
-  ASSERT_NE(stack, nullptr);
-  const std::vector<BlockRef> blocks = prompt_blocks(260, 11);
-  // 0-9: in RAM and on the SSD, written first; 10-159: on the SSD only; 160-259: in RAM only.
-  for (size_t i = 0; i < 160; ++i) ASSERT_TRUE(stack->ssd()->insert(blocks[i]).ok());
-  stack->ssd()->flush();
-  std::vector<BlockHash> both, ram_only;
-  for (size_t i = 0; i < 260; ++i) {
-    if (i >= 10 && i < 160) continue;
-    ASSERT_TRUE(stack->ram().insert(blocks[i]).ok());
-    (i < 10 ? both : ram_only).push_back(blocks[i]->hash());
-  }
-  const uint64_t reclaimed_before = stack->ssd()->total(&SsdTierMetrics::entries_reclaimed);
-
-  const CacheStack::Persisted p =
-      stack->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(60));
-  EXPECT_GT(stack->ssd()->total(&SsdTierMetrics::entries_reclaimed), reclaimed_before + 10)
-      << "the shutdown's writes reclaimed the oldest segment";
-  EXPECT_EQ(p.written, ram_only.size());
-  EXPECT_EQ(p.lost, 0u);
-  EXPECT_EQ(p.displaced, 0u);
-  for (const auto& set : {both, ram_only}) {
-    const std::vector<bool> held = stack->ssd()->contains_many(set);
-    EXPECT_EQ(static_cast<size_t>(std::count(held.begin(), held.end(), true)), set.size());
-  }
-  EXPECT_EQ(stack->close().ssd, 0u);
+  expect_persist_keeps_all_ram_held(
+      11, 160, 260, [](size_t i) { return i < 10; }, 10);
 }
 
 // Blocks RAM holds spread over every segment of a full SSD: the shutdown's writes reclaim the
 // oldest segments, writing their blocks once more reclaims the next ones, and so on. RAM holds
-// less than the SSD keeps, so at the end all of it is there: none displaced, nothing lost.
+// less than the SSD keeps, so at the end all of it is there: none displaced, nothing lost. 0-199
+// on the SSD (its four segments), every sixth of them in RAM too; 200-289 in RAM only.
 TEST(CacheStackPersistTest, BlocksRamHeldInEverySegmentAreWrittenAgainUntilNoneIsDisplaced) {
-  testing::TempDir dir;
-  auto stack = open_stack(dir.str());
-  ASSERT_NE(stack, nullptr);
-  const std::vector<BlockRef> blocks = prompt_blocks(290, 13);
-  // 0-199 on the SSD (its four segments), every sixth of them in RAM too; 200-289 in RAM only.
-  for (size_t i = 0; i < 200; ++i) ASSERT_TRUE(stack->ssd()->insert(blocks[i]).ok());
-  stack->ssd()->flush();
-  std::vector<BlockHash> both, ram_only;
-  for (size_t i = 0; i < 290; ++i) {
-    if (i < 200 && i % 6 != 0) continue;
-    ASSERT_TRUE(stack->ram().insert(blocks[i]).ok());
-    (i < 200 ? both : ram_only).push_back(blocks[i]->hash());
-  }
-  const uint64_t reclaimed_before = stack->ssd()->total(&SsdTierMetrics::entries_reclaimed);
-
-  const CacheStack::Persisted p =
-      stack->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(60));
-  EXPECT_GT(stack->ssd()->total(&SsdTierMetrics::entries_reclaimed), reclaimed_before + 100)
-      << "the writes reclaimed more than one segment";
-  EXPECT_EQ(p.written, ram_only.size());
-  EXPECT_EQ(p.lost, 0u);
-  EXPECT_EQ(p.displaced, 0u);
-  EXPECT_EQ(p.not_kept(), 0u);
-  for (const auto& set : {both, ram_only}) {
-    const std::vector<bool> held = stack->ssd()->contains_many(set);
-    EXPECT_EQ(static_cast<size_t>(std::count(held.begin(), held.end(), true)), set.size());
-  }
-  EXPECT_EQ(stack->close().ssd, 0u);
+  expect_persist_keeps_all_ram_held(
+      13, 200, 290, [](size_t i) { return i % 6 == 0; }, 100);
 }
 
 // What persist_to_ssd reports written comes back when the directory is opened again, and its
