@@ -15,8 +15,9 @@ std::unique_ptr<EvictionPolicy> candidate(size_t i) {
 
 // Measured with hit_ratio_bench at RAM 5 % (the five traces): a 2 % margin or a window of one to
 // four tier-fulls flipped the lead back and forth on chat (4-16 changes) and lost up to 0.7
-// points there; 10 % and eight tier-fulls matched the better candidate on four traces and came
-// within 0.2 points of it on the fifth.
+// points there; 10 % and eight tier-fulls matched the better candidate on three traces and came
+// within 0.2 points of it on RAG and 0.03 on Mooncake's (four changes there; 20 % or 30 %, or a
+// window of 16 or 32 tier-fulls, lost more: docs/benchmarks.md).
 constexpr double kLeadMargin = 1.10;
 constexpr double kWindowTierFulls = 8.0;
 // The log is replayed on the insert path, at most kReplayPerEviction references per victim asked
