@@ -1,6 +1,8 @@
 // The SSD index's in-memory set of held blocks: the table itself against std::unordered_set under
 // random churn, and the index's answers from memory against RocksDB's across commits and a reopen.
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -42,6 +44,42 @@ TEST(FingerprintSetTest, AgreesWithAStdSetUnderChurn) {
     for (uint64_t f : std::vector<uint64_t>(want.begin(), want.end())) set.erase(f);
     EXPECT_EQ(set.size(), 0u);
     EXPECT_FALSE(set.contains(1));
+  }
+}
+
+// Hashes a client could derive from another block's to share its fingerprint (the SSD tier then
+// took the one for the other: a spill refused as present, a delete forgetting the other): its
+// words reordered (the XOR fingerprint's weakness), its words' top bits flipped in pairs (where a
+// multiply-and-add cancels them whatever its factors), and a top-bit flip chased through a
+// multiply-and-xorshift (bit 63 of word 0, bits 63 and 34 of word 1). Each gets a fingerprint of
+// its own, for a thousand hashes.
+TEST(FingerprintSetTest, HashesDerivedFromAnotherDoNotShareItsFingerprint) {
+  std::mt19937_64 rng(11);
+  auto flip = [](BlockHash h, size_t word, uint64_t bits) {
+    uint64_t w;
+    std::memcpy(&w, h.bytes.data() + 8 * word, 8);
+    w ^= bits;
+    std::memcpy(h.bytes.data() + 8 * word, &w, 8);
+    return h;
+  };
+  constexpr uint64_t kTop = uint64_t{1} << 63;
+  for (int n = 0; n < 1000; ++n) {
+    BlockHash a;
+    for (auto& b : a.bytes) b = static_cast<uint8_t>(rng());
+    BlockHash rotated = a, swapped = a;
+    std::rotate(rotated.bytes.begin(), rotated.bytes.begin() + 8, rotated.bytes.end());
+    std::swap_ranges(swapped.bytes.begin(), swapped.bytes.begin() + 8, swapped.bytes.begin() + 8);
+    const BlockHash variants[] = {
+        rotated,
+        swapped,
+        flip(flip(a, 0, kTop), 1, kTop),
+        flip(flip(flip(flip(a, 0, kTop), 1, kTop), 2, kTop), 3, kTop),
+        flip(flip(a, 0, kTop), 1, kTop | (uint64_t{1} << 34)),
+    };
+    for (const BlockHash& v : variants) {
+      ASSERT_NE(v, a);
+      ASSERT_NE(FingerprintSet::fingerprint(v), FingerprintSet::fingerprint(a)) << "hash " << n;
+    }
   }
 }
 

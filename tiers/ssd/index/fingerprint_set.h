@@ -4,20 +4,21 @@
 // node-based set costs ~50; a lookup touches one or two cache lines.
 //
 // Two hashes share a fingerprint with probability 2^-64 per pair: contains() may then say yes for
-// a block the index does not hold. Callers use it only where a yes is checked again (a lookup's
-// answer is read through the index, which finds nothing), never where it decides what is served.
-// The fingerprint mixes the hash's four words with factors drawn when the process starts: block
-// hashes come from clients (PUT), and with a fixed rule (it was the words' XOR) one could send a
-// hash sharing another block's fingerprint — its words in another order — and the SSD tier then
-// took that block for written already (its spill refused as present) and forgot it when the
-// other was deleted. Not thread-safe: its owner locks.
+// a block the index does not hold. A lookup's yes is checked again (the read goes through the
+// index, which finds nothing); SsdTier::insert takes a yes as "already present" and skips the
+// write, so a shared fingerprint there would cost that block its SSD copy, which at 2^-64 per
+// pair is left to chance, but must not be anyone's choice. The fingerprint is SipHash-1-3 of the
+// hash under a key drawn when the process starts: block hashes come from clients (PUT), and with a
+// rule a client can work out (it was the words' XOR, then for a while a keyed multiply-and-xorshift
+// whose top-bit differences still cancelled) one could send a hash sharing another block's
+// fingerprint, and the SSD tier took that block for written already (its spill refused as present)
+// and forgot it when the other was deleted. Not thread-safe: its owner locks.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <random>
 #include <vector>
 
+#include "base/hashing/keyed_hash.h"
 #include "serialize/block_hash.h"
 
 namespace kvtier {
@@ -25,16 +26,8 @@ namespace kvtier {
 class FingerprintSet {
  public:
   static uint64_t fingerprint(const BlockHash& h) {
-    static const Key key = Key::draw();
-    // Each word folded in after a multiply by an odd factor and a shift that brings the high
-    // bits down: equal results for two hashes need factors no client knows.
-    uint64_t f = key.start;
-    for (size_t i = 0; i < BlockHash::kSize; i += 8) {
-      uint64_t w = 0;
-      std::memcpy(&w, h.bytes.data() + i, 8);
-      f = (f ^ w) * key.factors[i / 8];
-      f ^= f >> 29;
-    }
+    static const SipKey key = SipKey::draw();
+    const uint64_t f = siphash13(h.bytes, key);
     return f == kEmpty ? 1 : f;  // 0 marks an empty slot
   }
 
@@ -82,18 +75,6 @@ class FingerprintSet {
 
  private:
   static constexpr uint64_t kEmpty = 0;
-  struct Key {
-    uint64_t start = 0;
-    uint64_t factors[BlockHash::kSize / 8] = {};
-    static Key draw() {
-      std::random_device seed;
-      auto word = [&] { return (static_cast<uint64_t>(seed()) << 32) ^ seed(); };
-      Key k;
-      k.start = word();
-      for (uint64_t& f : k.factors) f = word() | 1;
-      return k;
-    }
-  };
   size_t home(uint64_t f) const {
     return static_cast<size_t>((f * 0x9E3779B97F4A7C15ull) >> shift_);
   }
