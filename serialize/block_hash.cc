@@ -1,14 +1,15 @@
 #include "serialize/block_hash.h"
 
 #include <array>
-#include <random>
+
+#include "base/hashing/keyed_hash.h"
 
 namespace kvtier {
 
 std::array<uint64_t, 4> BlockHashHasher::draw_factors() {
-  std::random_device seed;
   std::array<uint64_t, 4> f;
-  for (uint64_t& x : f) x = ((static_cast<uint64_t>(seed()) << 32) ^ seed()) | 1;
+  draw_random_words(f);
+  for (uint64_t& x : f) x |= 1;
   return f;
 }
 

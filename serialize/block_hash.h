@@ -26,11 +26,15 @@ struct BlockHash {
   bool operator==(const BlockHash&) const = default;
 };
 
-// For hash tables in this process (std::hash<BlockHash>): all 32 bytes mixed with odd factors
-// drawn when the process starts. Block hashes come from clients (PUT), so any 8 of their bytes as
-// the bucket (as it was) let one send any number of hashes into the same bucket of every table
-// keyed by them, each lookup and insert then walking all of them. Not stable across processes:
-// nothing kept on disk may depend on it.
+// For hash tables in this process (std::hash<BlockHash>, and BlockHashIndex's slots, its top
+// bits): all 32 bytes mixed with odd factors drawn when the process starts. Block hashes come
+// from clients (PUT), so any 8 of their bytes as the bucket (as it was) let one send any number of
+// hashes into the same bucket of every table keyed by them, each lookup and insert then walking
+// all of them. A multiply-and-add, not SipHash (base/hashing/keyed_hash.h): a table hashes on
+// every find, several tables per block moved. Its one weakness, differences in the words' top
+// bits cancelling in pairs whatever the factors, puts at most eight chosen hashes together, a
+// bucket's normal share; where one equal result would be wrong, not slow (the SSD's
+// fingerprints), SipHash is used. Not stable across processes: nothing kept on disk may use it.
 struct BlockHashHasher {
   size_t operator()(const BlockHash& h) const {
     static const std::array<uint64_t, 4> factors = draw_factors();

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
-#include <cstring>
-#include <random>
 
 namespace kvtier {
 
@@ -14,17 +12,13 @@ BlockHashIndex::BlockHashIndex(size_t max_entries) {
   entries_.resize(slots);
   mask_ = slots - 1;
   shift_ = 64 - std::countr_zero(slots);
-  std::random_device seed;
-  for (uint64_t& m : mix_) m = ((static_cast<uint64_t>(seed()) << 32) ^ seed()) | 1;
+  assert(shift_ >= 32);  // the hasher's top 32 bits are its mix's own
 }
 
 size_t BlockHashIndex::home(const BlockHash& hash) const {
-  // Multiply-shift over the four words: which hashes share a slot depends on factors no client
-  // knows.
-  uint64_t w[4];
-  std::memcpy(w, hash.bytes.data(), sizeof(w));
-  const uint64_t h = w[0] * mix_[0] + w[1] * mix_[1] + w[2] * mix_[2] + w[3] * mix_[3];
-  return static_cast<size_t>(h >> shift_);
+  // The process's hash-table hasher (serialize/block_hash.h: all four words times factors no
+  // client knows), its top bits: multiply-shift.
+  return BlockHashHasher{}(hash) >> shift_;
 }
 
 int32_t BlockHashIndex::find(const BlockHash& hash) const {

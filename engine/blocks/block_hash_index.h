@@ -6,8 +6,9 @@
 // can start early (prefetch()). The pool never caches more hashes than it has blocks, so the
 // table is sized once, at least twice that, and never grows.
 //
-// The slot a hash goes to mixes all 32 bytes with odd factors drawn at start: the hashes may come
-// from clients (PUT), and a fixed rule would let one craft hashes that all probe the same run.
+// The slot a hash goes to is the top bits of BlockHashHasher (all 32 bytes mixed with odd factors
+// drawn at start): the hashes may come from clients (PUT), and a fixed rule would let one craft
+// hashes that all probe the same run.
 // Not thread-safe (the pool's lock).
 #pragma once
 
@@ -44,7 +45,6 @@ class BlockHashIndex {
   std::vector<Entry> entries_;
   size_t mask_ = 0;
   int shift_ = 0;
-  uint64_t mix_[4] = {};
   size_t size_ = 0;
 };
 

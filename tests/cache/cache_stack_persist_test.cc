@@ -64,7 +64,8 @@ void expect_persist_keeps_all_ram_held(uint32_t seed, size_t on_ssd, size_t tota
   const CacheStack::Persisted p =
       stack->persist_to_ssd(std::chrono::steady_clock::now() + std::chrono::seconds(60));
   EXPECT_GT(stack->ssd()->total(&SsdTierMetrics::entries_reclaimed),
-            reclaimed_before + reclaimed_at_least);
+            reclaimed_before + reclaimed_at_least)
+      << "the shutdown's writes did not reclaim the segments this case is about";
   EXPECT_EQ(p.written, ram_only.size());
   EXPECT_EQ(p.lost, 0u);
   EXPECT_EQ(p.displaced, 0u);
