@@ -60,6 +60,40 @@ void evict_cpu_caches() {
   asm volatile("" ::"r"(sum) : "memory");
 }
 
+// The small 4-layer bf16 layout of the bookkeeping tables, and a stack opened with `o` (its layout
+// and Vulkan device filled in) holding nothing yet, with a random prompt's SHA-256 keys.
+std::shared_ptr<const KvLayout> bookkeeping_layout() {
+  static const auto layout =
+      testing::share(KvLayout::uniform("tiny-bf16", 4, 4, 64, 16, DType::kBF16));
+  return layout;
+}
+struct PromptOnStack {
+  PromptOnStack(std::unique_ptr<CacheStack> s, PrefixHasher h, std::vector<uint32_t> t)
+      : stack(std::move(s)),
+        hasher(std::move(h)),
+        memo(hasher),
+        tokens(std::move(t)),
+        keys(hasher.keys(tokens, {})) {}
+  PromptOnStack(const PromptOnStack&) = delete;  // memo refers to hasher
+  std::unique_ptr<CacheStack> stack;
+  PrefixHasher hasher;
+  PrefixKeyMemo memo;
+  std::vector<uint32_t> tokens;
+  std::vector<BlockKey> keys;
+};
+std::unique_ptr<PromptOnStack> open_with_prompt(VulkanContext& ctx, CacheStackOptions o, size_t n,
+                                                uint32_t seed) {
+  o.layout = bookkeeping_layout();
+  o.vulkan = &ctx;
+  auto stack = CacheStack::open(o);
+  if (!stack.ok()) {
+    std::printf("cache_bench: %s\n", stack.status().to_string().c_str());
+    return nullptr;
+  }
+  PrefixHasher h(HashAlgorithm::kSha256, Namespace{"bench", o.layout->fingerprint(), ""}, 16);
+  return std::make_unique<PromptOnStack>(std::move(*stack), std::move(h), random_tokens(n, seed));
+}
+
 // 4. What a hit on blocks already on the GPU costs the host before its forward starts, as
 // CachedGenerator does it: the prompt's keys (hashed, and from the key memo as a repeated prompt
 // finds them), the prefix looked up, pinned where it lies, released after the forward.
@@ -75,29 +109,21 @@ void bench_gpu_hit_bookkeeping() {
             "memo + lookup + pin ms", "lookup pinning the GPU's ms", "memo + lookup pinning ms"});
   r.set_meta("machine", machine_description());
   r.set_meta("vulkan", (*ctx)->info().name);
-  auto layout = testing::share(KvLayout::uniform("tiny-bf16", 4, 4, 64, 16, DType::kBF16));
   for (const size_t n : {2048, 8192, 32768}) {
     const uint32_t blocks = static_cast<uint32_t>(n / 16);
     CacheStackOptions o;
-    o.layout = layout;
-    o.vulkan = ctx->get();
     o.gpu_pool.num_blocks = blocks + 16;
     o.ram.capacity_bytes = 64ull << 20;
-    auto stack = CacheStack::open(o);
-    if (!stack.ok()) {
-      std::printf("cache_bench: %s\n", stack.status().to_string().c_str());
-      return;
-    }
-    PrefixHasher h(HashAlgorithm::kSha256, Namespace{"bench", layout->fingerprint(), ""}, 16);
-    PrefixKeyMemo memo(h);
-    const auto tokens = random_tokens(n, 7);
-    const auto keys = h.keys(tokens, {});
-    auto ids = (*stack)->gpu()->allocate(blocks);
+    const auto p = open_with_prompt(**ctx, o, n, 7);
+    if (!p) return;
+    auto& [stack, h, memo, tokens, keys] = *p;
+    auto ids = stack->gpu()->allocate(blocks);
     if (!ids.ok()) std::abort();
     for (uint32_t i = 0; i < blocks; ++i) {
-      if ((*stack)->gpu()->publish((*ids)[i], h.identity(keys, i, {}))) std::abort();  // a duplicate key: none here
+      if (stack->gpu()->publish((*ids)[i], h.identity(keys, i, {})))
+        std::abort();  // a duplicate key: none here
     }
-    (*stack)->gpu()->release(*ids);
+    stack->gpu()->release(*ids);
     std::unordered_map<BlockHash, int32_t> map;
     for (uint32_t i = 0; i < blocks; ++i) map.emplace(keys[i].hash, static_cast<int32_t>(i));
     EVP_MD* sha = EVP_MD_fetch(nullptr, "SHA256", nullptr);
@@ -115,9 +141,9 @@ void bench_gpu_hit_bookkeeping() {
         const auto t2 = Clock::now();
         const auto k = memo.keys(tokens, {});
         const auto t3 = Clock::now();
-        const LookupResult found = (*stack)->cache().lookup(k);
+        const LookupResult found = stack->cache().lookup(k);
         const auto t4 = Clock::now();
-        PinnedBlocks pinned = (*stack)->cache().fetch(k, found);
+        PinnedBlocks pinned = stack->cache().fetch(k, found);
         const auto t5 = Clock::now();
         if (found.blocks.size() != blocks || pinned.size() != blocks) std::abort();
         pinned.release();
@@ -139,7 +165,7 @@ void bench_gpu_hit_bookkeeping() {
         const auto t11 = Clock::now();
         const auto k2 = memo.keys(tokens, {});
         const auto t12 = Clock::now();
-        TieredCache::PinnedLookup both = (*stack)->cache().lookup_pinning_top(k2);
+        TieredCache::PinnedLookup both = stack->cache().lookup_pinning_top(k2);
         const auto t13 = Clock::now();
         if (both.found.blocks.size() != blocks || both.on_top.size() != blocks) std::abort();
         both.on_top.release();
@@ -195,28 +221,20 @@ void bench_ssd_only_lookup() {
       {"prompt tokens", "CPU caches", "keys from the memo ms", "lookup pinning the GPU's ms",
        "SSD contains_many ms"});
   r.set_meta("machine", machine_description());
-  auto layout = testing::share(KvLayout::uniform("tiny-bf16", 4, 4, 64, 16, DType::kBF16));
+  const auto layout = bookkeeping_layout();
   for (const size_t n : {2048, 8192, 32768}) {
     const uint32_t blocks = static_cast<uint32_t>(n / 16);
     testing::TempDir dir;
     CacheStackOptions o;
-    o.layout = layout;
-    o.vulkan = ctx->get();
     o.gpu_pool.num_blocks = 64;
     o.ram.capacity_bytes = layout->dense_block_bytes() * 3 / 2;
     o.ssd.emplace();
     o.ssd->dir = dir.str();
     o.ssd->capacity_bytes =
         std::max<uint64_t>(4ull * blocks * layout->dense_block_bytes(), 1ull << 30);
-    auto stack = CacheStack::open(o);
-    if (!stack.ok()) {
-      std::printf("cache_bench: %s\n", stack.status().to_string().c_str());
-      return;
-    }
-    PrefixHasher h(HashAlgorithm::kSha256, Namespace{"bench", layout->fingerprint(), ""}, 16);
-    PrefixKeyMemo memo(h);
-    const auto tokens = random_tokens(n, 11);
-    const auto keys = h.keys(tokens, {});
+    const auto p = open_with_prompt(**ctx, o, n, 11);
+    if (!p) return;
+    auto& [stack, h, memo, tokens, keys] = *p;
     std::vector<BlockRef> refs;
     std::vector<BlockHash> hashes;
     for (uint32_t i = 0; i < blocks; ++i) {
@@ -225,10 +243,10 @@ void bench_ssd_only_lookup() {
       hashes.push_back(b.identity().hash);
       refs.push_back(std::make_shared<const Block>(std::move(b)));
     }
-    for (const auto& res : (*stack)->ssd()->insert_many(refs)) {
+    for (const auto& res : stack->ssd()->insert_many(refs)) {
       if (!res.ok()) std::abort();
     }
-    (*stack)->ssd()->flush();
+    stack->ssd()->flush();
     refs.clear();
     memo.keys(tokens, {});
     for (const bool cold : {false, true}) {
@@ -239,13 +257,13 @@ void bench_ssd_only_lookup() {
         const auto t0 = Clock::now();
         const auto k = memo.keys(tokens, {});
         const auto t1 = Clock::now();
-        TieredCache::PinnedLookup found = (*stack)->cache().lookup_pinning_top(k);
+        TieredCache::PinnedLookup found = stack->cache().lookup_pinning_top(k);
         const auto t2 = Clock::now();
         if (found.found.blocks.size() != blocks) std::abort();
         found.on_top.release();
         if (cold) evict_cpu_caches();
         const auto t3 = Clock::now();
-        const std::vector<bool> held = (*stack)->ssd()->contains_many(hashes);
+        const std::vector<bool> held = stack->ssd()->contains_many(hashes);
         const auto t4 = Clock::now();
         if (std::count(held.begin(), held.end(), true) != blocks) std::abort();
         from_memo.push_back(ms_between(t0, t1));
