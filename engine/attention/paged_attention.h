@@ -128,14 +128,14 @@ class PagedAttentionVarlen {
   Path path(const PagedKvView& cache, uint32_t num_heads) const;
   // Whether a path writes f16 output rows (VarlenBatch::out_half): the cooperative-matrix one.
   static bool writes_half(Path path) { return path == Path::kCoopMat; }
-  // The compiled pipeline's statistics for this shape (empty unless captured).
-  std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
-
- private:
   // Keys per split (fixed: a row's bits depend on it). A multiple of the kernels' key chunks.
   // Longer splits merge less, but give a split launch (a short suffix after a restored prefix)
   // fewer workgroups; 512 is where the two met on the H100 (docs/benchmarks.md, "512-key splits").
   static constexpr uint32_t kSplitTokens = 512;
+  // The compiled pipeline's statistics for this shape (empty unless captured).
+  std::string pipeline_statistics(const PagedKvView& cache, uint32_t num_heads);
+
+ private:
   // Below this many (tile, KV head) workgroups a launch spreads splits over workgroups too.
   static constexpr uint32_t kMinWorkgroups = 256;
   static constexpr uint64_t kMaxPartialBytes = 256ull << 20;

@@ -279,6 +279,26 @@ TEST(AttentionLaunchersTest, MayGoBeforeTheBatchesTheyRecordedInto) {
                tolerance(path, c), "prefill");
 }
 
+// Rows past 16 splits of context: the merge pass loads 16 splits' partials at once, so these
+// rows' 18 splits take two of its rounds, the second one short. Merged by it (a workgroup per
+// split) or walked in one workgroup, they are the same bits, and the reference's values.
+TEST(AttentionVarlenTest, RowsOfMoreSplitsThanTheMergeLoadsAtOnceAreTheSameBitsSplitOrWalked) {
+  using Policy = PagedAttentionVarlen::SplitPolicy;
+  const AttnCase c{"long", DType::kBF16, 64, 4, 2, 16, {9000}};
+  ASSERT_GT(
+      (c.lens[0] + PagedAttentionVarlen::kSplitTokens - 1) / PagedAttentionVarlen::kSplitTokens,
+      16u);
+  PagedProblem s(c, {3});
+  const auto ref = s.reference(c);
+  for (Path path : testing::compute_paths(s.view, static_cast<uint32_t>(s.num_heads))) {
+    SCOPED_TRACE(PagedAttentionVarlen::path_name(path));
+    const auto walked = s.varlen(Policy::kWalkSplits, path);
+    const auto merged = s.varlen(Policy::kWorkgroupPerSplit, path);
+    EXPECT_EQ(std::memcmp(walked.data(), merged.data(), walked.size() * 4), 0);
+    expect_close(merged, ref, tolerance(path, c), "merged splits vs reference");
+  }
+}
+
 // The same for prefill: a second launch with other tiles (and more partials) in the batch leaves
 // the first one's tile table and partials as they were. Sequence 1 alone first, then both: with
 // one shared table rewritten in place, the first launch reads a later one's tiles, which name a
