@@ -7,6 +7,10 @@ void CacheMetrics::visit(MetricVisitor& v, std::span<const std::string> tier_nam
             "Blocks read from another tier than lookup found them in (they moved meanwhile)", {}, relocated.value());
   auto tier_label = [&](size_t t) { return MetricLabels{{"tier", tier_names[t]}}; };
   v.counter("kvtier_lookups_total", "Prefix lookups", {}, lookups.value());
+  v.counter(
+      "kvtier_lookups_stopped_at_top_total",
+      "Lookups that asked the top tier alone: the caller's hit plan could only compute the rest",
+      {}, lookups_stopped_at_top.value());
   v.counter("kvtier_lookup_tokens_total", "Tokens asked about in lookups", {},
             lookup_tokens.value());
   for (size_t t = 0; t < tier_names.size(); ++t) {

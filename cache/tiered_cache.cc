@@ -119,9 +119,9 @@ PendingFetch TieredCache::fetch_async(std::span<const BlockKey> keys, FetchThrea
   return out;
 }
 
-int TieredCache::find_tier(const BlockRequest& request) const {
+int TieredCache::tier_holding(const BlockHash& hash) const {
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (!tiers_[t]->remote() && tiers_[t]->contains(request.hash)) return static_cast<int>(t);
+    if (!tiers_[t]->remote() && tiers_[t]->contains(hash)) return static_cast<int>(t);
   }
   return -1;
 }
@@ -176,7 +176,7 @@ std::vector<int> TieredCache::locate(std::span<const BlockKey> keys) const {
     }
   }
   for (size_t j = 0; j < rest.size(); ++j) {
-    int t = j == 0 ? -1 : find_tier({keys[i + j].hash, keys[i + j].tokens});
+    int t = j == 0 ? -1 : tier_holding(keys[i + j].hash);
     if (t < 0) t = shared[j];
     if (t < 0) break;
     where.push_back(t);
@@ -228,7 +228,8 @@ LookupResult TieredCache::found_in(std::span<const BlockKey> keys, std::span<con
   return out;
 }
 
-TieredCache::PinnedLookup TieredCache::lookup_pinning_top(std::span<const BlockKey> keys) {
+TieredCache::PinnedLookup TieredCache::lookup_pinning_top(
+    std::span<const BlockKey> keys, const std::function<bool(size_t on_top)>& look_below) {
   count_lookup(keys, std::nullopt);
   PinnedLookup out;
   Tier& top = *tiers_.front();
@@ -275,8 +276,13 @@ TieredCache::PinnedLookup TieredCache::lookup_pinning_top(std::span<const BlockK
   const size_t n = pinned.size();
   std::vector<int> where(n, 0);
   if (!other_tokens && n < keys.size()) {
-    const std::vector<int> rest = locate(keys.subspan(n));
-    where.insert(where.end(), rest.begin(), rest.end());
+    if (look_below && !look_below(n)) {
+      out.stopped_at_top = true;
+      metrics_.lookups_stopped_at_top.inc();
+    } else {
+      const std::vector<int> rest = locate(keys.subspan(n));
+      where.insert(where.end(), rest.begin(), rest.end());
+    }
   }
   out.found = found_in(keys, where);
   if (n > 0) {  // counted as fetch() counts what it pins in place

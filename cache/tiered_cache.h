@@ -120,11 +120,18 @@ class TieredCache {
   // the chain is looked for below. `on_top` is what fetch(keys.first(n), found) would return for
   // those n blocks; `found` the whole prefix, ending at a top-tier block with other tokens (not
   // served). With the GPU on top a hit of 511 blocks is then one pass over the pool, not two.
+  // With `look_below`, asked after the top tier's pass how many leading blocks it pinned: false
+  // leaves the tiers below unasked (`stopped_at_top`; counted), for a caller whose plan could use
+  // nothing they hold, and `found` is then the top tier's prefix alone.
   struct PinnedLookup {
     LookupResult found;
     PinnedBlocks on_top;
+    bool stopped_at_top = false;
   };
-  PinnedLookup lookup_pinning_top(std::span<const BlockKey> keys);
+  PinnedLookup lookup_pinning_top(std::span<const BlockKey> keys,
+                                  const std::function<bool(size_t on_top)>& look_below = {});
+  // The highest local tier holding `hash` (its index in tiers()), or -1.
+  int tier_holding(const BlockHash& hash) const;
   // Whether any local tier holds `request.hash`: what the highest one says (kSameTokens,
   // kDifferentTokens, kUnverified), or kAbsent. Lets a caller skip building a block it has.
   Tier::Presence presence(const BlockRequest& request) const;
@@ -198,8 +205,6 @@ class TieredCache {
   void visit_metrics(MetricVisitor& visitor) const;
 
  private:
-  // The highest local tier holding the block, or -1.
-  int find_tier(const BlockRequest& request) const;
   // The tier of each block of the longest cached prefix of `keys`: local tiers block by block,
   // then the shared tiers about the rest of the chain in one batch.
   std::vector<int> locate(std::span<const BlockKey> keys) const;

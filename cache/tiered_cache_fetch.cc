@@ -194,7 +194,7 @@ size_t TieredCache::PrefixFetch::slice_end(size_t a, size_t lower) const {
 size_t TieredCache::PrefixFetch::check_slice(size_t a, size_t b) {
   for (size_t i = a; i < b; ++i) {
     const int t = where_[i];
-    // A failed read (corrupt on SSD, or evicted from the top tier since find_tier) ends the
+    // A failed read (corrupt on SSD, or evicted from the top tier since tier_holding) ends the
     // prefix here; the caller recomputes the rest.
     if (failed_[i]) return i;
     const bool same = blocks_[i] ? BlockRequest{keys_[i].hash, keys_[i].tokens}.tokens_match(

@@ -106,6 +106,33 @@ Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, in
   return std::move(all.front());
 }
 
+bool CachedGenerator::worth_looking_below(size_t blocks, size_t on_gpu,
+                                          uint64_t uncached_tokens) const {
+  if (hit_.policy != HitPolicy::kCost || hit_.forced_compute_blocks) return true;
+  const auto& tiers = cache_.tiers();
+  std::vector<int> where(blocks, 0);
+  HitPlanInput input{where,
+                     gpu_.pool().layout().dense_block_bytes(),
+                     static_cast<uint32_t>(gpu_.pool().layout().block_size),
+                     uncached_tokens,
+                     {}};
+  for (size_t t = 0; t < tiers.size() && t < kMaxTiers; ++t) {
+    input.overlaps_compute[t] = tiers[t]->reads_wait_on_io();
+  }
+  input.probe_after = hit_.probe_after;
+  const HitCostModel::Snapshot costs = cache_.costs().snapshot();
+  for (size_t t = 1; t < tiers.size() && t < kMaxTiers; ++t) {
+    std::fill(where.begin() + static_cast<std::ptrdiff_t>(on_gpu), where.end(),
+              static_cast<int>(t));
+    const HitPlan p = plan_hit(input, costs, HitPolicy::kCost);
+    if (p.compute_blocks < blocks || p.probe || p.split_probe || p.split_passed_over ||
+        !p.load_only || !p.compute_only) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void CachedGenerator::note_plan(const HitPlan& plan, std::span<const int> block_tiers) {
   if (hit_.policy != HitPolicy::kCost) return;
   HitCostModel& costs = cache_.costs();
@@ -228,7 +255,17 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     std::vector<uint32_t> tokens;
     const auto keys = cacheable_keys(s, tokens);
     // The blocks on the GPU are pinned as the lookup finds them: used in place whatever the plan.
-    auto [found, on_gpu] = cache_.lookup_pinning_top(keys);
+    const uint64_t after_keys = s.prompt_len - keys.size() * bs;
+    auto [found, on_gpu, gpu_only] = cache_.lookup_pinning_top(
+        keys, [&](size_t g) { return worth_looking_below(keys.size(), g, after_keys); });
+    s.out.looked_up_gpu_only = gpu_only;
+    if (gpu_only) {
+      // Counted as a plan that computed that tier's blocks (the first block's tier stands for
+      // the rest), so a probe still comes round to time it again (HitPlanInput::probe_after).
+      const size_t g = found.blocks.size();
+      const int t = g < keys.size() ? cache_.tier_holding(keys[g].hash) : -1;
+      if (t > 0) cache_.costs().note_unloaded(static_cast<size_t>(t));
+    }
     std::vector<int> tiers;
     for (const auto& h : found.blocks) tiers.push_back(h.tier);
     const size_t n = tiers.size();

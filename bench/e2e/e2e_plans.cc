@@ -25,6 +25,8 @@ struct Measured {
   bool deadline = false;  // a load was given up at its deadline in some repetition
   bool identical = true;  // first-token logits equal the uncached run's in every repetition
   size_t fewest_cached_tokens = ~size_t{0};  // restored, in the repetition that restored least
+  bool gpu_only =
+      false;     // the last repetition asked only the GPU tier (Generation::looked_up_gpu_only)
   HitPlan plan;  // the last repetition's, with the cost model's predictions
 };
 
@@ -99,6 +101,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
       std::vector<float> reference;
+      bool gpu_only = false;  // the last run's
       auto run = [&](bool use_cache, const HitOptions& hit) {
         if (use_cache) {
           must(stack->evict_gpu());
@@ -116,6 +119,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         // The first token's time, not the call's: publishing the computed blocks comes after it.
         Generation out = must(gen.generate(prompt, 1, use_cache));
         const double ttft = out.first_token_seconds;
+        gpu_only = out.looked_up_gpu_only;
         if (reference.empty()) reference = out.logits[0];
         return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed,
                                out.logits[0] == reference, out.cached_tokens, out.plan,
@@ -135,6 +139,7 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
           m.deadline = m.deadline || deadline;
           m.identical = m.identical && same;
         }
+        m.gpu_only = gpu_only;
         m.ttft = median(t);
         m.restore = median(restore);
         m.prefill = median(prefill);
@@ -182,7 +187,8 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       report.add_row(
           {o.model_name, std::to_string(p), from_ssd ? "SSD" : "RAM", ms(uncached.ttft),
            ms(load_only.ttft),
-           ms(plan.ttft) + " (" + std::to_string(plan.recomputed) +
+           ms(plan.ttft) + " (" +
+               (plan.gpu_only ? "not looked up" : std::to_string(plan.recomputed)) +
                (plan.deadline ? ", deadline" : "") + ")",
            ms(best.ttft) + " (" + std::to_string(best_s) + ")", fmt_double(plan.ttft / floor, 2),
            fmt_double(plan.ttft / best.ttft, 2),

@@ -327,6 +327,57 @@ TEST(TieredCacheTest, ALookupPinningTheTopTierPinsTheGpusPrefixAsItFindsIt) {
   EXPECT_EQ(pool->blocks_in_use(), 0u);
 }
 
+// A caller whose plan could not use the lower tiers' blocks stops the lookup at the top tier: it
+// is told how many blocks the top tier pinned, and answering false leaves RAM's blocks unfound
+// and uncounted (and the lookup counted as stopped); answering true finds them as before.
+TEST(TieredCacheTest, ALookupPinningTheTopTierStopsThereWhenItsCallerSaysSo) {
+  auto h = small_hasher();
+  GpuOverRam g = gpu_over_ram(16, 20);
+  auto& [pool, top, lower, cache_ptr] = g;
+  TieredCache& cache = *cache_ptr;
+  const auto tokens = prompt(4 * 6, 3);
+  auto keys = h.keys(tokens, {});
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
+  for (size_t i = 2; i < 6; ++i) ASSERT_TRUE(lower->insert(computed_block(h, keys, i)).ok());
+  EXPECT_EQ(cache.tier_holding(keys[1].hash), 0);
+  EXPECT_EQ(cache.tier_holding(keys[2].hash), 1);
+  EXPECT_EQ(cache.tier_holding(h.keys(prompt(4, 9), {})[0].hash), -1);
+  std::vector<size_t> asked;
+  {
+    TieredCache::PinnedLookup got = cache.lookup_pinning_top(keys, [&](size_t on_top) {
+      asked.push_back(on_top);
+      return false;
+    });
+    EXPECT_TRUE(got.stopped_at_top);
+    ASSERT_EQ(got.found.blocks.size(), 2u) << "the GPU's prefix alone";
+    EXPECT_EQ(got.on_top.size(), 2u);
+    EXPECT_EQ(cache.metrics().hit_blocks[1].value(), 0u) << "RAM was not asked";
+    EXPECT_EQ(cache.metrics().lookups_stopped_at_top.value(), 1u);
+  }
+  {
+    TieredCache::PinnedLookup got = cache.lookup_pinning_top(keys, [&](size_t on_top) {
+      asked.push_back(on_top);
+      return true;
+    });
+    EXPECT_FALSE(got.stopped_at_top);
+    ASSERT_EQ(got.found.blocks.size(), 6u);
+    EXPECT_EQ(got.found.blocks[5].tier, 1);
+    EXPECT_EQ(cache.metrics().lookups_stopped_at_top.value(), 1u);
+  }
+  EXPECT_EQ(asked, (std::vector<size_t>{2, 2}));
+  // A prompt the GPU holds whole asks nothing: there is nothing below to find.
+  const auto two = std::vector<BlockKey>(keys.begin(), keys.begin() + 2);
+  EXPECT_FALSE(cache
+                   .lookup_pinning_top(two,
+                                       [&](size_t on_top) {
+                                         asked.push_back(on_top);
+                                         return false;
+                                       })
+                   .stopped_at_top);
+  EXPECT_EQ(asked.size(), 2u);
+  EXPECT_EQ(pool->blocks_in_use(), 0u);
+}
+
 TEST(TieredCacheTest, RandomOperationsKeepEveryTierWithinCapacity) {
   auto h = small_hasher();
   auto top = ram(7, "ram0");

@@ -341,6 +341,9 @@ TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) 
     expect_bit_identical(b, want_b, what);
     const bool probe = i == 2 || i == 3;
     EXPECT_EQ(b.plan.probe, probe) << what;
+    // The first two plans would compute B's blocks wherever below the GPU they lay, so the
+    // lower tiers are not asked (each still counted for the SSD, so the probe comes round).
+    EXPECT_EQ(b.looked_up_gpu_only, i < 2) << what;
     if (i < 2) {
       EXPECT_EQ(b.plan.compute_blocks, b.plan.cached_blocks) << what << ": computed on the estimate";
       EXPECT_EQ(b.restored_blocks_by_tier[2], 0u) << what;
@@ -354,6 +357,7 @@ TEST_P(ParityTest, AnSsdBelievedSlowIsProbedAndLoadedFromAgainOnceItProvesFast) 
   }
   EXPECT_EQ(costs.probes(2), 2u);
   EXPECT_LT(*costs.restore_seconds(2, 4 * s.layout->dense_block_bytes()), 1.0);
+  EXPECT_EQ(s.tiers->cache().metrics().lookups_stopped_at_top.value(), 2u);
 }
 
 // The overlap factor's counterpart: splits that ran slow raised it until no split is chosen, so
@@ -374,6 +378,7 @@ TEST_P(ParityTest, ASplitRuledOutByTheOverlapFactorIsTriedAgain) {
   s.gen->hit_options().probe_after = 1;
   const Generation b = s.run(kPromptB);
   expect_bit_identical(b, want_b, "B, a split tried to time the overlap");
+  EXPECT_FALSE(b.looked_up_gpu_only) << "a plan that loads needs to know where the blocks lie";
   EXPECT_TRUE(b.plan.split_probe);
   EXPECT_GT(b.plan.compute_blocks, 0u);
   EXPECT_LT(b.plan.compute_blocks, 3u);
