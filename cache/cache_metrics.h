@@ -14,8 +14,8 @@ inline constexpr size_t kMaxTiers = 4;
 
 struct CacheMetrics {
   Counter lookups;
-  Counter
-      lookups_stopped_at_top;  // lookup_pinning_top calls whose caller left the lower tiers unasked
+  // lookup_pinning_top calls whose caller left the lower tiers unasked
+  Counter lookups_stopped_at_top;
   Counter lookup_tokens;                        // tokens asked about
   std::array<Counter, kMaxTiers> hit_blocks{};  // per tier the block was found in
   std::array<Counter, kMaxTiers> hit_tokens{};

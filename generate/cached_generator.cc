@@ -106,22 +106,28 @@ Result<Generation> CachedGenerator::generate(std::span<const int32_t> prompt, in
   return std::move(all.front());
 }
 
-bool CachedGenerator::worth_looking_below(size_t blocks, size_t on_gpu,
-                                          uint64_t uncached_tokens) const {
-  if (hit_.policy != HitPolicy::kCost || hit_.forced_compute_blocks) return true;
-  const auto& tiers = cache_.tiers();
-  std::vector<int> where(blocks, 0);
-  HitPlanInput input{where,
+HitPlanInput CachedGenerator::plan_input(std::span<const int> block_tiers,
+                                         uint64_t uncached_tokens) const {
+  HitPlanInput input{block_tiers,
                      gpu_.pool().layout().dense_block_bytes(),
                      static_cast<uint32_t>(gpu_.pool().layout().block_size),
                      uncached_tokens,
                      {}};
+  const auto& tiers = cache_.tiers();
   for (size_t t = 0; t < tiers.size() && t < kMaxTiers; ++t) {
     input.overlaps_compute[t] = tiers[t]->reads_wait_on_io();
   }
-  input.probe_after = hit_.probe_after;
+  input.probe_after = hit_.forced_compute_blocks ? 0 : hit_.probe_after;
+  return input;
+}
+
+bool CachedGenerator::worth_looking_below(size_t blocks, size_t on_gpu,
+                                          uint64_t uncached_tokens) const {
+  if (hit_.policy != HitPolicy::kCost || hit_.forced_compute_blocks) return true;
+  std::vector<int> where(blocks, 0);
+  const HitPlanInput input = plan_input(where, uncached_tokens);
   const HitCostModel::Snapshot costs = cache_.costs().snapshot();
-  for (size_t t = 1; t < tiers.size() && t < kMaxTiers; ++t) {
+  for (size_t t = 1; t < cache_.tiers().size() && t < kMaxTiers; ++t) {
     std::fill(where.begin() + static_cast<std::ptrdiff_t>(on_gpu), where.end(),
               static_cast<int>(t));
     const HitPlan p = plan_hit(input, costs, HitPolicy::kCost);
@@ -269,12 +275,7 @@ Result<std::vector<Generation>> CachedGenerator::generate_batch(
     std::vector<int> tiers;
     for (const auto& h : found.blocks) tiers.push_back(h.tier);
     const size_t n = tiers.size();
-    HitPlanInput input{tiers, gpu_.pool().layout().dense_block_bytes(), static_cast<uint32_t>(bs), s.prompt_len - n * bs, {}};
-    for (size_t t = 0; t < cache_.tiers().size() && t < kMaxTiers; ++t) {
-      input.overlaps_compute[t] = cache_.tiers()[t]->reads_wait_on_io();
-    }
-    input.probe_after = hit_.forced_compute_blocks ? 0 : hit_.probe_after;
-    s.out.plan = plan_hit(input, cache_.costs(), hit_.policy);
+    s.out.plan = plan_hit(plan_input(tiers, s.prompt_len - n * bs), cache_.costs(), hit_.policy);
     size_t split = s.out.plan.compute_blocks;
     if (hit_.forced_compute_blocks) {
       split = std::min(n, s.out.plan.gpu_blocks + *hit_.forced_compute_blocks);

@@ -123,6 +123,9 @@ class CachedGenerator {
   // prefill 0.062-0.075 -> 0.035-0.045 ms of a ~0.97 ms first token. A mix of tiers is not
   // tried: with RAM far faster than the SSD it cannot beat both.
   bool worth_looking_below(size_t blocks, size_t on_gpu, uint64_t uncached_tokens) const;
+  // The planner's input for cached blocks in `block_tiers` and the tokens after them: this
+  // model's block size and bytes, which tiers load beside compute, the probe interval.
+  HitPlanInput plan_input(std::span<const int> block_tiers, uint64_t uncached_tokens) const;
 
   LlamaModel& model_;
   GpuTier& gpu_;

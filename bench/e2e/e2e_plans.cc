@@ -25,8 +25,8 @@ struct Measured {
   bool deadline = false;  // a load was given up at its deadline in some repetition
   bool identical = true;  // first-token logits equal the uncached run's in every repetition
   size_t fewest_cached_tokens = ~size_t{0};  // restored, in the repetition that restored least
-  bool gpu_only =
-      false;     // the last repetition asked only the GPU tier (Generation::looked_up_gpu_only)
+  // The last repetition asked only the GPU tier (Generation::looked_up_gpu_only).
+  bool gpu_only = false;
   HitPlan plan;  // the last repetition's, with the cost model's predictions
 };
 

@@ -53,6 +53,15 @@ void publish(TieredCache& cache, const PrefixHasher& h, const std::vector<BlockK
   for (size_t i = 0; i < count; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
 }
 
+// The first `on_gpu` blocks of `keys` published (onto the GPU), the next `in_ram` in RAM alone.
+void place(GpuOverRam& g, const PrefixHasher& h, const std::vector<BlockKey>& keys, size_t on_gpu,
+           size_t in_ram) {
+  publish(*g.cache, h, keys, on_gpu);
+  for (size_t i = on_gpu; i < on_gpu + in_ram; ++i) {
+    ASSERT_TRUE(g.lower->insert(computed_block(h, keys, i)).ok());
+  }
+}
+
 TEST(TieredCacheTest, LookupFindsTheLongestPrefixAndStopsAtTheFirstMiss) {
   auto h = small_hasher();
   TieredCache cache({ram(100)});
@@ -274,8 +283,7 @@ TEST(TieredCacheTest, ALookupPinningTheTopTierPinsTheGpusPrefixAsItFindsIt) {
   TieredCache& cache = *cache_ptr;
   const auto tokens = prompt(4 * 8, 1);
   auto keys = h.keys(tokens, {});
-  for (size_t i = 0; i < 5; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
-  for (size_t i = 5; i < 7; ++i) ASSERT_TRUE(lower->insert(computed_block(h, keys, i)).ok());
+  place(g, h, keys, 5, 2);
   const LookupResult plain = cache.lookup(keys);
   {
     TieredCache::PinnedLookup got = cache.lookup_pinning_top(keys);
@@ -337,8 +345,7 @@ TEST(TieredCacheTest, ALookupPinningTheTopTierStopsThereWhenItsCallerSaysSo) {
   TieredCache& cache = *cache_ptr;
   const auto tokens = prompt(4 * 6, 3);
   auto keys = h.keys(tokens, {});
-  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(cache.insert(computed_block(h, keys, i)).ok());
-  for (size_t i = 2; i < 6; ++i) ASSERT_TRUE(lower->insert(computed_block(h, keys, i)).ok());
+  place(g, h, keys, 2, 4);
   EXPECT_EQ(cache.tier_holding(keys[1].hash), 0);
   EXPECT_EQ(cache.tier_holding(keys[2].hash), 1);
   EXPECT_EQ(cache.tier_holding(h.keys(prompt(4, 9), {})[0].hash), -1);
