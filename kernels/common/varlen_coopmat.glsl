@@ -62,6 +62,9 @@ layout(constant_id = 10) const uint OUT_HALF = 0;
 // tensor cores work (a workgroup fills an SM: nothing else hides them). Only where they cost a
 // thread few registers (NL = 1: head_dim 64 with 512 invocations).
 layout(constant_id = 11) const uint LOOKAHEAD = 0;
+// 1: each row's sum of weights as P times a ones tile on the tensor cores, not by the lanes (see
+// the sums below). The launcher's choice by head_dim.
+layout(constant_id = 12) const uint SUMS_ON_TENSOR_CORES = 0;
 layout(local_size_x_id = 0) in;
 
 const uint NSG = WG / 32;
@@ -356,21 +359,37 @@ void main() {
       }
       pm[n] = HALF(sacc[n]);
     }
-    // Each row's sum of the f16 weights (what P V multiplies): the lane's in a fixed order, then
-    // over its quad, so the row's four lanes agree. H100, 16k tokens, bf16: 144 TFLOP/s against
-    // 140 with the sums as P times a ones tile on the tensor cores (an MMA per key tile).
-    float part[2] = {0.0, 0.0};
-    [[unroll]] for (uint n = 0; n < NT; ++n) {
-      [[unroll]] for (uint e = 0; e < 8; ++e) {
-        precise float x = part[frag_group(e)] + float(pm[n][e]);
-        part[frag_group(e)] = x;
+    // Each row's sum of the f16 weights (what P V multiplies), in one of two fixed orders (each its
+    // own bits, chosen by shape alone). By the lanes: each lane's in a fixed order, then over its
+    // quad, so the row's four lanes agree; two instructions an element (an f16 to f32 conversion
+    // and an add). On the tensor cores: P times a ones tile, an MMA per key tile, every column of
+    // the product the row's sum (the same operands, so the same bits in every lane). At head_dim
+    // 128 the lanes won (H100, 16k tokens, bf16: 144 against 140 TFLOP/s); at 64 the same products
+    // are half the chunk's tensor work and the lanes' two instructions a larger part of the rest:
+    // the tensor cores win there (H200, bf16 staged, 8 / 2 and 32 / 8 heads at 32768 tokens: 185.5
+    // -> 188.1 and 186.6-186.9 -> 189.5 TFLOP/s).
+    if (SUMS_ON_TENSOR_CORES != 0) {
+      ACC sums = ACC(0.0);
+      const HALF_B ones = HALF_B(float16_t(1.0));
+      [[unroll]] for (uint n = 0; n < NT; ++n) sums = MMA(pm[n], ones, sums);
+      [[unroll]] for (uint g = 0; g < 2; ++g) {
+        precise float nl = l[g] * corr[g] + sums[4 * g];
+        l[g] = nl;
       }
-    }
-    [[unroll]] for (uint g = 0; g < 2; ++g) {
-      precise float a = part[g] + subgroupShuffleXor(part[g], 1);
-      precise float b = a + subgroupShuffleXor(a, 2);
-      precise float nl = l[g] * corr[g] + b;
-      l[g] = nl;
+    } else {
+      float part[2] = {0.0, 0.0};
+      [[unroll]] for (uint n = 0; n < NT; ++n) {
+        [[unroll]] for (uint e = 0; e < 8; ++e) {
+          precise float x = part[frag_group(e)] + float(pm[n][e]);
+          part[frag_group(e)] = x;
+        }
+      }
+      [[unroll]] for (uint g = 0; g < 2; ++g) {
+        precise float a = part[g] + subgroupShuffleXor(part[g], 1);
+        precise float b = a + subgroupShuffleXor(a, 2);
+        precise float nl = l[g] * corr[g] + b;
+        l[g] = nl;
+      }
     }
     // Rescale the running output where a row's maximum moved (x * 1 is x: skipping is exact).
     if (!subgroupAll(corr[0] == 1.0 && corr[1] == 1.0)) {
