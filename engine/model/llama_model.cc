@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "base/elapsed.h"
 
@@ -333,26 +334,35 @@ Result<std::vector<float>> LlamaModel::forward(const ForwardBatch& b, const GpuB
       return invalid_argument("forward: logit row out of range");
   }
   // Batch metadata, one host-visible buffer: tokens | positions | slots | cu | seq_lens | tables |
-  // state slots | logit rows.
-  std::vector<int32_t> meta;
-  auto append = [&](const std::vector<int32_t>& v) {
-    const size_t at = meta.size();
-    meta.insert(meta.end(), v.begin(), v.end());
-    return at;
-  };
-  const size_t o_tokens = append(b.tokens), o_pos = append(b.positions),
-               o_slots = append(b.slot_mapping), o_cu = append(b.cu_seqlens_q),
-               o_lens = append(b.seq_lens), o_tables = append(b.block_tables),
-               o_state_slots = append(b.state_slots), o_logit_rows = append(b.logit_rows);
+  // state slots | logit rows | the GDN's ranges, each copied straight into it. Before the first
+  // launch is recorded the GPU waits, and a 32k-token prompt's metadata is 400 KB: gathered in a
+  // growing vector first, it took an allocation per doubling and a second copy (H200, tiny model,
+  // 32768 tokens, three rounds in turns: the host's setup 0.196-0.213 -> 0.113-0.124 ms).
   GdnRows gdn_rows;
+  std::vector<int32_t> ranges;
   if (c.gdn_layers() > 0 && GatedDeltaRule::chunk_form_takes(static_cast<uint32_t>(c.gdn.d_k))) {
-    gdn_rows.ranges =
-        append(gdn_ranges(b, gdn_rows));  // an offset until the buffer's address is known
+    ranges = gdn_ranges(b, gdn_rows);
+  }
+  const std::vector<int32_t>* parts[] = {&b.tokens,       &b.positions,  &b.slot_mapping,
+                                         &b.cu_seqlens_q, &b.seq_lens,   &b.block_tables,
+                                         &b.state_slots,  &b.logit_rows, &ranges};
+  size_t offset[std::size(parts)];
+  size_t meta_ints = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    offset[i] = meta_ints;
+    meta_ints += parts[i]->size();
   }
   KVTIER_RETURN_IF_ERROR(
-      ensure_scratch(std::max(rows, nlog), std::max<size_t>(nlog, 1), meta.size() + 4));
-  std::memcpy(meta_.mapped(), meta.data(), meta.size() * 4);
-  KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta.size() * 4));
+      ensure_scratch(std::max(rows, nlog), std::max<size_t>(nlog, 1), meta_ints + 4));
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    if (!parts[i]->empty())
+      std::memcpy(meta_.mapped() + offset[i] * 4, parts[i]->data(), parts[i]->size() * 4);
+  }
+  KVTIER_RETURN_IF_ERROR(meta_.flush(0, meta_ints * 4));
+  const size_t o_tokens = offset[0], o_pos = offset[1], o_slots = offset[2], o_cu = offset[3],
+               o_lens = offset[4], o_tables = offset[5], o_state_slots = offset[6],
+               o_logit_rows = offset[7];
+  gdn_rows.ranges = offset[8];  // an offset until the buffer's address is known
   auto at = [&](size_t ints) { return meta_.address() + ints * 4; };
   gdn_rows.ranges = at(gdn_rows.ranges);
 
