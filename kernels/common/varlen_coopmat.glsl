@@ -362,12 +362,13 @@ void main() {
     // Each row's sum of the f16 weights (what P V multiplies), in one of two fixed orders (each its
     // own bits, chosen by shape alone). By the lanes: each lane's in a fixed order, then over its
     // quad, so the row's four lanes agree; two instructions an element (an f16 to f32 conversion
-    // and an add). On the tensor cores: P times a ones tile, an MMA per key tile, every column of
-    // the product the row's sum (the same operands, so the same bits in every lane). At head_dim
-    // 128 the lanes won (H100, 16k tokens, bf16: 144 against 140 TFLOP/s); at 64 the same products
-    // are half the chunk's tensor work and the lanes' two instructions a larger part of the rest:
-    // the tensor cores win there (H200, bf16 staged, 8 / 2 and 32 / 8 heads at 32768 tokens: 185.5
-    // -> 188.1 and 186.6-186.9 -> 189.5 TFLOP/s).
+    // and an add). On the tensor cores: P times a ones tile, an MMA per key tile (an eighth more
+    // tensor work at head_dim 64), every column of the product the row's sum from the same
+    // operands, so the same bits in every lane (a split's partial keeps lane 0's, a walked row
+    // each lane's own: the split-or-walked tests would see a difference). At head_dim 128 the lanes
+    // won (H100, 16k tokens, bf16: 144 against 140 TFLOP/s); at 64 a chunk's tensor work halves
+    // while the lanes' two instructions a weight stay, and the tensor cores win (H200, bf16 staged,
+    // 8 / 2 and 32 / 8 heads at 32768 tokens: 185.5 -> 188.1 and 186.6-186.9 -> 189.5 TFLOP/s).
     if (SUMS_ON_TENSOR_CORES != 0) {
       ACC sums = ACC(0.0);
       const HALF_B ones = HALF_B(float16_t(1.0));
