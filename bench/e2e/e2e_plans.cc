@@ -101,7 +101,6 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
       must(gen.calibrate(std::min<size_t>(p, 8192)));
 
       std::vector<float> reference;
-      bool gpu_only = false;  // the last run's
       auto run = [&](bool use_cache, const HitOptions& hit) {
         if (use_cache) {
           must(stack->evict_gpu());
@@ -116,30 +115,26 @@ void bench_plans(VulkanContext& ctx, const PlanBenchOptions& o, Report& report) 
         if (o.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
         must(busy->run(o.busy_ms / 1000.0));
         gen.hit_options() = hit;
-        // The first token's time, not the call's: publishing the computed blocks comes after it.
         Generation out = must(gen.generate(prompt, 1, use_cache));
-        const double ttft = out.first_token_seconds;
-        gpu_only = out.looked_up_gpu_only;
         if (reference.empty()) reference = out.logits[0];
-        return std::make_tuple(ttft, out.recomputed_blocks, out.load_deadline_passed,
-                               out.logits[0] == reference, out.cached_tokens, out.plan,
-                               std::make_pair(out.restore_seconds, out.prefill_seconds));
+        return out;
       };
       auto measure = [&](bool use_cache, const HitOptions& hit) {
         Measured m;
         std::vector<double> t, restore, prefill;
         for (int r = 0; r < o.reps; ++r) {
-          auto [ttft, recomputed, deadline, same, cached, plan, parts] = run(use_cache, hit);
-          m.plan = plan;
-          m.fewest_cached_tokens = std::min(m.fewest_cached_tokens, cached);
-          t.push_back(ttft);
-          restore.push_back(parts.first);
-          prefill.push_back(parts.second);
-          m.recomputed = recomputed;
-          m.deadline = m.deadline || deadline;
-          m.identical = m.identical && same;
+          const Generation out = run(use_cache, hit);
+          m.plan = out.plan;
+          m.gpu_only = out.looked_up_gpu_only;
+          m.fewest_cached_tokens = std::min(m.fewest_cached_tokens, out.cached_tokens);
+          // The first token's time, not the call's: publishing the computed blocks comes after it.
+          t.push_back(out.first_token_seconds);
+          restore.push_back(out.restore_seconds);
+          prefill.push_back(out.prefill_seconds);
+          m.recomputed = out.recomputed_blocks;
+          m.deadline = m.deadline || out.load_deadline_passed;
+          m.identical = m.identical && out.logits[0] == reference;
         }
-        m.gpu_only = gpu_only;
         m.ttft = median(t);
         m.restore = median(restore);
         m.prefill = median(prefill);
